@@ -1,0 +1,327 @@
+//! The error catalogue: every refusal a client can receive, and its JSON shape.
+//!
+//! `{"error":{"message":"…","type":"…","code":"…","param":…}}`. Nothing else leaves
+//! the gateway as an error: every layer turns its failures into an [`ApiError`].
+
+use std::borrow::Cow;
+use std::time::Duration;
+
+use http::{HeaderValue, Response, StatusCode, header};
+use serde::Serialize;
+
+use crate::body::{ResponseBody, full};
+
+/// One refusal from the catalogue.
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub kind: &'static str,
+    pub code: &'static str,
+    pub message: Cow<'static, str>,
+    pub param: Option<String>,
+    /// Seconds for `Retry-After` (429, 503).
+    pub retry_after: Option<Duration>,
+    /// Methods for `Allow` (405).
+    pub allow: Option<&'static str>,
+}
+
+impl ApiError {
+    fn new(
+        status: StatusCode,
+        kind: &'static str,
+        code: &'static str,
+        message: impl Into<Cow<'static, str>>,
+    ) -> Self {
+        Self {
+            status,
+            kind,
+            code,
+            message: message.into(),
+            param: None,
+            retry_after: None,
+            allow: None,
+        }
+    }
+
+    pub fn with_param(mut self, param: impl Into<String>) -> Self {
+        self.param = Some(param.into());
+        self
+    }
+
+    pub fn with_retry_after(mut self, after: Duration) -> Self {
+        self.retry_after = Some(after);
+        self
+    }
+
+    // 401
+    pub fn missing_key() -> Self {
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            "authentication_error",
+            "missing_api_key",
+            "missing API key: send `Authorization: Bearer <API_KEY>`",
+        )
+    }
+    pub fn invalid_key() -> Self {
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            "authentication_error",
+            "invalid_api_key",
+            "invalid API key",
+        )
+    }
+
+    // 403
+    pub fn model_not_allowed(model: &str) -> Self {
+        Self::new(
+            StatusCode::FORBIDDEN,
+            "permission_error",
+            "model_not_allowed",
+            format!("this API key may not use model `{model}`"),
+        )
+        .with_param("model")
+    }
+
+    // 400
+    pub fn invalid_json(detail: impl std::fmt::Display) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            "invalid_json",
+            format!("request body is not valid JSON: {detail}"),
+        )
+    }
+    pub fn not_an_object() -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            "invalid_json",
+            "request body must be a JSON object",
+        )
+    }
+    pub fn missing_model() -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            "missing_model",
+            "`model` is required and must be a string",
+        )
+        .with_param("model")
+    }
+    pub fn unknown_model(model: &str, endpoint_path: &str) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            "unknown_model",
+            format!("model `{model}` is not served on {endpoint_path}"),
+        )
+        .with_param("model")
+    }
+    pub fn invalid_parameter(param: impl Into<String>, message: String) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            "invalid_parameter",
+            message,
+        )
+        .with_param(param)
+    }
+    pub fn unknown_parameter(param: impl Into<String>, message: String) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            "unknown_parameter",
+            message,
+        )
+        .with_param(param)
+    }
+    pub fn upstream_invalid_request(reason: &str) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            "upstream_invalid_request",
+            format!("the provider refused the request: {reason}"),
+        )
+    }
+
+    // 404 / 405
+    pub fn task_not_found() -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "not_found_error",
+            "task_not_found",
+            "no task with this id",
+        )
+        .with_param("id")
+    }
+    pub fn path_not_found() -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "not_found_error",
+            "not_found",
+            "no such endpoint",
+        )
+    }
+    pub fn method_not_allowed(allow: &'static str) -> Self {
+        let mut e = Self::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "invalid_request_error",
+            "method_not_allowed",
+            format!("method not allowed here; allowed: {allow}"),
+        );
+        e.allow = Some(allow);
+        e
+    }
+
+    // 408 / 413 / 415 / 429
+    pub fn body_timeout() -> Self {
+        Self::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "invalid_request_error",
+            "body_timeout",
+            "request body was not received in time",
+        )
+    }
+    pub fn body_too_large(limit: usize) -> Self {
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "invalid_request_error",
+            "body_too_large",
+            format!("request body is larger than the limit of {limit} bytes"),
+        )
+    }
+    pub fn unsupported_media_type() -> Self {
+        Self::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "invalid_request_error",
+            "unsupported_media_type",
+            "request body must be sent with `Content-Type: application/json`",
+        )
+    }
+    pub fn rate_limited(after: Duration) -> Self {
+        Self::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate_limit_error",
+            "rate_limited",
+            "too many requests; retry later",
+        )
+        .with_retry_after(after)
+    }
+    pub fn upstream_rate_limited(after: Option<Duration>) -> Self {
+        let mut e = Self::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate_limit_error",
+            "upstream_rate_limited",
+            "the provider is rate limiting requests; retry later",
+        );
+        e.retry_after = after;
+        e
+    }
+
+    // 502 / 503 / 504
+    pub fn upstream_failed(provider: &str, step: &str, what: impl std::fmt::Display) -> Self {
+        Self::new(
+            StatusCode::BAD_GATEWAY,
+            "upstream_error",
+            "upstream_error",
+            format!("provider `{provider}` {step}: {what}"),
+        )
+    }
+    pub fn upstream_bad_answer(provider: &str, step: &str, what: impl std::fmt::Display) -> Self {
+        Self::new(
+            StatusCode::BAD_GATEWAY,
+            "upstream_error",
+            "upstream_bad_response",
+            format!("provider `{provider}` gave an unusable {step} answer: {what}"),
+        )
+    }
+    pub fn upstream_auth(provider: &str) -> Self {
+        Self::new(
+            StatusCode::BAD_GATEWAY,
+            "upstream_error",
+            "upstream_auth_failed",
+            format!("provider `{provider}` refused the gateway's credentials"),
+        )
+    }
+    pub fn upstream_timeout(provider: &str, step: &str) -> Self {
+        Self::new(
+            StatusCode::GATEWAY_TIMEOUT,
+            "upstream_error",
+            "upstream_timeout",
+            format!("provider `{provider}` did not answer the {step} in time"),
+        )
+    }
+    pub fn request_timeout() -> Self {
+        Self::new(
+            StatusCode::GATEWAY_TIMEOUT,
+            "upstream_error",
+            "request_timeout",
+            "the request did not complete in time",
+        )
+    }
+    pub fn no_provider(what: &str) -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "service_unavailable",
+            "no_provider",
+            format!("no provider available: {what}"),
+        )
+    }
+    pub fn shutting_down() -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "service_unavailable",
+            "shutting_down",
+            "the gateway is shutting down",
+        )
+    }
+
+    /// The JSON response for this error.
+    pub fn into_response(self) -> Response<ResponseBody> {
+        #[derive(Serialize)]
+        struct Envelope<'a> {
+            error: Inner<'a>,
+        }
+        #[derive(Serialize)]
+        struct Inner<'a> {
+            message: &'a str,
+            #[serde(rename = "type")]
+            kind: &'a str,
+            code: &'a str,
+            param: Option<&'a str>,
+        }
+        let body = serde_json::to_vec(&Envelope {
+            error: Inner {
+                message: &self.message,
+                kind: self.kind,
+                code: self.code,
+                param: self.param.as_deref(),
+            },
+        })
+        .unwrap_or_default();
+        let mut resp = Response::new(full(body));
+        *resp.status_mut() = self.status;
+        let h = resp.headers_mut();
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        if self.status == StatusCode::UNAUTHORIZED {
+            h.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        if let Some(after) = self.retry_after {
+            // Round up: "retry after 0 seconds" would invite an immediate retry.
+            let secs = after.as_secs() + u64::from(after.subsec_nanos() > 0);
+            h.insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
+        }
+        if let Some(allow) = self.allow {
+            h.insert(header::ALLOW, HeaderValue::from_static(allow));
+        }
+        resp.extensions_mut().insert(ErrorCode(self.code));
+        resp
+    }
+}
+
+/// Marker left on error responses so the request log can name the refusal.
+#[derive(Debug, Clone, Copy)]
+pub struct ErrorCode(pub &'static str);

@@ -1,0 +1,255 @@
+//! jq programs from routes.toml, compiled once at config load (jaq).
+//!
+//! Every program sees the same variables, so an operator never has to remember
+//! which step offers which: `$model`, `$upstream_model`, `$id` (the upstream task id,
+//! null before it exists) and `$params` (the validated parameters).
+
+use jaq_core::load::{Arena, File, Loader};
+use jaq_core::{Compiler, Ctx, Vars, data, unwrap_valr};
+use jaq_json::Val;
+use serde::Deserialize;
+use serde_json::Value;
+
+type Data = data::JustLut<Val>;
+
+/// Names of the variables every program may use, in the order values are supplied.
+pub const VARIABLES: [&str; 4] = ["$model", "$upstream_model", "$id", "$params"];
+
+/// Values of [`VARIABLES`] for one run.
+pub struct JqVars {
+    values: [Val; 4],
+}
+
+impl JqVars {
+    pub fn new(model: &str, upstream_model: &str, id: Option<&str>, params: Option<Val>) -> Self {
+        Self {
+            values: [
+                Val::from(model.to_owned()),
+                Val::from(upstream_model.to_owned()),
+                id.map_or(Val::Null, |id| Val::from(id.to_owned())),
+                params.unwrap_or(Val::Null),
+            ],
+        }
+    }
+}
+
+/// A compiled jq program.
+pub struct Jq {
+    filter: jaq_core::Filter<Data>,
+    source: String,
+}
+
+impl std::fmt::Debug for Jq {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Jq").field(&self.source).finish()
+    }
+}
+
+impl Jq {
+    /// Parse and compile; the error says where and what is wrong.
+    pub fn compile(code: &str) -> Result<Self, String> {
+        let defs = jaq_core::defs()
+            .chain(jaq_std::defs())
+            .chain(jaq_json::defs());
+        let funs = jaq_core::funs()
+            .chain(jaq_std::funs())
+            .chain(jaq_json::funs());
+        let arena = Arena::default();
+        let loader = Loader::new(defs);
+        let modules = loader
+            .load(&arena, File { code, path: () })
+            .map_err(|errs| {
+                errs.into_iter()
+                    .map(|(_, e)| load_error(code, e))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            })?;
+        let filter = Compiler::default()
+            .with_funs(funs)
+            .with_global_vars(VARIABLES)
+            .compile(modules)
+            .map_err(|errs| {
+                errs.into_iter()
+                    .flat_map(|(_, es)| es)
+                    .map(|(name, undef)| format!("undefined {} `{name}`", undef.as_str()))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            })?;
+        Ok(Self {
+            filter,
+            source: code.to_owned(),
+        })
+    }
+
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Run on `input`; the first output, or `None` when the program yields nothing.
+    pub fn first(&self, input: Val, vars: &JqVars) -> Result<Option<Val>, String> {
+        let ctx = Ctx::<Data>::new(&self.filter.lut, Vars::new(vars.values.iter().cloned()));
+        match self.filter.id.run((ctx, input)).map(unwrap_valr).next() {
+            None => Ok(None),
+            Some(Ok(v)) => Ok(Some(v)),
+            Some(Err(e)) => Err(e.to_string()),
+        }
+    }
+
+    /// Run and convert the first output to JSON (`null` when there is none).
+    pub fn json(&self, input: Val, vars: &JqVars) -> Result<Value, String> {
+        Ok(self.first(input, vars)?.map_or(Value::Null, |v| to_json(&v)))
+    }
+}
+
+fn load_error(code: &str, e: jaq_core::load::Error<&str>) -> String {
+    use jaq_core::load::Error;
+    let at = |part: &str| {
+        let span = jaq_core::load::span(code, part);
+        format!("at character {}", span.start + 1)
+    };
+    match e {
+        Error::Io(errs) => errs
+            .into_iter()
+            .map(|(path, msg)| format!("cannot import `{path}`: {msg}"))
+            .collect::<Vec<_>>()
+            .join("; "),
+        Error::Lex(errs) => errs
+            .into_iter()
+            .map(|(expect, part)| format!("expected {} {}", expect.as_str(), at(part)))
+            .collect::<Vec<_>>()
+            .join("; "),
+        Error::Parse(errs) => errs
+            .into_iter()
+            .map(|(expect, part)| {
+                let found = if part.is_empty() {
+                    "end of program".to_string()
+                } else {
+                    format!("`{}`", part.chars().take(20).collect::<String>())
+                };
+                format!("expected {}, found {found} {}", expect.as_str(), at(part))
+            })
+            .collect::<Vec<_>>()
+            .join("; "),
+    }
+}
+
+/// JSON text → jq value, without an intermediate `serde_json::Value`.
+pub fn parse(bytes: &[u8]) -> Result<Val, String> {
+    jaq_json::read::parse_single(bytes).map_err(|e| e.to_string())
+}
+
+/// `serde_json::Value` → jq value.
+pub fn from_json(value: &Value) -> Val {
+    Val::deserialize(value).unwrap_or(Val::Null)
+}
+
+/// jq value → `serde_json::Value`. Non-string object keys become their JSON text;
+/// NaN and infinities become null, as in jq's own output.
+pub fn to_json(v: &Val) -> Value {
+    match v {
+        Val::Null => Value::Null,
+        Val::Bool(b) => Value::Bool(*b),
+        Val::Num(n) => num_to_json(n),
+        Val::TStr(s) | Val::BStr(s) => Value::String(String::from_utf8_lossy(s).into_owned()),
+        Val::Arr(a) => Value::Array(a.iter().map(to_json).collect()),
+        Val::Obj(o) => Value::Object(
+            o.iter()
+                .map(|(k, v)| {
+                    let key = match k {
+                        Val::TStr(s) | Val::BStr(s) => String::from_utf8_lossy(s).into_owned(),
+                        other => other.to_string(),
+                    };
+                    (key, to_json(v))
+                })
+                .collect(),
+        ),
+    }
+}
+
+fn num_to_json(n: &jaq_json::Num) -> Value {
+    use jaq_json::Num;
+    match n {
+        Num::Int(i) => Value::from(*i as i64),
+        Num::Float(f) => serde_json::Number::from_f64(*f).map_or(Value::Null, Value::Number),
+        Num::Dec(s) => serde_json::from_str::<serde_json::Number>(s)
+            .map(Value::Number)
+            .unwrap_or(Value::Null),
+        Num::BigInt(b) => {
+            let text = b.to_string();
+            serde_json::from_str::<serde_json::Number>(&text)
+                .map(Value::Number)
+                .unwrap_or(Value::Null)
+        }
+    }
+}
+
+/// A jq value as text: strings as they are, numbers and the rest as JSON.
+pub fn to_text(v: &Val) -> Option<String> {
+    match v {
+        Val::Null => None,
+        Val::TStr(s) | Val::BStr(s) => Some(String::from_utf8_lossy(s).into_owned()),
+        other => Some(to_json(other).to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn vars() -> JqVars {
+        JqVars::new("sd_2.0_special", "seedance-2", Some("ops/1"), None)
+    }
+
+    #[test]
+    fn reshapes_with_variables() {
+        let jq = Jq::compile(r#"{model: $upstream_model, input: {prompt}, parameters: {duration: (.duration | tostring)}}"#)
+            .unwrap();
+        let out = jq
+            .json(from_json(&json!({"prompt": "cat", "duration": 8})), &vars())
+            .unwrap();
+        assert_eq!(
+            out,
+            json!({"model": "seedance-2", "input": {"prompt": "cat"}, "parameters": {"duration": "8"}})
+        );
+    }
+
+    #[test]
+    fn builds_paths_with_uri_escaping() {
+        let jq = Jq::compile(r#""/tasks/\($id | @uri)""#).unwrap();
+        assert_eq!(jq.json(Val::Null, &vars()).unwrap(), json!("/tasks/ops%2F1"));
+    }
+
+    #[test]
+    fn extracts_deep_array_results() {
+        let jq = Jq::compile("[.data.task_result.videos[].url]").unwrap();
+        let input = parse(br#"{"data":{"task_result":{"videos":[{"url":"a"},{"url":"b"}]}}}"#).unwrap();
+        assert_eq!(jq.json(input, &vars()).unwrap(), json!(["a", "b"]));
+    }
+
+    #[test]
+    fn empty_output_is_none_and_errors_are_reported() {
+        let jq = Jq::compile("empty").unwrap();
+        assert_eq!(jq.first(Val::Null, &vars()).unwrap().map(|v| to_json(&v)), None);
+        let jq = Jq::compile(".a.b").unwrap();
+        assert!(jq.first(from_json(&json!({"a": "str"})), &vars()).is_err());
+    }
+
+    #[test]
+    fn compile_errors_say_what_is_wrong() {
+        let e = Jq::compile("{a: .b").unwrap_err();
+        assert!(e.contains("expected"), "{e}");
+        let e = Jq::compile("$nope").unwrap_err();
+        assert!(e.contains("undefined variable"), "{e}");
+        let e = Jq::compile("frobnicate(1)").unwrap_err();
+        assert!(e.contains("undefined filter"), "{e}");
+    }
+
+    #[test]
+    fn numbers_survive_the_round_trip() {
+        let v = json!({"i": 3, "f": 1.5, "big": 12345678901234u64, "neg": -2});
+        let jq = Jq::compile(".").unwrap();
+        assert_eq!(jq.json(parse(v.to_string().as_bytes()).unwrap(), &vars()).unwrap(), v);
+        assert_eq!(jq.json(from_json(&v), &vars()).unwrap(), v);
+    }
+}
