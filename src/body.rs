@@ -31,13 +31,11 @@ pub fn is_json(headers: &HeaderMap) -> bool {
     };
     let essence = value.split(';').next().unwrap_or("").trim();
     essence.eq_ignore_ascii_case("application/json")
-        || essence
-            .rsplit_once('+')
-            .is_some_and(|(ty, suffix)| {
-                suffix.eq_ignore_ascii_case("json")
-                    && ty.len() > "application/".len()
-                    && ty[.."application/".len()].eq_ignore_ascii_case("application/")
-            })
+        || essence.rsplit_once('+').is_some_and(|(ty, suffix)| {
+            suffix.eq_ignore_ascii_case("json")
+                && ty.len() > "application/".len()
+                && ty[.."application/".len()].eq_ignore_ascii_case("application/")
+        })
 }
 
 /// Read a JSON request body of at most `limit` bytes.
@@ -68,7 +66,9 @@ where
         Err(e) if e.is::<http_body_util::LengthLimitError>() => {
             Err(ApiError::body_too_large(limit))
         }
-        Err(e) => Err(ApiError::invalid_json(format!("body could not be read ({e})"))),
+        Err(e) => Err(ApiError::invalid_json(format!(
+            "body could not be read ({e})"
+        ))),
     }
 }
 

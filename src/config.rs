@@ -26,6 +26,9 @@ pub struct RoutesFile {
     /// Upstream providers by name.
     #[serde(default)]
     pub providers: BTreeMap<String, ProviderConfig>,
+    /// Named JSON Schemas that families build on.
+    #[serde(default)]
+    pub schemas: BTreeMap<String, toml::Table>,
     /// Model families by name: a shared parameter schema and the models that use it.
     #[serde(default)]
     pub families: BTreeMap<String, FamilyConfig>,
@@ -159,6 +162,10 @@ pub struct ProviderConfig {
     /// Extra PEM CA file trusted for this provider, besides the webpki roots.
     #[serde(default)]
     pub ca_file: Option<PathBuf>,
+    /// Words that identify the upstream (brand, host) and are removed from error
+    /// messages before they reach clients. The host and the secret are always removed.
+    #[serde(default)]
+    pub redact: Vec<String>,
     pub submit: SubmitConfig,
     pub query: QueryConfig,
 }
@@ -196,8 +203,8 @@ fn default_auth_scheme() -> String {
     "Bearer".into()
 }
 
-/// The submit call. jq programs see the validated parameters as `.` and
-/// `$model`, `$upstream_model` as variables.
+/// The submit call. jq programs see the validated parameters as `.`; the variables
+/// are listed in [`crate::provider::transform::VARIABLES`].
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SubmitConfig {
@@ -234,8 +241,8 @@ fn default_get() -> String {
     "GET".into()
 }
 
-/// The status query. jq programs see the upstream answer as `.` and `$id`
-/// (upstream id), `$model`, `$upstream_model` as variables.
+/// The status query. jq programs see the upstream answer as `.` and `$id` (the
+/// upstream id) among the variables of [`crate::provider::transform::VARIABLES`].
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct QueryConfig {
@@ -279,8 +286,14 @@ pub struct FamilyConfig {
     /// Upstream model names, where they differ from ours.
     #[serde(default)]
     pub upstream_models: BTreeMap<String, String>,
-    /// JSON Schema of the parameters (everything but `model`).
-    pub params: toml::Table,
+    /// Named schema from `[schemas]` that `params` is laid over.
+    #[serde(default)]
+    pub schema: Option<String>,
+    /// JSON Schema of the parameters (everything but `model`). Laid over `schema`:
+    /// each entry of `properties` adds or replaces one parameter, other keywords
+    /// replace the base's.
+    #[serde(default)]
+    pub params: Option<toml::Table>,
     /// Accept parameters the schema does not list.
     #[serde(default)]
     pub allow_unknown_params: bool,

@@ -1,3 +1,132 @@
-fn main() {
-    println!("Hello, world!");
+//! `mediagate`: serve the gateway, or check a routes file.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use mediagate::app::Gateway;
+use mediagate::config::LogFormat;
+use mediagate::snapshot::{LoadContext, Snapshot, read_routes};
+
+#[derive(Parser)]
+#[command(
+    name = "mediagate",
+    version,
+    about = "Gateway for asynchronous media-generation providers"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    /// Routes file (when no subcommand is given, `serve` runs).
+    #[arg(long, short, default_value = "routes.toml", global = true)]
+    config: PathBuf,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the gateway (the default).
+    Serve,
+    /// Validate a routes file, like `nginx -t`: exit 0, or print every problem.
+    Check {
+        /// File to check (defaults to --config).
+        file: Option<PathBuf>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Some(Command::Check { file }) => check(file.as_deref().unwrap_or(&cli.config)),
+        Some(Command::Serve) | None => serve(&cli.config),
+    }
+}
+
+fn check(path: &Path) -> ExitCode {
+    let ctx = LoadContext::default();
+    match Snapshot::load(path, &ctx) {
+        Ok(snapshot) => {
+            println!(
+                "{}: ok ({} models, {} providers, {} keys)",
+                path.display(),
+                snapshot.models.len(),
+                snapshot.providers.len(),
+                snapshot.keys.len()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            eprintln!("{}: check failed", path.display());
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(path: &Path) {
+    // The format is read before the full load so that load messages use it too.
+    let format = read_routes(path)
+        .map(|f| f.server.log_format)
+        .unwrap_or_default();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    match format {
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+fn serve(path: &Path) -> ExitCode {
+    init_logging(path);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async {
+        let gateway = match Gateway::start(path).await {
+            Ok(g) => g,
+            Err(e) => {
+                eprintln!("{e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        let snapshot = gateway.snapshot();
+        for name in &snapshot.demo_keys {
+            tracing::warn!(
+                key = %name,
+                "demo API key enabled: its secret is published in the README; for local use only, remove it before exposing the gateway"
+            );
+        }
+        let listener = match mediagate::server::bind(snapshot.server.listen).await {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("cannot listen on {}: {e}", snapshot.server.listen);
+                return ExitCode::FAILURE;
+            }
+        };
+        let addr = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
+        tracing::info!(
+            %addr,
+            models = snapshot.models.len(),
+            providers = snapshot.providers.len(),
+            "mediagate listening on http://{addr}"
+        );
+        drop(snapshot);
+        match mediagate::server::serve(listener, gateway, mediagate::server::shutdown_signal()).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("server error: {e}");
+                ExitCode::FAILURE
+            }
+        }
+    })
 }

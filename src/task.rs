@@ -126,8 +126,14 @@ mod tests {
             urls: vec!["https://x/a.png".into(), "https://x/b.png".into()],
             error: None,
         };
-        let v = serde_json::to_value(TaskView::new("task_1", MediaKind::Image, "zeta-5.0", 7, &state))
-            .unwrap();
+        let v = serde_json::to_value(TaskView::new(
+            "task_1",
+            MediaKind::Image,
+            "zeta-5.0",
+            7,
+            &state,
+        ))
+        .unwrap();
         assert_eq!(v["image_url"], "https://x/a.png");
         assert!(v.get("video_url").is_none());
         assert_eq!(v["urls"].as_array().unwrap().len(), 2);

@@ -129,9 +129,11 @@ impl TaskSealer {
         let nonce: [u8; NONCE_LEN] = nonce.try_into().ok()?;
         for key in std::iter::once(&self.current).chain(&self.previous) {
             let mut buf = sealed.to_vec();
-            if let Ok(plain) =
-                key.open_in_place(Nonce::assume_unique_for_key(nonce), Aad::from(AAD), &mut buf)
-            {
+            if let Ok(plain) = key.open_in_place(
+                Nonce::assume_unique_for_key(nonce),
+                Aad::from(AAD),
+                &mut buf,
+            ) {
                 return decode(plain);
             }
         }
@@ -195,7 +197,11 @@ mod tests {
         let s = TaskSealer::new(b"secret", &[]);
         let id = s.seal(&task());
         assert!(id.starts_with(PREFIX));
-        assert!(id[PREFIX.len()..].bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_'));
+        assert!(
+            id[PREFIX.len()..]
+                .bytes()
+                .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_')
+        );
         assert_eq!(s.open(&id), Some(task()));
     }
 
@@ -225,7 +231,14 @@ mod tests {
     fn garbage_and_truncation_are_refused() {
         let s = TaskSealer::new(b"secret", &[]);
         let id = s.seal(&task());
-        for bad in ["", "task_", "task_!!!", "nope", &id[..id.len() - 3], &"task_A".repeat(1000)] {
+        for bad in [
+            "",
+            "task_",
+            "task_!!!",
+            "nope",
+            &id[..id.len() - 3],
+            &"task_A".repeat(1000),
+        ] {
             assert_eq!(s.open(bad), None, "{bad}");
         }
     }

@@ -116,22 +116,32 @@ mod tests {
     #[test]
     fn accepts_allowed_values() {
         let v = alpha_open();
-        v.check("m", &json!({"prompt": "a cat", "seconds": 12})).unwrap();
+        v.check("m", &json!({"prompt": "a cat", "seconds": 12}))
+            .unwrap();
     }
 
     #[test]
     fn refusal_names_the_field_and_what_is_allowed() {
         let v = alpha_open();
-        let e = v.check("m", &json!({"prompt": "a", "seconds": 10})).unwrap_err();
+        let e = v
+            .check("m", &json!({"prompt": "a", "seconds": 10}))
+            .unwrap_err();
         assert_eq!(e.param.as_deref(), Some("seconds"));
-        assert!(e.message.contains("[4,8,12]") || e.message.contains("4"), "{}", e.message);
+        assert!(
+            e.message.contains("[4,8,12]") || e.message.contains("4"),
+            "{}",
+            e.message
+        );
 
         let e = v.check("m", &json!({"seconds": 4})).unwrap_err();
         assert_eq!(e.param.as_deref(), Some("prompt"));
         assert!(e.message.contains("required"));
 
         let e = v
-            .check("m", &json!({"prompt": "a", "reference_images": ["a", "b", "c"]}))
+            .check(
+                "m",
+                &json!({"prompt": "a", "reference_images": ["a", "b", "c"]}),
+            )
             .unwrap_err();
         assert_eq!(e.param.as_deref(), Some("reference_images"));
     }
@@ -139,21 +149,31 @@ mod tests {
     #[test]
     fn unknown_parameters_are_refused_with_the_allowed_list() {
         let v = alpha_open();
-        let e = v.check("m", &json!({"prompt": "a", "colour": "red"})).unwrap_err();
+        let e = v
+            .check("m", &json!({"prompt": "a", "colour": "red"}))
+            .unwrap_err();
         assert_eq!(e.code, "unknown_parameter");
         assert_eq!(e.param.as_deref(), Some("colour"));
-        assert!(e.message.contains("prompt, reference_images, seconds"), "{}", e.message);
+        assert!(
+            e.message.contains("prompt, reference_images, seconds"),
+            "{}",
+            e.message
+        );
     }
 
     #[test]
     fn unknown_parameters_pass_when_the_route_allows_them() {
-        let v = ParamsValidator::compile(json!({"properties": {"prompt": {"type": "string"}}}), true)
-            .unwrap();
+        let v =
+            ParamsValidator::compile(json!({"properties": {"prompt": {"type": "string"}}}), true)
+                .unwrap();
         v.check("m", &json!({"prompt": "a", "extra": 1})).unwrap();
     }
 
     #[test]
     fn a_broken_schema_is_a_load_error() {
-        assert!(ParamsValidator::compile(json!({"properties": {"a": {"type": "nonsense"}}}), false).is_err());
+        assert!(
+            ParamsValidator::compile(json!({"properties": {"a": {"type": "nonsense"}}}), false)
+                .is_err()
+        );
     }
 }

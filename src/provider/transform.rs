@@ -1,8 +1,9 @@
 //! jq programs from routes.toml, compiled once at config load (jaq).
 //!
 //! Every program sees the same variables, so an operator never has to remember
-//! which step offers which: `$model`, `$upstream_model`, `$id` (the upstream task id,
-//! null before it exists) and `$params` (the validated parameters).
+//! which step offers which: `$model`, `$upstream_model`, `$kind` (`"video"` or
+//! `"image"`), `$id` (the upstream task id, null before it exists) and `$params`
+//! (the validated parameters).
 
 use jaq_core::load::{Arena, File, Loader};
 use jaq_core::{Compiler, Ctx, Vars, data, unwrap_valr};
@@ -10,22 +11,31 @@ use jaq_json::Val;
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::task::MediaKind;
+
 type Data = data::JustLut<Val>;
 
 /// Names of the variables every program may use, in the order values are supplied.
-pub const VARIABLES: [&str; 4] = ["$model", "$upstream_model", "$id", "$params"];
+pub const VARIABLES: [&str; 5] = ["$model", "$upstream_model", "$kind", "$id", "$params"];
 
 /// Values of [`VARIABLES`] for one run.
 pub struct JqVars {
-    values: [Val; 4],
+    values: [Val; 5],
 }
 
 impl JqVars {
-    pub fn new(model: &str, upstream_model: &str, id: Option<&str>, params: Option<Val>) -> Self {
+    pub fn new(
+        model: &str,
+        upstream_model: &str,
+        kind: MediaKind,
+        id: Option<&str>,
+        params: Option<Val>,
+    ) -> Self {
         Self {
             values: [
                 Val::from(model.to_owned()),
                 Val::from(upstream_model.to_owned()),
+                Val::from(kind.as_str().to_owned()),
                 id.map_or(Val::Null, |id| Val::from(id.to_owned())),
                 params.unwrap_or(Val::Null),
             ],
@@ -97,7 +107,9 @@ impl Jq {
 
     /// Run and convert the first output to JSON (`null` when there is none).
     pub fn json(&self, input: Val, vars: &JqVars) -> Result<Value, String> {
-        Ok(self.first(input, vars)?.map_or(Value::Null, |v| to_json(&v)))
+        Ok(self
+            .first(input, vars)?
+            .map_or(Value::Null, |v| to_json(&v)))
     }
 }
 
@@ -198,7 +210,13 @@ mod tests {
     use serde_json::json;
 
     fn vars() -> JqVars {
-        JqVars::new("sd_2.0_special", "seedance-2", Some("ops/1"), None)
+        JqVars::new(
+            "sd_2.0_special",
+            "seedance-2",
+            MediaKind::Video,
+            Some("ops/1"),
+            None,
+        )
     }
 
     #[test]
@@ -217,20 +235,27 @@ mod tests {
     #[test]
     fn builds_paths_with_uri_escaping() {
         let jq = Jq::compile(r#""/tasks/\($id | @uri)""#).unwrap();
-        assert_eq!(jq.json(Val::Null, &vars()).unwrap(), json!("/tasks/ops%2F1"));
+        assert_eq!(
+            jq.json(Val::Null, &vars()).unwrap(),
+            json!("/tasks/ops%2F1")
+        );
     }
 
     #[test]
     fn extracts_deep_array_results() {
         let jq = Jq::compile("[.data.task_result.videos[].url]").unwrap();
-        let input = parse(br#"{"data":{"task_result":{"videos":[{"url":"a"},{"url":"b"}]}}}"#).unwrap();
+        let input =
+            parse(br#"{"data":{"task_result":{"videos":[{"url":"a"},{"url":"b"}]}}}"#).unwrap();
         assert_eq!(jq.json(input, &vars()).unwrap(), json!(["a", "b"]));
     }
 
     #[test]
     fn empty_output_is_none_and_errors_are_reported() {
         let jq = Jq::compile("empty").unwrap();
-        assert_eq!(jq.first(Val::Null, &vars()).unwrap().map(|v| to_json(&v)), None);
+        assert_eq!(
+            jq.first(Val::Null, &vars()).unwrap().map(|v| to_json(&v)),
+            None
+        );
         let jq = Jq::compile(".a.b").unwrap();
         assert!(jq.first(from_json(&json!({"a": "str"})), &vars()).is_err());
     }
@@ -249,7 +274,11 @@ mod tests {
     fn numbers_survive_the_round_trip() {
         let v = json!({"i": 3, "f": 1.5, "big": 12345678901234u64, "neg": -2});
         let jq = Jq::compile(".").unwrap();
-        assert_eq!(jq.json(parse(v.to_string().as_bytes()).unwrap(), &vars()).unwrap(), v);
+        assert_eq!(
+            jq.json(parse(v.to_string().as_bytes()).unwrap(), &vars())
+                .unwrap(),
+            v
+        );
         assert_eq!(jq.json(from_json(&v), &vars()).unwrap(), v);
     }
 }

@@ -1,0 +1,268 @@
+//! The innermost service: route by path, then run the submit or query steps.
+//! Each step lives in its own module; this file only puts them in order.
+
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use http::{HeaderValue, Request, Response, StatusCode, header};
+use serde::Serialize;
+use serde_json::Value;
+use tower::Service;
+
+use crate::app::Gateway;
+use crate::auth::ApiKey;
+use crate::body::{ResponseBody, full, read_json_body};
+use crate::cache::TaskCache;
+use crate::error::ApiError;
+use crate::provider::{Call, SubmitError};
+use crate::request_log::LogFields;
+use crate::routing::{Endpoint, Route, route};
+use crate::snapshot::Snapshot;
+use crate::task::{SubmitResponse, TaskView};
+use crate::task_id::TaskId;
+
+/// Routes a request and runs its handler, under the overall request timeout.
+#[derive(Clone)]
+pub struct Dispatch {
+    gateway: Arc<Gateway>,
+}
+
+impl Dispatch {
+    pub fn new(gateway: Arc<Gateway>) -> Self {
+        Self { gateway }
+    }
+}
+
+type BoxFuture = Pin<Box<dyn Future<Output = Result<Response<ResponseBody>, Infallible>> + Send>>;
+
+impl<B> Service<Request<B>> for Dispatch
+where
+    B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
+    type Response = Response<ResponseBody>;
+    type Error = Infallible;
+    type Future = BoxFuture;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        let gateway = self.gateway.clone();
+        Box::pin(async move {
+            let (snapshot, key) = (
+                req.extensions().get::<Arc<Snapshot>>().cloned(),
+                req.extensions().get::<Arc<ApiKey>>().cloned(),
+            );
+            let Some(snapshot) = snapshot else {
+                return Ok(ApiError::shutting_down().into_response());
+            };
+            let timeout = Duration::from_millis(snapshot.server.request_timeout_ms);
+            let handled =
+                tokio::time::timeout(timeout, handle(&gateway, &snapshot, key, req)).await;
+            Ok(match handled {
+                Ok(Ok(resp)) => resp,
+                Ok(Err((e, fields))) => {
+                    let mut resp = e.into_response();
+                    fields.attach(&mut resp);
+                    resp
+                }
+                Err(_) => ApiError::request_timeout().into_response(),
+            })
+        })
+    }
+}
+
+type Handled = Result<Response<ResponseBody>, (ApiError, LogFields)>;
+
+async fn handle<B>(
+    gateway: &Gateway,
+    snapshot: &Snapshot,
+    key: Option<Arc<ApiKey>>,
+    req: Request<B>,
+) -> Handled
+where
+    B: http_body::Body<Data = bytes::Bytes>,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
+    let no_fields = |e| (e, LogFields::default());
+    let path = req.uri().path().to_owned();
+    let route = route(req.method(), &path).map_err(no_fields)?;
+    match (route, key) {
+        (Route::Health, _) => Ok(json(StatusCode::OK, &serde_json::json!({"status": "ok"}))),
+        (Route::Ready, _) if gateway.is_draining() => Err(no_fields(ApiError::shutting_down())),
+        (Route::Ready, _) => Ok(json(
+            StatusCode::OK,
+            &serde_json::json!({"status": "ready"}),
+        )),
+        (Route::Submit(endpoint), Some(key)) => submit(snapshot, &key, endpoint, req).await,
+        (Route::Query(endpoint, id), Some(key)) => {
+            query(gateway, snapshot, &key, endpoint, id).await
+        }
+        // The auth layer lets no unauthenticated request through to these routes.
+        (_, None) => Err(no_fields(ApiError::invalid_key())),
+    }
+}
+
+fn json(status: StatusCode, value: &impl Serialize) -> Response<ResponseBody> {
+    let mut resp = Response::new(full(serde_json::to_vec(value).unwrap_or_default()));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Bounded body read → model lookup → permission → validation → provider (with
+/// failover) → sealed id.
+async fn submit<B>(
+    snapshot: &Snapshot,
+    key: &ApiKey,
+    endpoint: Endpoint,
+    req: Request<B>,
+) -> Handled
+where
+    B: http_body::Body<Data = bytes::Bytes>,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
+    let mut fields = LogFields::default();
+    let (parts, body) = req.into_parts();
+    let bytes = read_json_body(&parts.headers, body, snapshot.server.max_body_bytes)
+        .await
+        .map_err(|e| (e, LogFields::default()))?;
+    let mut params = match serde_json::from_slice::<Value>(&bytes) {
+        Ok(Value::Object(map)) => map,
+        Ok(_) => return Err((ApiError::not_an_object(), fields)),
+        Err(e) => return Err((ApiError::invalid_json(e), fields)),
+    };
+    let Some(Value::String(model_id)) = params.remove("model") else {
+        return Err((ApiError::missing_model(), fields));
+    };
+    let Some(model) = snapshot.model(&model_id, endpoint) else {
+        return Err((ApiError::unknown_model(&model_id, endpoint.path()), fields));
+    };
+    fields.model = Some(model.id.clone());
+    if !key.may_use(&model.id) {
+        return Err((ApiError::model_not_allowed(&model.id), fields));
+    }
+    let params = Value::Object(params);
+    if let Err(e) = model.validator.check(&model.id, &params) {
+        return Err((e, fields));
+    }
+
+    let call = Call {
+        model: &model.id,
+        upstream_model: &model.upstream_model,
+        kind: model.kind,
+    };
+    let mut refusal = None;
+    for provider in &model.providers {
+        fields.provider = Some(provider.name.clone());
+        match provider.submit(call, &params).await {
+            Ok(created) => {
+                fields.upstream = Some(created.upstream_time);
+                let task = TaskId {
+                    provider: provider.name.clone(),
+                    upstream_id: created.upstream_id,
+                    model: model.id.clone(),
+                    kind: model.kind,
+                    owner: key.name.to_string(),
+                    created: unix_now(),
+                };
+                let id = snapshot.sealer.seal(&task);
+                let mut resp = json(
+                    StatusCode::OK,
+                    &SubmitResponse {
+                        id: &id,
+                        object: model.kind,
+                        model: &model.id,
+                        status: created.status,
+                        created: task.created,
+                    },
+                );
+                fields.attach(&mut resp);
+                return Ok(resp);
+            }
+            Err(SubmitError::Refused(e)) => {
+                tracing::warn!(provider = %provider.name, code = e.code, "provider refused the submit; trying the next one");
+                refusal = Some(e);
+            }
+            Err(SubmitError::Failed(e)) => return Err((e, fields)),
+        }
+    }
+    Err((
+        refusal.unwrap_or_else(|| ApiError::no_provider("the model has no usable provider")),
+        fields,
+    ))
+}
+
+/// Open the id (owner checked) → cached or upstream state → public view.
+async fn query(
+    gateway: &Gateway,
+    snapshot: &Snapshot,
+    key: &ApiKey,
+    endpoint: Endpoint,
+    id: &str,
+) -> Handled {
+    let mut fields = LogFields::default();
+    // Made-up, tampered, other keys' and other endpoints' ids all look the same.
+    let task = snapshot
+        .sealer
+        .open(id)
+        .filter(|t| *t.owner == *key.name)
+        .filter(|t| {
+            snapshot
+                .models
+                .get(&t.model)
+                .is_none_or(|m| m.endpoints.contains(&endpoint))
+        })
+        .ok_or_else(|| (ApiError::task_not_found(), LogFields::default()))?;
+    fields.model = Some(task.model.clone());
+    fields.provider = Some(task.provider.clone());
+    let Some(provider) = snapshot.providers.get(&task.provider) else {
+        return Err((
+            ApiError::no_provider(&format!(
+                "provider `{}` is no longer configured",
+                task.provider
+            )),
+            fields,
+        ));
+    };
+    let upstream_model = snapshot
+        .models
+        .get(&task.model)
+        .map_or(task.model.as_str(), |m| m.upstream_model.as_str());
+    let call = Call {
+        model: &task.model,
+        upstream_model,
+        kind: task.kind,
+    };
+    let upstream_time = OnceLock::new();
+    let state = gateway
+        .cache
+        .get_or_fetch(TaskCache::key(&task.provider, &task.upstream_id), async {
+            let (state, took) = provider.query(call, &task.upstream_id).await?;
+            let _ = upstream_time.set(took);
+            Ok(state)
+        })
+        .await;
+    fields.upstream = upstream_time.get().copied();
+    let state = state.map_err(|e| (e, fields.clone()))?;
+    let mut resp = json(
+        StatusCode::OK,
+        &TaskView::new(id, task.kind, &task.model, task.created, &state),
+    );
+    fields.attach(&mut resp);
+    Ok(resp)
+}

@@ -1,0 +1,138 @@
+//! The pooled upstream client: keep-alive connections, HTTPS through rustls with the
+//! webpki roots (plus an optional per-provider CA), HTTP/2 where the upstream offers it.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, Request, StatusCode};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+
+/// Largest upstream answer read into memory (status answers are small JSON).
+const MAX_ANSWER_BYTES: usize = 8 * 1024 * 1024;
+
+/// A pooled client for one provider.
+#[derive(Clone)]
+pub struct UpstreamClient {
+    inner: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+}
+
+impl std::fmt::Debug for UpstreamClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("UpstreamClient")
+    }
+}
+
+/// A complete upstream answer.
+#[derive(Debug)]
+pub struct Answer {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+/// Why an upstream call produced no answer. The distinction decides failover:
+/// only `Unreached` proves the upstream never saw the request.
+#[derive(Debug)]
+pub enum CallError {
+    /// Connection could not be made (refused, DNS, TLS handshake): nothing was sent.
+    Unreached(String),
+    /// The request may have been received, but no complete answer came back.
+    Broken(String),
+    /// No complete answer within the step's timeout.
+    TimedOut,
+}
+
+impl UpstreamClient {
+    pub fn new(connect_timeout: Duration, ca_file: Option<&Path>) -> Result<Self, String> {
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        http.set_nodelay(true);
+        http.set_connect_timeout(Some(connect_timeout));
+        http.set_keepalive(Some(Duration::from_secs(60)));
+
+        let mut roots = rustls::RootCertStore::empty();
+        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+        if let Some(path) = ca_file {
+            let pem = std::fs::read(path)
+                .map_err(|e| format!("cannot read CA file {}: {e}", path.display()))?;
+            let mut added = 0;
+            for cert in rustls_pemfile::certs(&mut pem.as_slice()) {
+                let cert = cert.map_err(|e| format!("bad PEM in {}: {e}", path.display()))?;
+                roots
+                    .add(cert)
+                    .map_err(|e| format!("bad certificate in {}: {e}", path.display()))?;
+                added += 1;
+            }
+            if added == 0 {
+                return Err(format!("no certificate in CA file {}", path.display()));
+            }
+        }
+        let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .enable_http2()
+            .wrap_connector(http);
+        let inner = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(90))
+            .pool_max_idle_per_host(256)
+            .build(https);
+        Ok(Self { inner })
+    }
+
+    /// Send one request and read the whole answer, all under `timeout`.
+    pub async fn call(
+        &self,
+        request: Request<Full<Bytes>>,
+        timeout: Duration,
+    ) -> Result<Answer, CallError> {
+        let exchange = async {
+            let response = self.inner.request(request).await.map_err(|e| {
+                if e.is_connect() {
+                    CallError::Unreached(error_chain(&e))
+                } else {
+                    CallError::Broken(error_chain(&e))
+                }
+            })?;
+            let (parts, body) = response.into_parts();
+            let body = Limited::new(body, MAX_ANSWER_BYTES)
+                .collect()
+                .await
+                .map_err(|e| CallError::Broken(format!("answer body: {e}")))?
+                .to_bytes();
+            Ok(Answer {
+                status: parts.status,
+                headers: parts.headers,
+                body,
+            })
+        };
+        tokio::time::timeout(timeout, exchange)
+            .await
+            .unwrap_or(Err(CallError::TimedOut))
+    }
+}
+
+/// The error and its causes on one line; hyper's top-level message alone is vague.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}

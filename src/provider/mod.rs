@@ -1,0 +1,666 @@
+//! Providers: an upstream API described entirely by routes.toml.
+//!
+//! A provider is a base URL, an auth placement, static headers, timeouts and jq
+//! programs ([`transform`]) that build its requests and read its answers. The
+//! [`client`] does the HTTP; this module decides what each answer means, in
+//! particular whether a failed submit certainly created no task (only then may the
+//! caller fail over to the next provider: a user must never pay twice).
+
+pub mod client;
+pub mod transform;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::header::{CONTENT_TYPE, HeaderName, HeaderValue};
+use http::{HeaderMap, Method, Request, StatusCode};
+use http_body_util::Full;
+use jaq_json::Val;
+use serde_json::Value;
+
+use self::client::{Answer, CallError, UpstreamClient};
+use self::transform::{Jq, JqVars, from_json, parse, to_json, to_text};
+use crate::config::{ProviderConfig, QueryConfig, SubmitConfig};
+use crate::error::ApiError;
+use crate::normalize::{Redactor, StatusReader};
+use crate::task::{MediaKind, TaskState, TaskStatus};
+
+/// Tried when a provider names no `error_message` program: the usual places.
+const DEFAULT_ERROR_MESSAGE: &str = r#"if type == "object" then (.error.message? // .message? // .msg? // .detail? // .error? // .base_resp.status_msg?) else null end | if type == "string" then . else null end"#;
+
+/// Which model a call is for, as the jq programs see it.
+#[derive(Debug, Clone, Copy)]
+pub struct Call<'a> {
+    pub model: &'a str,
+    pub upstream_model: &'a str,
+    pub kind: MediaKind,
+}
+
+/// A created upstream task.
+#[derive(Debug)]
+pub struct Submitted {
+    pub upstream_id: String,
+    pub status: TaskStatus,
+    pub upstream_time: Duration,
+}
+
+/// A submit that did not create a task, or may have.
+#[derive(Debug)]
+pub enum SubmitError {
+    /// The upstream certainly created no task: the next provider may be tried.
+    Refused(ApiError),
+    /// Definite failure, or an unknown outcome: never retried elsewhere.
+    Failed(ApiError),
+}
+
+impl SubmitError {
+    pub fn into_api_error(self) -> ApiError {
+        match self {
+            Self::Refused(e) | Self::Failed(e) => e,
+        }
+    }
+}
+
+/// A compiled provider.
+pub struct Provider {
+    pub name: String,
+    base: String,
+    headers: HeaderMap,
+    submit_headers: HeaderMap,
+    submit_timeout: Duration,
+    query_timeout: Duration,
+    client: UpstreamClient,
+    submit: SubmitPlan,
+    query: QueryPlan,
+    redactor: Redactor,
+}
+
+impl std::fmt::Debug for Provider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Headers hold our secret: never printed.
+        f.debug_struct("Provider")
+            .field("name", &self.name)
+            .field("base", &self.base)
+            .finish_non_exhaustive()
+    }
+}
+
+struct SubmitPlan {
+    method: Method,
+    path: Jq,
+    query: Option<Jq>,
+    body: Option<Jq>,
+    success: Option<Jq>,
+    id: Jq,
+    status: Option<Jq>,
+    error_message: Jq,
+}
+
+struct QueryPlan {
+    method: Method,
+    path: Jq,
+    query: Option<Jq>,
+    reader: StatusReader,
+}
+
+/// Collects every problem of a provider block, each with its key path.
+#[derive(Default)]
+pub struct Problems(pub Vec<(String, String)>);
+
+impl Problems {
+    fn jq(&mut self, key: String, code: &str) -> Option<Jq> {
+        Jq::compile(code)
+            .map_err(|e| self.0.push((key, format!("jq: {e}"))))
+            .ok()
+    }
+    fn opt_jq(&mut self, key: String, code: &Option<String>) -> Option<Option<Jq>> {
+        match code {
+            None => Some(None),
+            Some(code) => self.jq(key, code).map(Some),
+        }
+    }
+    pub fn push(&mut self, key: String, msg: impl Into<String>) {
+        self.0.push((key, msg.into()));
+    }
+}
+
+fn header_map(
+    problems: &mut Problems,
+    key: &str,
+    headers: &std::collections::BTreeMap<String, String>,
+) -> HeaderMap {
+    let mut map = HeaderMap::new();
+    for (name, value) in headers {
+        match (
+            HeaderName::try_from(name.as_str()),
+            HeaderValue::try_from(value.as_str()),
+        ) {
+            (Ok(n), Ok(v)) => {
+                map.insert(n, v);
+            }
+            _ => problems.push(format!("{key}.{name}"), "not a valid HTTP header"),
+        }
+    }
+    map
+}
+
+fn method(problems: &mut Problems, key: String, m: &str) -> Method {
+    Method::from_bytes(m.to_ascii_uppercase().as_bytes()).unwrap_or_else(|_| {
+        problems.push(key, format!("`{m}` is not an HTTP method"));
+        Method::GET
+    })
+}
+
+/// Read a secret from an environment variable or a file (relative to `dir`).
+pub fn read_secret(
+    env: Option<&str>,
+    file: Option<&Path>,
+    dir: &Path,
+) -> Result<Option<String>, String> {
+    if let Some(var) = env
+        && let Ok(value) = std::env::var(var)
+        && !value.trim().is_empty()
+    {
+        return Ok(Some(value.trim().to_string()));
+    }
+    if let Some(file) = file {
+        let path = dir.join(file);
+        return std::fs::read_to_string(&path)
+            .map(|s| Some(s.trim().to_string()))
+            .map_err(|e| format!("cannot read secret file {}: {e}", path.display()));
+    }
+    match env {
+        Some(var) => Err(format!("environment variable {var} is not set")),
+        None => Ok(None),
+    }
+}
+
+impl Provider {
+    /// Compile a provider block. `base_url` is the configured one, or the resolved
+    /// address of the built-in simulator. Problems are reported with their key path.
+    pub fn compile(
+        name: &str,
+        cfg: &ProviderConfig,
+        base_url: &str,
+        dir: &Path,
+        problems: &mut Problems,
+    ) -> Option<Self> {
+        let key = |k: &str| format!("providers.{name}.{k}");
+        let before = problems.0.len();
+
+        let base = base_url.trim_end_matches('/').to_string();
+        let host = match base.parse::<http::Uri>() {
+            Ok(uri)
+                if matches!(uri.scheme_str(), Some("http" | "https")) && uri.host().is_some() =>
+            {
+                uri.host().unwrap_or_default().to_string()
+            }
+            _ => {
+                problems.push(
+                    key("base_url"),
+                    "must be an http:// or https:// URL, or builtin:simulator",
+                );
+                String::new()
+            }
+        };
+
+        let mut headers = header_map(problems, &key("headers"), &cfg.headers);
+        let submit_headers = header_map(problems, &key("submit.headers"), &cfg.submit.headers);
+        let mut secret_words = Vec::new();
+        if let Some(auth) = &cfg.auth {
+            match read_secret(auth.secret_env.as_deref(), auth.secret_file.as_deref(), dir) {
+                Ok(Some(secret)) => {
+                    let value = if auth.scheme.is_empty() {
+                        secret.clone()
+                    } else {
+                        format!("{} {secret}", auth.scheme)
+                    };
+                    match (
+                        HeaderName::try_from(auth.header.as_str()),
+                        HeaderValue::try_from(value),
+                    ) {
+                        (Ok(n), Ok(mut v)) => {
+                            v.set_sensitive(true);
+                            headers.insert(n, v);
+                        }
+                        _ => problems.push(
+                            key("auth"),
+                            "header name or secret is not valid in an HTTP header",
+                        ),
+                    }
+                    secret_words.push(secret);
+                }
+                Ok(None) => problems.push(key("auth"), "set secret_env or secret_file"),
+                Err(e) => problems.push(key("auth"), e),
+            }
+        }
+
+        let client = UpstreamClient::new(
+            Duration::from_millis(cfg.connect_timeout_ms),
+            cfg.ca_file.as_ref().map(|f| dir.join(f)).as_deref(),
+        )
+        .map_err(|e| problems.push(key("ca_file"), e))
+        .ok();
+        let submit = Self::compile_submit(name, &cfg.submit, problems);
+        let query = Self::compile_query(name, &cfg.query, problems);
+
+        if problems.0.len() != before {
+            return None;
+        }
+        let redactor = Redactor::new(
+            cfg.redact
+                .iter()
+                .cloned()
+                .chain([host, name.to_string()])
+                .chain(secret_words),
+        );
+        Some(Self {
+            name: name.to_string(),
+            base,
+            headers,
+            submit_headers,
+            submit_timeout: Duration::from_millis(cfg.submit_timeout_ms),
+            query_timeout: Duration::from_millis(cfg.query_timeout_ms),
+            client: client?,
+            submit: submit?,
+            query: query?,
+            redactor,
+        })
+    }
+
+    fn compile_submit(name: &str, c: &SubmitConfig, p: &mut Problems) -> Option<SubmitPlan> {
+        let key = |k: &str| format!("providers.{name}.submit.{k}");
+        let method = method(p, key("method"), &c.method);
+        let path = p.jq(key("path"), &c.path);
+        let query = p.opt_jq(key("query"), &c.query);
+        let body = p.opt_jq(key("body"), &c.body);
+        let success = p.opt_jq(key("success"), &c.success);
+        let id = p.jq(key("id"), &c.id);
+        let status = p.opt_jq(key("status"), &c.status);
+        let error_message = p.jq(
+            key("error_message"),
+            c.error_message.as_deref().unwrap_or(DEFAULT_ERROR_MESSAGE),
+        );
+        Some(SubmitPlan {
+            method,
+            path: path?,
+            query: query?,
+            body: body?,
+            success: success?,
+            id: id?,
+            status: status?,
+            error_message: error_message?,
+        })
+    }
+
+    fn compile_query(name: &str, c: &QueryConfig, p: &mut Problems) -> Option<QueryPlan> {
+        let key = |k: &str| format!("providers.{name}.query.{k}");
+        let method = method(p, key("method"), &c.method);
+        let path = p.jq(key("path"), &c.path);
+        let query = p.opt_jq(key("query"), &c.query);
+        let status = p.jq(key("status"), &c.status);
+        let progress = p.opt_jq(key("progress"), &c.progress);
+        let urls = p.opt_jq(key("urls"), &c.urls);
+        let error_code = p.opt_jq(key("error_code"), &c.error_code);
+        let error_message = p.opt_jq(key("error_message"), &c.error_message);
+        if c.status_map.is_empty() {
+            p.push(
+                key("status_map"),
+                "must map every upstream status word to one of ours",
+            );
+        }
+        Some(QueryPlan {
+            method,
+            path: path?,
+            query: query?,
+            reader: StatusReader {
+                status: status?,
+                status_map: c
+                    .status_map
+                    .iter()
+                    .map(|(k, v)| (k.clone(), *v))
+                    .collect::<HashMap<_, _>>(),
+                progress: progress?,
+                urls: urls?,
+                error_code: error_code?,
+                error_message: error_message?,
+            },
+        })
+    }
+
+    /// Build an upstream request from the step's programs.
+    #[allow(clippy::too_many_arguments)]
+    fn build(
+        &self,
+        step: &str,
+        method: &Method,
+        path: &Jq,
+        query: Option<&Jq>,
+        body: Option<Vec<u8>>,
+        extra: Option<&HeaderMap>,
+        input: &Val,
+        vars: &JqVars,
+    ) -> Result<Request<Full<Bytes>>, ApiError> {
+        let broken = |what: String| ApiError::upstream_failed(&self.name, step, what);
+        let path = match path.json(input.clone(), vars) {
+            Ok(Value::String(p)) => p,
+            Ok(other) => return Err(broken(format!("`{step}.path` gave {other}, not a string"))),
+            Err(e) => return Err(broken(format!("`{step}.path` failed: {e}"))),
+        };
+        let mut uri = self.base.clone();
+        if !path.starts_with('/') {
+            uri.push('/');
+        }
+        uri.push_str(&path);
+        if let Some(query) = query {
+            match query.json(input.clone(), vars) {
+                Ok(Value::Object(pairs)) => {
+                    let mut qs = form_urlencoded::Serializer::new(String::new());
+                    for (k, v) in &pairs {
+                        match v {
+                            Value::Null => {}
+                            Value::String(s) => {
+                                qs.append_pair(k, s);
+                            }
+                            other => {
+                                qs.append_pair(k, &other.to_string());
+                            }
+                        }
+                    }
+                    let qs = qs.finish();
+                    if !qs.is_empty() {
+                        uri.push(if uri.contains('?') { '&' } else { '?' });
+                        uri.push_str(&qs);
+                    }
+                }
+                Ok(other) => {
+                    return Err(broken(format!(
+                        "`{step}.query` gave {other}, not an object"
+                    )));
+                }
+                Err(e) => return Err(broken(format!("`{step}.query` failed: {e}"))),
+            }
+        }
+        let mut builder = Request::builder().method(method.clone()).uri(&uri);
+        let headers = builder.headers_mut().expect("builder is valid so far");
+        headers.extend(self.headers.iter().map(|(k, v)| (k.clone(), v.clone())));
+        if let Some(extra) = extra {
+            headers.extend(extra.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
+        if body.is_some() {
+            headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        }
+        builder
+            .body(Full::new(Bytes::from(body.unwrap_or_default())))
+            .map_err(|e| broken(format!("built an invalid request to `{path}`: {e}")))
+    }
+
+    /// Create a task upstream.
+    pub async fn submit(&self, call: Call<'_>, params: &Value) -> Result<Submitted, SubmitError> {
+        let request = self
+            .build_submit(call, params)
+            .map_err(SubmitError::Refused)?;
+        let started = Instant::now();
+        let answer = self.client.call(request, self.submit_timeout).await;
+        let upstream_time = started.elapsed();
+        let answer = match answer {
+            Ok(a) => a,
+            Err(CallError::Unreached(e)) => {
+                tracing::warn!(provider = %self.name, error = %e, "submit: provider unreachable");
+                return Err(SubmitError::Refused(ApiError::upstream_failed(
+                    &self.name,
+                    "submit",
+                    "could not connect",
+                )));
+            }
+            Err(CallError::Broken(e)) => {
+                tracing::warn!(provider = %self.name, error = %e, "submit: outcome unknown");
+                return Err(SubmitError::Failed(ApiError::upstream_failed(
+                    &self.name,
+                    "submit",
+                    "connection broke before an answer",
+                )));
+            }
+            Err(CallError::TimedOut) => {
+                return Err(SubmitError::Failed(ApiError::upstream_timeout(
+                    &self.name, "submit",
+                )));
+            }
+        };
+        let vars = JqVars::new(call.model, call.upstream_model, call.kind, None, None);
+        self.read_submit_answer(answer, &vars)
+            .map(|(upstream_id, status)| Submitted {
+                upstream_id,
+                status,
+                upstream_time,
+            })
+    }
+
+    fn build_submit(
+        &self,
+        call: Call<'_>,
+        params: &Value,
+    ) -> Result<Request<Full<Bytes>>, ApiError> {
+        let input = from_json(params);
+        let vars = JqVars::new(
+            call.model,
+            call.upstream_model,
+            call.kind,
+            None,
+            Some(input.clone()),
+        );
+        let plan = &self.submit;
+        let body = match &plan.body {
+            Some(jq) => jq.json(input.clone(), &vars).map_err(|e| {
+                ApiError::upstream_failed(
+                    &self.name,
+                    "submit",
+                    format!("`submit.body` failed: {e}"),
+                )
+            })?,
+            None => {
+                let mut with_model = serde_json::Map::new();
+                with_model.insert("model".into(), Value::from(call.upstream_model));
+                if let Value::Object(p) = params {
+                    with_model.extend(p.iter().map(|(k, v)| (k.clone(), v.clone())));
+                }
+                Value::Object(with_model)
+            }
+        };
+        let body = serde_json::to_vec(&body).unwrap_or_default();
+        self.build(
+            "submit",
+            &plan.method,
+            &plan.path,
+            plan.query.as_ref(),
+            Some(body),
+            Some(&self.submit_headers),
+            &input,
+            &vars,
+        )
+    }
+
+    fn read_submit_answer(
+        &self,
+        answer: Answer,
+        vars: &JqVars,
+    ) -> Result<(String, TaskStatus), SubmitError> {
+        use SubmitError::{Failed, Refused};
+        let status = answer.status;
+        let parsed = parse(&answer.body);
+        if !status.is_success() {
+            let reason = parsed
+                .ok()
+                .and_then(|v| self.submit.error_message.first(v, vars).ok().flatten())
+                .as_ref()
+                .and_then(to_text)
+                .map(|m| self.redactor.clean(&m))
+                .unwrap_or_else(|| status.canonical_reason().unwrap_or("error").to_string());
+            return Err(match status {
+                StatusCode::TOO_MANY_REQUESTS => Refused(ApiError::upstream_rate_limited(
+                    retry_after(&answer.headers),
+                )),
+                StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
+                    tracing::error!(provider = %self.name, %status, "provider refused our credentials");
+                    Refused(ApiError::upstream_auth(&self.name))
+                }
+                StatusCode::SERVICE_UNAVAILABLE => Refused(ApiError::upstream_failed(
+                    &self.name,
+                    "submit",
+                    format!("unavailable ({reason})"),
+                )),
+                s if s.is_client_error() => Failed(ApiError::upstream_invalid_request(&reason)),
+                s => Failed(ApiError::upstream_failed(
+                    &self.name,
+                    "submit",
+                    format!("answered HTTP {} ({reason})", s.as_u16()),
+                )),
+            });
+        }
+        // From here the upstream may have created a task: every failure is `Failed`.
+        let bad = |what: String| Failed(ApiError::upstream_bad_answer(&self.name, "submit", what));
+        let body = parsed.map_err(|e| bad(format!("not JSON ({e})")))?;
+        if let Some(success) = &self.submit.success {
+            let ok = success
+                .first(body.clone(), vars)
+                .map_err(|e| bad(format!("`submit.success` failed: {e}")))?;
+            if !matches!(ok, Some(Val::Bool(true))) {
+                let reason = self
+                    .submit
+                    .error_message
+                    .first(body, vars)
+                    .ok()
+                    .flatten()
+                    .as_ref()
+                    .and_then(to_text)
+                    .map(|m| self.redactor.clean(&m))
+                    .unwrap_or_else(|| "no reason given".into());
+                return Err(Failed(ApiError::upstream_invalid_request(&reason)));
+            }
+        }
+        let id = self
+            .submit
+            .id
+            .first(body.clone(), vars)
+            .map_err(|e| bad(format!("`submit.id` failed: {e}")))?
+            .as_ref()
+            .and_then(to_text)
+            .filter(|id| !id.is_empty())
+            .ok_or_else(|| bad("it has no task id".into()))?;
+        let task_status = match &self.submit.status {
+            Some(jq) => match jq.first(body, vars) {
+                Ok(Some(v)) => to_text(&v)
+                    .map(|w| self.query.reader.map_status(&self.name, &w))
+                    .unwrap_or(TaskStatus::Queued),
+                _ => TaskStatus::Queued,
+            },
+            None => TaskStatus::Queued,
+        };
+        // A task just created cannot be finished with a result yet as far as the
+        // client is concerned; the first query reports the real outcome.
+        let task_status = if task_status.is_terminal() {
+            TaskStatus::Processing
+        } else {
+            task_status
+        };
+        Ok((id, task_status))
+    }
+
+    /// Ask the upstream for a task's state.
+    pub async fn query(
+        &self,
+        call: Call<'_>,
+        upstream_id: &str,
+    ) -> Result<(TaskState, Duration), ApiError> {
+        let request = {
+            let vars = JqVars::new(
+                call.model,
+                call.upstream_model,
+                call.kind,
+                Some(upstream_id),
+                None,
+            );
+            let plan = &self.query;
+            self.build(
+                "query",
+                &plan.method,
+                &plan.path,
+                plan.query.as_ref(),
+                None,
+                None,
+                &Val::Null,
+                &vars,
+            )?
+        };
+        let started = Instant::now();
+        let answer = match self.client.call(request, self.query_timeout).await {
+            Ok(a) => a,
+            Err(CallError::TimedOut) => {
+                return Err(ApiError::upstream_timeout(&self.name, "query"));
+            }
+            Err(CallError::Unreached(e) | CallError::Broken(e)) => {
+                tracing::warn!(provider = %self.name, error = %e, "query failed");
+                return Err(ApiError::upstream_failed(&self.name, "query", "no answer"));
+            }
+        };
+        let upstream_time = started.elapsed();
+        let status = answer.status;
+        match status {
+            s if s.is_success() => {}
+            StatusCode::NOT_FOUND | StatusCode::GONE => return Err(ApiError::task_not_found()),
+            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
+                tracing::error!(provider = %self.name, %status, "provider refused our credentials");
+                return Err(ApiError::upstream_auth(&self.name));
+            }
+            StatusCode::TOO_MANY_REQUESTS => {
+                return Err(ApiError::upstream_rate_limited(retry_after(
+                    &answer.headers,
+                )));
+            }
+            s => {
+                return Err(ApiError::upstream_failed(
+                    &self.name,
+                    "query",
+                    format!("answered HTTP {}", s.as_u16()),
+                ));
+            }
+        }
+        let vars = JqVars::new(
+            call.model,
+            call.upstream_model,
+            call.kind,
+            Some(upstream_id),
+            None,
+        );
+        let body = parse(&answer.body).map_err(|e| {
+            ApiError::upstream_bad_answer(&self.name, "query", format!("not JSON ({e})"))
+        })?;
+        let state = self
+            .query
+            .reader
+            .read(&self.name, body, &vars, &self.redactor)
+            .map_err(|e| ApiError::upstream_bad_answer(&self.name, "query", e.0))?;
+        Ok((state, upstream_time))
+    }
+}
+
+/// `Retry-After` in seconds from an upstream answer (HTTP dates are ignored).
+fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    headers
+        .get(http::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse::<u64>()
+        .ok()
+        .map(Duration::from_secs)
+}
+
+#[allow(dead_code)]
+fn _assert_send_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<Provider>();
+    let _ = to_json;
+}
