@@ -11,13 +11,19 @@ async fn submit_and_poll_both_families() {
     let http = gw.client();
 
     let created = http
-        .submit(MODEL_CENTER, DEMO, &json!({"model": "sd_2.0_special", "prompt": "a cat"}))
+        .submit(
+            MODEL_CENTER,
+            DEMO,
+            &json!({"model": "sd_2.0_special", "prompt": "a cat"}),
+        )
         .await;
     assert_eq!(created["object"], "video");
     assert_eq!(created["status"], "queued");
     assert!(created["id"].as_str().unwrap().starts_with("task_"));
     assert!(created.get("code").is_none() && created.get("data").is_none());
-    let done = http.wait_done(MODEL_CENTER, DEMO, created["id"].as_str().unwrap()).await;
+    let done = http
+        .wait_done(MODEL_CENTER, DEMO, created["id"].as_str().unwrap())
+        .await;
     assert_eq!(done["status"], "completed");
     assert_eq!(done["progress"], 100);
     assert!(done["video_url"].as_str().unwrap().starts_with("https://"));
@@ -26,7 +32,9 @@ async fn submit_and_poll_both_families() {
     let created = http
         .submit(ALPHA, DEMO, &json!({"model": "alpha2Stable", "prompt": "a dog", "aspect_ratio": "16:9", "seconds": 10}))
         .await;
-    let done = http.wait_done(ALPHA, DEMO, created["id"].as_str().unwrap()).await;
+    let done = http
+        .wait_done(ALPHA, DEMO, created["id"].as_str().unwrap())
+        .await;
     assert_eq!(done["status"], "completed");
     assert_eq!(done["model"], "alpha2Stable");
 }

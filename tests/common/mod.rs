@@ -53,7 +53,10 @@ impl Gateway {
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             dir,
             child: None,
-            env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             log: Arc::default(),
         };
         g.spawn();
@@ -250,7 +253,12 @@ impl Http {
     /// Submit and expect 200 with an id.
     pub async fn submit(&self, path: &str, key: &str, body: &Value) -> Value {
         let r = self.post_json(path, key, body).await;
-        assert_eq!(r.status, 200, "submit {body}: {:?}", String::from_utf8_lossy(&r.body));
+        assert_eq!(
+            r.status,
+            200,
+            "submit {body}: {:?}",
+            String::from_utf8_lossy(&r.body)
+        );
         r.json()
     }
 
@@ -259,7 +267,12 @@ impl Http {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             let r = self.get(&format!("{collection}/{id}"), key).await;
-            assert_eq!(r.status, 200, "query: {:?}", String::from_utf8_lossy(&r.body));
+            assert_eq!(
+                r.status,
+                200,
+                "query: {:?}",
+                String::from_utf8_lossy(&r.body)
+            );
             let v = r.json();
             if v["status"] == "completed" || v["status"] == "failed" {
                 return v;

@@ -1,0 +1,135 @@
+//! Provider blocks of routes.toml: `[providers.NAME]` and its `submit` / `query`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+/// One upstream provider.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderConfig {
+    /// `https://host[:port][/prefix]`, `http://…`, or `builtin:simulator`.
+    pub base_url: String,
+    #[serde(default)]
+    pub auth: Option<AuthConfig>,
+    /// Static headers sent on every call.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    #[serde(default = "default_connect_timeout")]
+    pub connect_timeout_ms: u64,
+    #[serde(default = "default_submit_timeout")]
+    pub submit_timeout_ms: u64,
+    #[serde(default = "default_query_timeout")]
+    pub query_timeout_ms: u64,
+    /// Extra PEM CA file trusted for this provider, besides the webpki roots.
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
+    /// Words that identify the upstream (brand, host) and are removed from error
+    /// messages before they reach clients. The host and the secret are always removed.
+    #[serde(default)]
+    pub redact: Vec<String>,
+    pub submit: SubmitConfig,
+    pub query: QueryConfig,
+}
+
+fn default_connect_timeout() -> u64 {
+    3_000
+}
+fn default_submit_timeout() -> u64 {
+    30_000
+}
+fn default_query_timeout() -> u64 {
+    10_000
+}
+
+/// How our secret for a provider is sent.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthConfig {
+    /// Header name; `Authorization` by default.
+    #[serde(default = "default_auth_header")]
+    pub header: String,
+    /// Word before the secret (`Bearer`, `Token`, `Key`); empty for a bare secret.
+    #[serde(default = "default_auth_scheme")]
+    pub scheme: String,
+    /// Environment variable holding the secret.
+    pub secret_env: Option<String>,
+    /// File holding the secret.
+    pub secret_file: Option<PathBuf>,
+}
+
+fn default_auth_header() -> String {
+    "authorization".into()
+}
+fn default_auth_scheme() -> String {
+    "Bearer".into()
+}
+
+/// The submit call. jq programs see the validated parameters as `.`; the variables
+/// are listed in [`crate::provider::transform::VARIABLES`].
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubmitConfig {
+    #[serde(default = "default_post")]
+    pub method: String,
+    /// jq producing the path (appended to the base URL).
+    pub path: String,
+    /// jq producing an object of query parameters.
+    #[serde(default)]
+    pub query: Option<String>,
+    /// jq producing the JSON body; the parameters with `model` added when absent.
+    #[serde(default)]
+    pub body: Option<String>,
+    /// Static headers sent on submit only.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// jq predicate on the answer body that must be true for success (e.g. `.code == 0`).
+    #[serde(default)]
+    pub success: Option<String>,
+    /// jq extracting the upstream task id from the answer.
+    pub id: String,
+    /// jq extracting the upstream status from the submit answer, if it has one.
+    #[serde(default)]
+    pub status: Option<String>,
+    /// jq extracting an error message from a refused submit.
+    #[serde(default)]
+    pub error_message: Option<String>,
+}
+
+fn default_post() -> String {
+    "POST".into()
+}
+fn default_get() -> String {
+    "GET".into()
+}
+
+/// The status query. jq programs see the upstream answer as `.` and `$id` (the
+/// upstream id) among the variables of [`crate::provider::transform::VARIABLES`].
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueryConfig {
+    #[serde(default = "default_get")]
+    pub method: String,
+    /// jq producing the path.
+    pub path: String,
+    /// jq producing an object of query parameters.
+    #[serde(default)]
+    pub query: Option<String>,
+    /// jq extracting the upstream status word.
+    pub status: String,
+    /// Every upstream status word, exactly as written, mapped to one of ours.
+    pub status_map: BTreeMap<String, crate::task::TaskStatus>,
+    /// jq extracting progress (0–100), if the upstream reports one.
+    #[serde(default)]
+    pub progress: Option<String>,
+    /// jq producing the result URLs (a string or an array of strings).
+    #[serde(default)]
+    pub urls: Option<String>,
+    /// jq extracting the failure code.
+    #[serde(default)]
+    pub error_code: Option<String>,
+    /// jq extracting the failure message.
+    #[serde(default)]
+    pub error_message: Option<String>,
+}
