@@ -317,6 +317,9 @@ async fn body_limit_is_413_with_and_without_content_length() {
             .await;
         let message = assert_error(&r, 413, "body_too_large", None);
         assert!(message.contains(&LIMIT.to_string()), "{message}");
+        // The unread rest of the body ends the connection; the client is told so.
+        assert_eq!(r.header("connection"), Some("close"));
+        next_request_works(&http, &headers).await;
     }
 
     // Chunked, no Content-Length: the limit holds while reading.
@@ -337,8 +340,17 @@ async fn body_limit_is_413_with_and_without_content_length() {
             .await;
         let message = assert_error(&r, 413, "body_too_large", None);
         assert!(message.contains(&LIMIT.to_string()), "{message}");
+        next_request_works(&http, &headers).await;
     }
     assert_still_serving(&gw).await;
+}
+
+/// A keep-alive client goes on after a refusal: its next request is answered.
+async fn next_request_works(http: &Http, headers: &[(&str, &str)]) {
+    let r = http
+        .send(Method::POST, MODEL_CENTER, headers, body_of_len(100))
+        .await;
+    assert_eq!(r.status, 200, "{:?}", String::from_utf8_lossy(&r.body));
 }
 
 #[tokio::test]
