@@ -263,4 +263,18 @@ async fn model_ids_match_exactly() {
             .await;
         common::assert_error(&r, 400, "unknown_model", Some("model"));
     }
+    // The id is matched after JSON decoding: escapes name the same model.
+    let r = http
+        .send(
+            http::Method::POST,
+            MODEL_CENTER,
+            &[
+                ("authorization", "Bearer sk-demo"),
+                ("content-type", "application/json"),
+            ],
+            r#"{"model":"eta 1.0 \u6587\u751f\u89c6\u9891","prompt":"a cat"}"#,
+        )
+        .await;
+    assert_eq!(r.status, 200, "{:?}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.json()["model"], "eta 1.0 文生视频");
 }
