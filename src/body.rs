@@ -1,6 +1,8 @@
 //! Bounded body read: refuse on `Content-Length`, enforce again while reading,
 //! and require a JSON content type.
 
+use std::time::Duration;
+
 use bytes::Bytes;
 use http::{HeaderMap, header};
 use http_body_util::{BodyExt, Full, Limited, combinators::BoxBody};
@@ -38,6 +40,13 @@ pub fn is_json(headers: &HeaderMap) -> bool {
         })
 }
 
+/// After a refusal for size, at most this much more of the body is read and dropped
+/// (and for at most [`DRAIN_TIME`]) before the 413 goes out. A client that is still
+/// sending would otherwise find the connection closed under it and never read the
+/// answer; a body larger than this gets the connection closed as before.
+const DRAIN_BYTES: u64 = 1024 * 1024;
+const DRAIN_TIME: Duration = Duration::from_secs(2);
+
 /// Read a JSON request body of at most `limit` bytes.
 pub async fn read_json_body<B>(
     headers: &HeaderMap,
@@ -51,25 +60,48 @@ where
     if !is_json(headers) {
         return Err(ApiError::unsupported_media_type());
     }
-    // First stage: a declared length over the limit is refused before reading anything.
+    let mut body = std::pin::pin!(body);
+    // First stage: a declared length over the limit is refused without keeping any of it.
     if let Some(len) = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok())
         && len > limit as u64
     {
+        if len - limit as u64 <= DRAIN_BYTES {
+            drain(body.as_mut(), len).await;
+        }
         return Err(ApiError::body_too_large(limit));
     }
     // Second stage: chunked or lying bodies are cut off while streaming.
-    match Limited::new(body, limit).collect().await {
+    match Limited::new(body.as_mut(), limit).collect().await {
         Ok(collected) => Ok(collected.to_bytes()),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+            drain(body, DRAIN_BYTES).await;
             Err(ApiError::body_too_large(limit))
         }
         Err(e) => Err(ApiError::invalid_json(format!(
             "body could not be read ({e})"
         ))),
     }
+}
+
+/// Read and drop up to `max` bytes of what is left of `body`, for at most [`DRAIN_TIME`].
+async fn drain<B>(mut body: std::pin::Pin<&mut B>, max: u64)
+where
+    B: http_body::Body<Data = Bytes>,
+{
+    let mut left = max;
+    let _ = tokio::time::timeout(DRAIN_TIME, async {
+        while let Some(Ok(frame)) = body.frame().await {
+            let len = frame.data_ref().map_or(0, |d| d.len() as u64);
+            if len >= left {
+                break;
+            }
+            left -= len;
+        }
+    })
+    .await;
 }
 
 #[cfg(test)]

@@ -309,6 +309,12 @@ impl ApiError {
         if self.status == StatusCode::UNAUTHORIZED {
             h.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
+        if self.status == StatusCode::PAYLOAD_TOO_LARGE {
+            // The rest of the body is left unread, so the connection cannot carry
+            // another request: say so, or a keep-alive client reuses a closed socket.
+            // (HTTP/2 drops connection headers; its streams are unaffected.)
+            h.insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
         if let Some(after) = self.retry_after {
             // Round up: "retry after 0 seconds" would invite an immediate retry.
             let secs = after.as_secs() + u64::from(after.subsec_nanos() > 0);

@@ -7,11 +7,13 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use http::{HeaderMap, Method, Request, StatusCode};
-use http_body_util::{BodyExt, Full};
+use http::{HeaderMap, Method, Request, StatusCode, Version};
+use http_body::Frame;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
@@ -20,14 +22,43 @@ use serde_json::Value;
 pub const DEMO: &str = "sk-demo";
 pub const DEMO2: &str = "sk-demo-2";
 
+/// The shipped routes.toml, as in the repository.
+pub fn shipped_routes_file() -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("routes.toml"))
+        .expect("routes.toml is in the repository")
+}
+
 /// The shipped routes.toml, made test-friendly: a free port, fast simulated tasks.
 pub fn shipped_routes() -> String {
-    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("routes.toml"))
-        .expect("routes.toml is in the repository");
-    text.replace(r#"listen = "127.0.0.1:8080""#, r#"listen = "127.0.0.1:0""#)
-        .replace("queued_ms = 1000", "queued_ms = 300")
-        .replace("processing_ms = 2000", "processing_ms = 300")
-        .replace("poll_cache_ttl_ms = 1000", "poll_cache_ttl_ms = 0")
+    let text = shipped_routes_file();
+    let text = replace_once(
+        &text,
+        r#"listen = "127.0.0.1:8080""#,
+        r#"listen = "127.0.0.1:0""#,
+    );
+    let text = replace_once(&text, "queued_ms = 1000", "queued_ms = 300");
+    let text = replace_once(&text, "processing_ms = 2000", "processing_ms = 300");
+    replace_once(&text, "poll_cache_ttl_ms = 1000", "poll_cache_ttl_ms = 0")
+}
+
+/// `text` with the single occurrence of `from` replaced by `to`. Panics when `from`
+/// does not occur exactly once, so an edit of routes.toml cannot silently make a test
+/// run on another configuration than it means to.
+pub fn replace_once(text: &str, from: &str, to: &str) -> String {
+    assert_eq!(
+        text.matches(from).count(),
+        1,
+        "expected exactly one `{from}` in the routes file"
+    );
+    text.replacen(from, to, 1)
+}
+
+/// Unix seconds now.
+pub fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_secs()
 }
 
 /// A running gateway process. Killed on drop.
@@ -148,6 +179,28 @@ impl Gateway {
     pub fn client(&self) -> Http {
         Http::new(self.addr)
     }
+
+    /// A client that speaks only HTTP/2 with prior knowledge (cleartext h2c).
+    pub fn client_h2(&self) -> Http {
+        Http::http2(self.addr)
+    }
+
+    /// Wait for the process to exit (after [`Gateway::terminate`]); `None` if it is
+    /// still running after `limit`, in which case it is killed.
+    pub fn wait_exit(mut child: Child, limit: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = child.try_wait().expect("wait for mediagate") {
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
 }
 
 impl Drop for Gateway {
@@ -160,6 +213,7 @@ impl Drop for Gateway {
 #[derive(Debug)]
 pub struct Reply {
     pub status: StatusCode,
+    pub version: Version,
     pub headers: HeaderMap,
     pub body: Bytes,
 }
@@ -187,11 +241,13 @@ impl Reply {
     }
 }
 
-/// A small HTTP/1.1 client bound to one gateway.
+type RequestBody = BoxBody<Bytes, std::convert::Infallible>;
+
+/// A small HTTP client bound to one gateway: HTTP/1.1, or HTTP/2 only.
 #[derive(Clone)]
 pub struct Http {
     addr: SocketAddr,
-    client: Client<HttpConnector, Full<Bytes>>,
+    client: Client<HttpConnector, RequestBody>,
 }
 
 impl Http {
@@ -202,7 +258,18 @@ impl Http {
         }
     }
 
-    /// Send anything; `headers` are added as given.
+    /// HTTP/2 with prior knowledge: no upgrade, the connection starts with the preface.
+    pub fn http2(addr: SocketAddr) -> Self {
+        Self {
+            addr,
+            client: Client::builder(TokioExecutor::new())
+                .http2_only(true)
+                .build_http(),
+        }
+    }
+
+    /// Send anything; `headers` are added as given. The body goes with a
+    /// `Content-Length`.
     pub async fn send(
         &self,
         method: Method,
@@ -210,13 +277,42 @@ impl Http {
         headers: &[(&str, &str)],
         body: impl Into<Bytes>,
     ) -> Reply {
+        self.send_body(method, path, headers, Full::new(body.into()).boxed())
+            .await
+    }
+
+    /// Send `chunks` as a streamed body of unknown length: HTTP/1.1 uses
+    /// `Transfer-Encoding: chunked` and no `Content-Length`.
+    pub async fn send_chunked(
+        &self,
+        method: Method,
+        path: &str,
+        headers: &[(&str, &str)],
+        chunks: Vec<Bytes>,
+    ) -> Reply {
+        let stream = futures_util::stream::iter(
+            chunks
+                .into_iter()
+                .map(|c| Ok::<_, std::convert::Infallible>(Frame::data(c))),
+        );
+        self.send_body(method, path, headers, StreamBody::new(stream).boxed())
+            .await
+    }
+
+    async fn send_body(
+        &self,
+        method: Method,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: RequestBody,
+    ) -> Reply {
         let mut req = Request::builder()
             .method(method)
             .uri(format!("http://{}{}", self.addr, path));
         for (k, v) in headers {
             req = req.header(*k, *v);
         }
-        let req = req.body(Full::new(body.into())).expect("request");
+        let req = req.body(body).expect("request");
         let resp = tokio::time::timeout(Duration::from_secs(30), self.client.request(req))
             .await
             .expect("gateway answered within 30 s")
@@ -225,6 +321,7 @@ impl Http {
         let body = body.collect().await.expect("body").to_bytes();
         Reply {
             status: parts.status,
+            version: parts.version,
             headers: parts.headers,
             body,
         }
@@ -264,7 +361,17 @@ impl Http {
 
     /// Query `collection/{id}` until the task is completed or failed.
     pub async fn wait_done(&self, collection: &str, key: &str, id: &str) -> Value {
+        self.poll_history(collection, key, id)
+            .await
+            .pop()
+            .expect("at least one answer")
+    }
+
+    /// Query `collection/{id}` until the task is completed or failed; every answer
+    /// seen, in order (the last one is terminal).
+    pub async fn poll_history(&self, collection: &str, key: &str, id: &str) -> Vec<Value> {
         let deadline = Instant::now() + Duration::from_secs(20);
+        let mut seen = Vec::new();
         loop {
             let r = self.get(&format!("{collection}/{id}"), key).await;
             assert_eq!(
@@ -274,13 +381,64 @@ impl Http {
                 String::from_utf8_lossy(&r.body)
             );
             let v = r.json();
-            if v["status"] == "completed" || v["status"] == "failed" {
-                return v;
+            let done = v["status"] == "completed" || v["status"] == "failed";
+            seen.push(v);
+            if done {
+                return seen;
             }
-            assert!(Instant::now() < deadline, "task never finished: {v}");
+            assert!(
+                Instant::now() < deadline,
+                "task never finished: {:?}",
+                seen.last()
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
+}
+
+/// The four statuses a client may ever see.
+pub const STATUSES: [&str; 4] = ["queued", "processing", "completed", "failed"];
+
+/// Assert that `r` is the refusal `status`/`code` in the catalogue shape
+/// `{"error":{"message","type","code","param"}}`, with `param` as given, and that it
+/// carries a request id. Returns the error's message.
+#[track_caller]
+pub fn assert_error(r: &Reply, status: u16, code: &str, param: Option<&str>) -> String {
+    let body = String::from_utf8_lossy(&r.body);
+    assert_eq!(r.status.as_u16(), status, "status of {body}");
+    assert!(
+        r.header("content-type")
+            .is_some_and(|ct| ct.starts_with("application/json")),
+        "content type of an error: {:?}",
+        r.header("content-type")
+    );
+    assert!(
+        r.header("x-request-id").is_some_and(|id| !id.is_empty()),
+        "every response carries x-request-id: {body}"
+    );
+    let v = r.json();
+    let top = v.as_object().expect("error body is an object");
+    assert_eq!(
+        top.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["error"],
+        "only `error` at the top: {body}"
+    );
+    let err = v["error"].as_object().expect("`error` is an object");
+    let mut keys: Vec<_> = err.keys().map(String::as_str).collect();
+    keys.sort_unstable();
+    assert_eq!(keys, ["code", "message", "param", "type"], "{body}");
+    let message = err["message"].as_str().expect("message is a string");
+    assert!(!message.is_empty(), "message says what is wrong: {body}");
+    assert!(
+        err["type"].as_str().is_some_and(|t| !t.is_empty()),
+        "type is a string: {body}"
+    );
+    assert_eq!(err["code"], code, "code of {body}");
+    match param {
+        Some(p) => assert_eq!(err["param"], p, "param of {body}"),
+        None => assert!(err["param"].is_null(), "param of {body}"),
+    }
+    message.to_string()
 }
 
 pub const MODEL_CENTER: &str = "/v2/model-center/tasks";
