@@ -31,6 +31,14 @@ pub struct ProviderConfig {
     pub redact: Vec<String>,
     pub submit: SubmitConfig,
     pub query: QueryConfig,
+    /// Second request run when a task is completed, turning a result reference
+    /// (a file id, a separate result endpoint) into URLs.
+    #[serde(default)]
+    pub result: Option<ResultConfig>,
+    /// The result is only downloadable with our key: clients get a gateway URL that
+    /// streams it from this request.
+    #[serde(default)]
+    pub content: Option<ContentConfig>,
 }
 
 fn default_connect_timeout() -> u64 {
@@ -132,4 +140,43 @@ pub struct QueryConfig {
     /// jq extracting the failure message.
     #[serde(default)]
     pub error_message: Option<String>,
+}
+
+/// The optional second request of a completed task. `path` and `query` see the status
+/// answer as `.`; `urls` sees this request's answer as `.`. `$id` is the upstream id.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResultConfig {
+    #[serde(default = "default_get")]
+    pub method: String,
+    /// jq producing the path.
+    pub path: String,
+    /// jq producing an object of query parameters.
+    #[serde(default)]
+    pub query: Option<String>,
+    /// jq producing the result URLs (a string or an array of strings).
+    pub urls: String,
+}
+
+/// A content endpoint that needs our key. `path` and `query` see `null` as `.` and
+/// `$id` (the upstream id).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ContentConfig {
+    #[serde(default = "default_get")]
+    pub method: String,
+    /// jq producing the path.
+    pub path: String,
+    /// jq producing an object of query parameters.
+    #[serde(default)]
+    pub query: Option<String>,
+    /// How clients reach the gateway, e.g. `https://media.example.com`; the content URL
+    /// is this followed by `/v1/alpha/videos/{id}/content` (or the model-center path).
+    /// Unset: formed from the request's `Host` header (and `X-Forwarded-Proto`).
+    #[serde(default)]
+    pub public_base_url: Option<String>,
+    /// Time allowed until the upstream starts answering; the body then streams
+    /// without a total limit.
+    #[serde(default = "default_query_timeout")]
+    pub timeout_ms: u64,
 }

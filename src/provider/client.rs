@@ -6,8 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{HeaderMap, Request, StatusCode};
+use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -117,6 +118,29 @@ impl UpstreamClient {
                 status: parts.status,
                 headers: parts.headers,
                 body,
+            })
+        };
+        tokio::time::timeout(timeout, exchange)
+            .await
+            .unwrap_or(Err(CallError::TimedOut))
+    }
+}
+
+impl UpstreamClient {
+    /// Send one request and return as soon as the status and headers arrive (within
+    /// `timeout`); the body is left to stream, never held whole in memory.
+    pub async fn open(
+        &self,
+        request: Request<Full<Bytes>>,
+        timeout: Duration,
+    ) -> Result<Response<Incoming>, CallError> {
+        let exchange = async {
+            self.inner.request(request).await.map_err(|e| {
+                if e.is_connect() {
+                    CallError::Unreached(error_chain(&e))
+                } else {
+                    CallError::Broken(error_chain(&e))
+                }
             })
         };
         tokio::time::timeout(timeout, exchange)

@@ -22,7 +22,7 @@ use serde_json::Value;
 
 use self::client::{Answer, CallError, UpstreamClient};
 use self::transform::{Jq, JqVars, from_json, parse, to_json, to_text};
-use crate::config::{ProviderConfig, QueryConfig, SubmitConfig};
+use crate::config::{ContentConfig, ProviderConfig, QueryConfig, ResultConfig, SubmitConfig};
 use crate::error::ApiError;
 use crate::normalize::{Redactor, StatusReader};
 use crate::task::{MediaKind, TaskState, TaskStatus};
@@ -74,6 +74,8 @@ pub struct Provider {
     client: UpstreamClient,
     submit: SubmitPlan,
     query: QueryPlan,
+    result: Option<ResultPlan>,
+    content: Option<ContentPlan>,
     redactor: Redactor,
 }
 
@@ -103,6 +105,23 @@ struct QueryPlan {
     path: Jq,
     query: Option<Jq>,
     reader: StatusReader,
+}
+
+/// The second request of a completed task: `.` is the status answer.
+struct ResultPlan {
+    method: Method,
+    path: Jq,
+    query: Option<Jq>,
+    urls: Jq,
+}
+
+/// The content endpoint that needs our key: `.` is null, `$id` the upstream id.
+struct ContentPlan {
+    method: Method,
+    path: Jq,
+    query: Option<Jq>,
+    timeout: Duration,
+    public_base_url: Option<String>,
 }
 
 /// Collects every problem of a provider block, each with its key path.
@@ -245,6 +264,14 @@ impl Provider {
         .ok();
         let submit = Self::compile_submit(name, &cfg.submit, problems);
         let query = Self::compile_query(name, &cfg.query, problems);
+        let result = cfg
+            .result
+            .as_ref()
+            .map(|c| Self::compile_result(name, c, problems));
+        let content = cfg
+            .content
+            .as_ref()
+            .map(|c| Self::compile_content(name, c, problems));
 
         if problems.0.len() != before {
             return None;
@@ -266,6 +293,8 @@ impl Provider {
             client: client?,
             submit: submit?,
             query: query?,
+            result: result.map_or(Some(None), |r| r.map(Some))?,
+            content: content.map_or(Some(None), |c| c.map(Some))?,
             redactor,
         })
     }
@@ -328,6 +357,57 @@ impl Provider {
                 error_message: error_message?,
             },
         })
+    }
+
+    fn compile_result(name: &str, c: &ResultConfig, p: &mut Problems) -> Option<ResultPlan> {
+        let key = |k: &str| format!("providers.{name}.result.{k}");
+        let method = method(p, key("method"), &c.method);
+        let path = p.jq(key("path"), &c.path);
+        let query = p.opt_jq(key("query"), &c.query);
+        let urls = p.jq(key("urls"), &c.urls);
+        Some(ResultPlan {
+            method,
+            path: path?,
+            query: query?,
+            urls: urls?,
+        })
+    }
+
+    fn compile_content(name: &str, c: &ContentConfig, p: &mut Problems) -> Option<ContentPlan> {
+        let key = |k: &str| format!("providers.{name}.content.{k}");
+        let method = method(p, key("method"), &c.method);
+        let path = p.jq(key("path"), &c.path);
+        let query = p.opt_jq(key("query"), &c.query);
+        let public_base_url = c
+            .public_base_url
+            .as_ref()
+            .map(|u| u.trim_end_matches('/').to_string());
+        if let Some(url) = &public_base_url {
+            let ok = url.parse::<http::Uri>().is_ok_and(|u| {
+                matches!(u.scheme_str(), Some("http" | "https"))
+                    && u.host().is_some()
+                    && u.query().is_none()
+            });
+            if !ok {
+                p.push(
+                    key("public_base_url"),
+                    "must be an http:// or https:// URL without a query",
+                );
+            }
+        }
+        Some(ContentPlan {
+            method,
+            path: path?,
+            query: query?,
+            timeout: Duration::from_millis(c.timeout_ms),
+            public_base_url,
+        })
+    }
+
+    /// Whether completed tasks are served through the gateway's content URL, and the
+    /// configured public base URL of that URL, if any.
+    pub fn content_url_base(&self) -> Option<Option<&str>> {
+        self.content.as_ref().map(|c| c.public_base_url.as_deref())
     }
 
     /// Build an upstream request from the step's programs.
@@ -606,27 +686,67 @@ impl Provider {
             }
         };
         let upstream_time = started.elapsed();
-        let status = answer.status;
-        match status {
-            s if s.is_success() => {}
-            StatusCode::NOT_FOUND | StatusCode::GONE => return Err(ApiError::task_not_found()),
-            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
-                tracing::error!(provider = %self.name, %status, "provider refused our credentials");
-                return Err(ApiError::upstream_auth(&self.name));
-            }
-            StatusCode::TOO_MANY_REQUESTS => {
-                return Err(ApiError::upstream_rate_limited(retry_after(
-                    &answer.headers,
-                )));
-            }
-            s => {
-                return Err(ApiError::upstream_failed(
-                    &self.name,
-                    "query",
-                    format!("answered HTTP {}", s.as_u16()),
-                ));
-            }
+        self.check_answer("query", answer.status, &answer.headers)?;
+        // jq values are not `Send`: everything that reads them ends before the next await.
+        let (mut state, result_request) = {
+            let vars = JqVars::new(
+                call.model,
+                call.upstream_model,
+                call.kind,
+                Some(upstream_id),
+                None,
+            );
+            let body = parse(&answer.body).map_err(|e| {
+                ApiError::upstream_bad_answer(&self.name, "query", format!("not JSON ({e})"))
+            })?;
+            let state = self
+                .query
+                .reader
+                .read(&self.name, body.clone(), &vars, &self.redactor)
+                .map_err(|e| ApiError::upstream_bad_answer(&self.name, "query", e.0))?;
+            let result_request = match &self.result {
+                Some(plan) if state.status == TaskStatus::Completed => Some(self.build(
+                    "result",
+                    &plan.method,
+                    &plan.path,
+                    plan.query.as_ref(),
+                    None,
+                    None,
+                    &body,
+                    &vars,
+                )?),
+                _ => None,
+            };
+            (state, result_request)
+        };
+        if let (Some(plan), Some(request)) = (&self.result, result_request) {
+            let started = Instant::now();
+            state.urls = self.fetch_result(plan, request, call, upstream_id).await?;
+            return Ok((state, upstream_time + started.elapsed()));
         }
+        Ok((state, upstream_time))
+    }
+
+    /// The second request of a completed task: its answer holds the result URLs.
+    async fn fetch_result(
+        &self,
+        plan: &ResultPlan,
+        request: Request<Full<Bytes>>,
+        call: Call<'_>,
+        upstream_id: &str,
+    ) -> Result<Vec<String>, ApiError> {
+        let answer = match self.client.call(request, self.query_timeout).await {
+            Ok(a) => a,
+            Err(CallError::TimedOut) => {
+                return Err(ApiError::upstream_timeout(&self.name, "result"));
+            }
+            Err(CallError::Unreached(e) | CallError::Broken(e)) => {
+                tracing::warn!(provider = %self.name, error = %e, "result request failed");
+                return Err(ApiError::upstream_failed(&self.name, "result", "no answer"));
+            }
+        };
+        self.check_answer("result", answer.status, &answer.headers)?;
+        let bad = |what: String| ApiError::upstream_bad_answer(&self.name, "result", what);
         let vars = JqVars::new(
             call.model,
             call.upstream_model,
@@ -634,15 +754,95 @@ impl Provider {
             Some(upstream_id),
             None,
         );
-        let body = parse(&answer.body).map_err(|e| {
-            ApiError::upstream_bad_answer(&self.name, "query", format!("not JSON ({e})"))
-        })?;
-        let state = self
-            .query
-            .reader
-            .read(&self.name, body, &vars, &self.redactor)
-            .map_err(|e| ApiError::upstream_bad_answer(&self.name, "query", e.0))?;
-        Ok((state, upstream_time))
+        let body = parse(&answer.body).map_err(|e| bad(format!("not JSON ({e})")))?;
+        let urls = match plan.urls.json(body, &vars) {
+            Ok(Value::String(s)) => vec![s],
+            Ok(Value::Array(items)) => items
+                .into_iter()
+                .filter_map(|v| match v {
+                    Value::String(s) if !s.is_empty() => Some(s),
+                    _ => None,
+                })
+                .collect(),
+            Ok(_) => Vec::new(),
+            Err(e) => return Err(bad(format!("`result.urls` failed: {e}"))),
+        };
+        if urls.is_empty() {
+            return Err(bad("it has no result URL".into()));
+        }
+        Ok(urls)
+    }
+
+    /// Open the upstream content of a task; the body is streamed by the caller.
+    pub async fn content(
+        &self,
+        call: Call<'_>,
+        upstream_id: &str,
+    ) -> Result<http::Response<hyper::body::Incoming>, ApiError> {
+        let Some(plan) = &self.content else {
+            return Err(ApiError::task_not_found());
+        };
+        let request = {
+            let vars = JqVars::new(
+                call.model,
+                call.upstream_model,
+                call.kind,
+                Some(upstream_id),
+                None,
+            );
+            self.build(
+                "content",
+                &plan.method,
+                &plan.path,
+                plan.query.as_ref(),
+                None,
+                None,
+                &Val::Null,
+                &vars,
+            )?
+        };
+        let response = match self.client.open(request, plan.timeout).await {
+            Ok(r) => r,
+            Err(CallError::TimedOut) => {
+                return Err(ApiError::upstream_timeout(&self.name, "content"));
+            }
+            Err(CallError::Unreached(e) | CallError::Broken(e)) => {
+                tracing::warn!(provider = %self.name, error = %e, "content request failed");
+                return Err(ApiError::upstream_failed(
+                    &self.name,
+                    "content",
+                    "no answer",
+                ));
+            }
+        };
+        self.check_answer("content", response.status(), response.headers())?;
+        Ok(response)
+    }
+
+    /// Map an unsuccessful HTTP status of a query, result or content call.
+    fn check_answer(
+        &self,
+        step: &str,
+        status: StatusCode,
+        headers: &HeaderMap,
+    ) -> Result<(), ApiError> {
+        match status {
+            s if s.is_success() => Ok(()),
+            // The upstream no longer knows the task: same answer as an unknown id.
+            StatusCode::NOT_FOUND | StatusCode::GONE => Err(ApiError::task_not_found()),
+            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
+                tracing::error!(provider = %self.name, %status, step, "provider refused our credentials");
+                Err(ApiError::upstream_auth(&self.name))
+            }
+            StatusCode::TOO_MANY_REQUESTS => {
+                Err(ApiError::upstream_rate_limited(retry_after(headers)))
+            }
+            s => Err(ApiError::upstream_failed(
+                &self.name,
+                step,
+                format!("answered HTTP {}", s.as_u16()),
+            )),
+        }
     }
 }
 
