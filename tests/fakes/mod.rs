@@ -25,6 +25,8 @@ pub struct Seen {
     pub path: String,
     pub query: Option<String>,
     pub version: Version,
+    /// The client's address: the same for requests over one pooled connection.
+    pub peer: SocketAddr,
     pub headers: HeaderMap,
     pub body: Bytes,
 }
@@ -127,13 +129,13 @@ impl Fake {
         let state = fake.state.clone();
         tokio::spawn(async move {
             loop {
-                let Ok((tcp, _)) = listener.accept().await else {
+                let Ok((tcp, peer)) = listener.accept().await else {
                     return;
                 };
                 let state = state.clone();
                 let tls = tls.clone();
                 tokio::spawn(async move {
-                    let service = service_fn(move |req| answer(state.clone(), req));
+                    let service = service_fn(move |req| answer(state.clone(), peer, req));
                     let builder = auto::Builder::new(TokioExecutor::new());
                     match tls {
                         Some(acceptor) => {
@@ -196,6 +198,7 @@ impl std::error::Error for HungUp {}
 
 async fn answer(
     state: Arc<Mutex<State>>,
+    peer: SocketAddr,
     req: Request<Incoming>,
 ) -> Result<Response<Full<Bytes>>, HungUp> {
     let (parts, body) = req.into_parts();
@@ -209,6 +212,7 @@ async fn answer(
         path: parts.uri.path().to_string(),
         query: parts.uri.query().map(str::to_string),
         version: parts.version,
+        peer,
         headers: parts.headers,
         body,
     };
