@@ -436,6 +436,7 @@ const ASYNC: &str = r#"
 [providers.async]
 base_url = "BASE"
 auth = { secret_env = "FAKE_UPSTREAM_KEY" }
+headers = { "X-Workspace" = "ws-7" }
 [providers.async.submit]
 path = '"/api/v1/services/aigc/video-generation/video-synthesis"'
 headers = { "X-Async-Mode" = "enable" }
@@ -480,6 +481,7 @@ async fn d_async_api_with_a_submit_header_and_nested_body() {
     let seen = fake.only();
     assert_eq!(seen.line(), submit);
     assert_eq!(seen.header("x-async-mode"), Some("enable"));
+    assert_eq!(seen.header("x-workspace"), Some("ws-7"));
     assert_eq!(
         seen.header("authorization"),
         Some("Bearer upstream-secret-123")
@@ -514,6 +516,7 @@ async fn d_async_api_with_a_submit_header_and_nested_body() {
             None,
             "the async header is for submit only"
         );
+        assert_eq!(seen.header("x-workspace"), Some("ws-7"));
     }
     fake.on(
         "GET /api/v1/tasks/t-1",
@@ -834,7 +837,7 @@ async fn f_file_id_looked_up_by_a_second_request() {
 const OPERATIONS: &str = r#"
 [providers.operations]
 base_url = "BASE"
-auth = { header = "x-goog-api-key", scheme = "", secret_env = "FAKE_UPSTREAM_KEY" }
+auth = { header = "x-goog-api-key", scheme = "", secret_file = "SECRET_FILE" }
 [providers.operations.submit]
 path = '"/v1beta/models/\($upstream_model):predictLongRunning"'
 body = '{instances: [{prompt}], parameters: ({durationSeconds: .duration, aspectRatio: .aspect_ratio} | with_entries(select(.value != null)))}'
@@ -851,8 +854,13 @@ error_message = '.error.message'
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn g_long_running_operations_with_slashed_ids() {
     let fake = Fake::start().await;
+    let secrets = tempfile::tempdir().unwrap();
+    let secret_file = secrets.path().join("upstream.key");
+    std::fs::write(&secret_file, format!("{KEY}\n")).unwrap();
     let gw = start(
-        &OPERATIONS.replace("BASE", &fake.url()),
+        &OPERATIONS
+            .replace("BASE", &fake.url())
+            .replace("SECRET_FILE", &secret_file.display().to_string()),
         &family(
             "ops",
             "model-center",
