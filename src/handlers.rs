@@ -23,7 +23,7 @@ use crate::provider::{Call, Provider, SubmitError};
 use crate::request_log::LogFields;
 use crate::routing::{Endpoint, Route, route};
 use crate::snapshot::Snapshot;
-use crate::task::{SubmitResponse, TaskStatus, TaskView};
+use crate::task::{SubmitResponse, TaskState, TaskStatus, TaskView};
 use crate::task_id::TaskId;
 
 /// Routes a request and runs its handler, under the overall request timeout.
@@ -106,7 +106,10 @@ where
             let public = PublicBase::of(&req);
             query(gateway, snapshot, &key, endpoint, id, &public).await
         }
-        (Route::Content(endpoint, id), Some(key)) => content(snapshot, &key, endpoint, id).await,
+        (Route::Content(endpoint, id), Some(key)) => {
+            let range = req.headers().get(header::RANGE).cloned();
+            content(gateway, snapshot, &key, endpoint, id, range).await
+        }
         // The auth layer lets no unauthenticated request through to these routes.
         (_, None) => Err(no_fields(ApiError::invalid_key())),
     }
@@ -301,6 +304,26 @@ impl PublicBase {
     }
 }
 
+/// The task's state: from the cache, or queried from the provider sealed in the id.
+async fn task_state(
+    gateway: &Gateway,
+    open: &OpenTask<'_>,
+    fields: &mut LogFields,
+) -> Result<Arc<TaskState>, ApiError> {
+    let (task, provider) = (&open.task, open.provider);
+    let upstream_time = OnceLock::new();
+    let state = gateway
+        .cache
+        .get_or_fetch(TaskCache::key(&task.provider, &task.upstream_id), async {
+            let (state, took) = provider.query(open.call(), &task.upstream_id).await?;
+            let _ = upstream_time.set(took);
+            Ok(state)
+        })
+        .await;
+    fields.upstream = upstream_time.get().copied();
+    state
+}
+
 /// Open the id (owner checked) → cached or upstream state → public view.
 async fn query(
     gateway: &Gateway,
@@ -315,18 +338,10 @@ async fn query(
         let fields = fields.clone();
         (e, fields)
     })?;
-    let (task, provider, call) = (&open.task, open.provider, open.call());
-    let upstream_time = OnceLock::new();
-    let state = gateway
-        .cache
-        .get_or_fetch(TaskCache::key(&task.provider, &task.upstream_id), async {
-            let (state, took) = provider.query(call, &task.upstream_id).await?;
-            let _ = upstream_time.set(took);
-            Ok(state)
-        })
-        .await;
-    fields.upstream = upstream_time.get().copied();
-    let mut state = state.map_err(|e| (e, fields.clone()))?;
+    let (task, provider) = (&open.task, open.provider);
+    let mut state = task_state(gateway, &open, &mut fields)
+        .await
+        .map_err(|e| (e, fields.clone()))?;
     // A result only the upstream key can download is served by our content route.
     if state.status == TaskStatus::Completed
         && let Some(configured) = provider.content_url_base()
@@ -342,26 +357,41 @@ async fn query(
 }
 
 /// Headers of an upstream content answer passed on to the client.
-const CONTENT_HEADERS: [header::HeaderName; 6] = [
+const CONTENT_HEADERS: [header::HeaderName; 8] = [
     header::CONTENT_TYPE,
     header::CONTENT_LENGTH,
+    header::CONTENT_RANGE,
+    header::ACCEPT_RANGES,
     header::CONTENT_DISPOSITION,
     header::ETAG,
     header::LAST_MODIFIED,
     header::CACHE_CONTROL,
 ];
 
-/// Open the id (owner checked, same 404 as a query) → upstream content request with
-/// our key → the bytes streamed through as they arrive.
-async fn content(snapshot: &Snapshot, key: &ApiKey, endpoint: Endpoint, id: &str) -> Handled {
+/// Open the id (owner checked, same 404 as a query) → the completed state (cached
+/// or queried) → upstream content request with our key → the bytes streamed through
+/// as they arrive.
+async fn content(
+    gateway: &Gateway,
+    snapshot: &Snapshot,
+    key: &ApiKey,
+    endpoint: Endpoint,
+    id: &str,
+    range: Option<HeaderValue>,
+) -> Handled {
     let mut fields = LogFields::default();
     let open = match open_task(snapshot, key, endpoint, id, &mut fields) {
         Ok(open) => open,
         Err(e) => return Err((e, fields)),
     };
+    let state = match task_state(gateway, &open, &mut fields).await {
+        Ok(state) if state.status == TaskStatus::Completed => state,
+        Ok(_) => return Err((ApiError::content_not_ready(), fields)),
+        Err(e) => return Err((e, fields)),
+    };
     let upstream = match open
         .provider
-        .content(open.call(), &open.task.upstream_id)
+        .content(open.call(), &open.task.upstream_id, &state.urls, range)
         .await
     {
         Ok(r) => r,
@@ -369,6 +399,8 @@ async fn content(snapshot: &Snapshot, key: &ApiKey, endpoint: Endpoint, id: &str
     };
     let (parts, body) = upstream.into_parts();
     let mut resp = Response::new(body.map_err(|e| Box::new(e) as BoxError).boxed());
+    // 200, or 206 for a range.
+    *resp.status_mut() = parts.status;
     for name in CONTENT_HEADERS {
         if let Some(value) = parts.headers.get(&name) {
             resp.headers_mut().insert(name, value.clone());

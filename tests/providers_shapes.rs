@@ -207,6 +207,14 @@ async fn b_jobs_api_with_a_keyed_content_endpoint() {
         view(&query(&http, ALPHA, &id).await),
         json!({"status": "processing", "progress": 42, "urls": [], "error": null})
     );
+    // No content before the task is completed.
+    let r = http.get(&format!("{ALPHA}/{id}/content"), DEMO).await;
+    assert_eq!(r.status, 404);
+    assert_eq!(r.error_code(), "content_not_ready");
+    assert_eq!(
+        fake.take().last().map(|s| s.line()).as_deref(),
+        Some("GET /v1/videos/video_68d")
+    );
     fake.on(
         "GET /v1/videos/video_68d",
         Canned::json(
@@ -244,6 +252,30 @@ async fn b_jobs_api_with_a_keyed_content_endpoint() {
         seen.header("authorization"),
         Some("Bearer upstream-secret-123")
     );
+    assert_eq!(seen.header("range"), None);
+
+    // A range is passed on, and the partial answer back.
+    fake.on(
+        "GET /v1/videos/video_68d/content",
+        Canned::raw(206, "video/mp4", video[10..20].to_vec())
+            .header("content-range", "bytes 10-19/3000000")
+            .header("accept-ranges", "bytes"),
+    );
+    let r = http
+        .send(
+            http::Method::GET,
+            &format!("{ALPHA}/{id}/content"),
+            &[
+                ("authorization", "Bearer sk-demo"),
+                ("range", "bytes=10-19"),
+            ],
+            bytes::Bytes::new(),
+        )
+        .await;
+    assert_eq!(r.status, 206);
+    assert_eq!(r.header("content-range"), Some("bytes 10-19/3000000"));
+    assert_eq!(&r.body[..], &video[10..20]);
+    assert_eq!(fake.only().header("range"), Some("bytes=10-19"));
 
     // Another key, a made-up id, the other family's path: the same 404 as a query.
     let not_found = http
@@ -849,6 +881,11 @@ status_map = { running = "processing", done = "completed", error = "failed" }
 urls = '[.response.generateVideoResponse.generatedSamples[]?.video.uri]'
 error_code = '.error.status // .error.code'
 error_message = '.error.message'
+# The video link needs our key: served through the gateway. `.urls` holds what
+# `query.urls` found; the upstream redirects to storage, which gets no key.
+[providers.operations.content]
+path = '.urls[0]'
+query = '{alt: "media"}'
 "#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -893,13 +930,67 @@ async fn g_long_running_operations_with_slashed_ids() {
         json!({"status": "processing", "urls": [], "error": null})
     );
     assert_eq!(fake.only().line(), poll);
+    let file = format!("{}/v1beta/files/abc:download", fake.url());
     fake.on(
         &poll,
-        Canned::json(200, json!({"name": op, "done": true, "response": {"generateVideoResponse": {"generatedSamples": [{"video": {"uri": "https://gen.example/files/abc:download"}}]}}})),
+        Canned::json(200, json!({"name": op, "done": true, "response": {"generateVideoResponse": {"generatedSamples": [{"video": {"uri": file}}]}}})),
     );
+    let content_url = format!("http://{}{MODEL_CENTER}/{id}/content", gw.addr);
     assert_eq!(
         view(&query(&http, MODEL_CENTER, &id).await),
-        json!({"status": "completed", "video_url": "https://gen.example/files/abc:download", "urls": ["https://gen.example/files/abc:download"], "error": null})
+        json!({"status": "completed", "video_url": content_url, "urls": [content_url], "error": null})
+    );
+    assert_eq!(fake.only().line(), poll);
+
+    // The content: our key to the provider, which redirects to storage (no key).
+    let storage = Fake::start().await;
+    storage.on(
+        "GET /bucket/abc.mp4",
+        Canned::raw(200, "video/mp4", &b"MP4DATA"[..]),
+    );
+    fake.on(
+        "GET /v1beta/files/abc:download",
+        Canned::raw(302, "text/plain", "").header(
+            "location",
+            &format!("{}/bucket/abc.mp4?sig=s1", storage.url()),
+        ),
+    );
+    let r = http
+        .send(
+            http::Method::GET,
+            &format!("{MODEL_CENTER}/{id}/content"),
+            &[
+                ("authorization", "Bearer sk-demo"),
+                ("host", "media.example:8443"),
+                ("x-forwarded-proto", "https"),
+            ],
+            bytes::Bytes::new(),
+        )
+        .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(&r.body[..], b"MP4DATA");
+    let seen = fake.only();
+    assert_eq!(seen.line(), "GET /v1beta/files/abc:download?alt=media");
+    assert_eq!(seen.header("x-goog-api-key"), Some(KEY));
+    let seen = storage.only();
+    assert_eq!(seen.line(), "GET /bucket/abc.mp4?sig=s1");
+    assert_eq!(seen.header("x-goog-api-key"), None);
+    // The gateway URL follows the Host and X-Forwarded-Proto the client used.
+    let r = http
+        .send(
+            http::Method::GET,
+            &format!("{MODEL_CENTER}/{id}"),
+            &[
+                ("authorization", "Bearer sk-demo"),
+                ("host", "media.example:8443"),
+                ("x-forwarded-proto", "https"),
+            ],
+            bytes::Bytes::new(),
+        )
+        .await;
+    assert_eq!(
+        r.json()["video_url"],
+        format!("https://media.example:8443{MODEL_CENTER}/{id}/content")
     );
 
     let op2 = "models/veo-3.0-generate-001/operations/zz9";

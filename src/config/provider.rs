@@ -158,8 +158,10 @@ pub struct ResultConfig {
     pub urls: String,
 }
 
-/// A content endpoint that needs our key. `path` and `query` see `null` as `.` and
-/// `$id` (the upstream id).
+/// A content endpoint that needs our key. `path` and `query` see `{"urls": […]}` as
+/// `.` (the URLs the query step found, possibly none) and `$id` (the upstream id).
+/// A path that is an absolute URL is used as it is; redirects are followed, and our
+/// headers only ever go to the provider's own origin.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ContentConfig {

@@ -429,8 +429,15 @@ impl Provider {
             Ok(other) => return Err(broken(format!("`{step}.path` gave {other}, not a string"))),
             Err(e) => return Err(broken(format!("`{step}.path` failed: {e}"))),
         };
-        let mut uri = self.base.clone();
-        if !path.starts_with('/') {
+        // An absolute URL (a result link of the upstream) is used as it is; our
+        // headers then go only to the provider's own origin.
+        let absolute = path.starts_with("https://") || path.starts_with("http://");
+        let mut uri = if absolute {
+            String::new()
+        } else {
+            self.base.clone()
+        };
+        if !absolute && !path.starts_with('/') {
             uri.push('/');
         }
         uri.push_str(&path);
@@ -464,8 +471,12 @@ impl Provider {
             }
         }
         let mut builder = Request::builder().method(method.clone()).uri(&uri);
-        let headers = builder.headers_mut().expect("builder is valid so far");
-        headers.extend(self.headers.iter().map(|(k, v)| (k.clone(), v.clone())));
+        let Some(headers) = builder.headers_mut() else {
+            return Err(broken(format!("`{step}.path` gave an invalid URL")));
+        };
+        if !absolute || self.same_origin(&uri) {
+            headers.extend(self.headers.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
         if let Some(extra) = extra {
             headers.extend(extra.iter().map(|(k, v)| (k.clone(), v.clone())));
         }
@@ -774,15 +785,20 @@ impl Provider {
     }
 
     /// Open the upstream content of a task; the body is streamed by the caller.
+    /// `range` is the client's `Range` header, passed on so players can seek.
+    /// Redirects are followed (storage behind signed URLs); our headers, the key
+    /// among them, go only to the provider's own origin.
     pub async fn content(
         &self,
         call: Call<'_>,
         upstream_id: &str,
+        urls: &[String],
+        range: Option<HeaderValue>,
     ) -> Result<http::Response<hyper::body::Incoming>, ApiError> {
         let Some(plan) = &self.content else {
             return Err(ApiError::task_not_found());
         };
-        let request = {
+        let mut request = {
             let vars = JqVars::new(
                 call.model,
                 call.upstream_model,
@@ -790,6 +806,7 @@ impl Provider {
                 Some(upstream_id),
                 None,
             );
+            let input = from_json(&serde_json::json!({ "urls": urls }));
             self.build(
                 "content",
                 &plan.method,
@@ -797,26 +814,75 @@ impl Provider {
                 plan.query.as_ref(),
                 None,
                 None,
-                &Val::Null,
+                &input,
                 &vars,
             )?
         };
-        let response = match self.client.open(request, plan.timeout).await {
-            Ok(r) => r,
-            Err(CallError::TimedOut) => {
-                return Err(ApiError::upstream_timeout(&self.name, "content"));
+        for _ in 0..=MAX_CONTENT_REDIRECTS {
+            if let Some(range) = &range {
+                request
+                    .headers_mut()
+                    .insert(http::header::RANGE, range.clone());
             }
-            Err(CallError::Unreached(e) | CallError::Broken(e)) => {
-                tracing::warn!(provider = %self.name, error = %e, "content request failed");
-                return Err(ApiError::upstream_failed(
-                    &self.name,
-                    "content",
-                    "no answer",
-                ));
+            let at = request.uri().clone();
+            let response = match self.client.open(request, plan.timeout).await {
+                Ok(r) => r,
+                Err(CallError::TimedOut) => {
+                    return Err(ApiError::upstream_timeout(&self.name, "content"));
+                }
+                Err(CallError::Unreached(e) | CallError::Broken(e)) => {
+                    tracing::warn!(provider = %self.name, error = %e, "content request failed");
+                    return Err(ApiError::upstream_failed(
+                        &self.name,
+                        "content",
+                        "no answer",
+                    ));
+                }
+            };
+            let status = response.status();
+            if status.is_redirection() && status != StatusCode::NOT_MODIFIED {
+                let next = redirect_target(&at, response.headers()).ok_or_else(|| {
+                    ApiError::upstream_failed(
+                        &self.name,
+                        "content",
+                        "redirected without a usable Location",
+                    )
+                })?;
+                request = self.follow(next);
+                continue;
             }
-        };
-        self.check_answer("content", response.status(), response.headers())?;
-        Ok(response)
+            if status == StatusCode::RANGE_NOT_SATISFIABLE {
+                return Err(ApiError::range_not_satisfiable());
+            }
+            self.check_answer("content", status, response.headers())?;
+            return Ok(response);
+        }
+        Err(ApiError::upstream_failed(
+            &self.name,
+            "content",
+            "too many redirects",
+        ))
+    }
+
+    /// A GET to where a content request was redirected; our headers only when it
+    /// stays on the provider's origin.
+    fn follow(&self, to: http::Uri) -> Request<Full<Bytes>> {
+        let mut request = Request::new(Full::new(Bytes::new()));
+        if self.same_origin(&to.to_string()) {
+            *request.headers_mut() = self.headers.clone();
+        }
+        *request.uri_mut() = to;
+        request
+    }
+
+    /// Whether `url` is on the provider's own scheme, host and port.
+    fn same_origin(&self, url: &str) -> bool {
+        match (self.base.parse::<http::Uri>(), url.parse::<http::Uri>()) {
+            (Ok(base), Ok(to)) => {
+                base.scheme() == to.scheme() && base.authority() == to.authority()
+            }
+            _ => false,
+        }
     }
 
     /// Map an unsuccessful HTTP status of a query, result or content call.
@@ -844,6 +910,29 @@ impl Provider {
             )),
         }
     }
+}
+
+/// Redirects followed by a content request before giving up.
+const MAX_CONTENT_REDIRECTS: usize = 3;
+
+/// Where a redirect points: an absolute http(s) URL, or a path on the same origin.
+fn redirect_target(from: &http::Uri, headers: &HeaderMap) -> Option<http::Uri> {
+    let location = headers.get(http::header::LOCATION)?.to_str().ok()?;
+    let to = location.parse::<http::Uri>().ok()?;
+    if to.scheme().is_some() {
+        return matches!(to.scheme_str(), Some("http" | "https"))
+            .then_some(to)
+            .filter(|u| u.authority().is_some());
+    }
+    if !location.starts_with('/') || location.starts_with("//") {
+        return None;
+    }
+    http::Uri::builder()
+        .scheme(from.scheme()?.clone())
+        .authority(from.authority()?.clone())
+        .path_and_query(location)
+        .build()
+        .ok()
 }
 
 /// `Retry-After` in seconds from an upstream answer (HTTP dates are ignored).
