@@ -446,7 +446,7 @@ params = { type = 12 }
         assert!(err.contains(expected), "missing `{expected}` in:\n{err}");
     }
 
-    // Every block of the provider guide's shapes passes.
+    // A correct file passes.
     let good = provider("one", "https://api.example.com");
     std::fs::write(
         &file,

@@ -5,6 +5,7 @@
 //! [`client`] does the HTTP; this module decides what each answer means, in
 //! particular whether a failed submit certainly created no task (only then may the
 //! caller fail over to the next provider: a user must never pay twice).
+//! docs/providers.md describes every key, the failover rule and the error mapping.
 
 pub mod client;
 pub mod transform;
