@@ -15,7 +15,6 @@ use tower::Service;
 
 use crate::app::Gateway;
 use crate::auth::ApiKey;
-use crate::body::BoxError;
 use crate::body::{ResponseBody, full, read_json_body};
 use crate::cache::TaskCache;
 use crate::error::ApiError;
@@ -398,7 +397,7 @@ async fn content(
         Err(e) => return Err((e, fields)),
     };
     let (parts, body) = upstream.into_parts();
-    let mut resp = Response::new(body.map_err(|e| Box::new(e) as BoxError).boxed());
+    let mut resp = Response::new(BodyExt::boxed(body));
     // 200, or 206 for a range.
     *resp.status_mut() = parts.status;
     for name in CONTENT_HEADERS {

@@ -20,7 +20,7 @@ fn provider(name: &str, base: &str) -> String {
 [providers.{name}]
 base_url = "{base}"
 auth = {{ secret_env = "FAKE_UPSTREAM_KEY" }}
-connect_timeout_ms = 1000
+connect_timeout_ms = 250
 submit_timeout_ms = 500
 query_timeout_ms = 500
 [providers.{name}.submit]

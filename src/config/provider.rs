@@ -177,8 +177,8 @@ pub struct ContentConfig {
     /// Unset: formed from the request's `Host` header (and `X-Forwarded-Proto`).
     #[serde(default)]
     pub public_base_url: Option<String>,
-    /// Time allowed until the upstream starts answering; the body then streams
-    /// without a total limit.
+    /// Time allowed until the upstream starts answering, and the longest pause
+    /// while the body streams; there is no limit on the total time.
     #[serde(default = "default_query_timeout")]
     pub timeout_ms: u64,
 }

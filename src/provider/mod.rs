@@ -257,6 +257,13 @@ impl Provider {
             }
         }
 
+        if cfg.connect_timeout_ms >= cfg.submit_timeout_ms {
+            // Otherwise an unreachable provider looks like a slow one: no failover.
+            problems.push(
+                key("connect_timeout_ms"),
+                "must be shorter than submit_timeout_ms",
+            );
+        }
         let client = UpstreamClient::new(
             Duration::from_millis(cfg.connect_timeout_ms),
             cfg.ca_file.as_ref().map(|f| dir.join(f)).as_deref(),
@@ -795,7 +802,7 @@ impl Provider {
         upstream_id: &str,
         urls: &[String],
         range: Option<HeaderValue>,
-    ) -> Result<http::Response<hyper::body::Incoming>, ApiError> {
+    ) -> Result<http::Response<client::IdleTimeout<hyper::body::Incoming>>, ApiError> {
         let Some(plan) = &self.content else {
             return Err(ApiError::task_not_found());
         };
@@ -856,7 +863,8 @@ impl Provider {
                 return Err(ApiError::range_not_satisfiable());
             }
             self.check_answer("content", status, response.headers())?;
-            return Ok(response);
+            let idle = plan.timeout;
+            return Ok(response.map(|body| client::IdleTimeout::new(body, idle)));
         }
         Err(ApiError::upstream_failed(
             &self.name,
@@ -953,4 +961,117 @@ fn _assert_send_sync() {
     fn check<T: Send + Sync>() {}
     check::<Provider>();
     let _ = to_json;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(name: http::HeaderName, value: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(name, HeaderValue::from_str(value).unwrap());
+        h
+    }
+
+    #[test]
+    fn redirects_resolve_absolute_and_same_origin_paths_only() {
+        let from: http::Uri = "https://api.example/v1/files/a:download?alt=media"
+            .parse()
+            .unwrap();
+        let to = |loc: &str| redirect_target(&from, &headers(http::header::LOCATION, loc));
+        assert_eq!(
+            to("https://storage.example/b/a.mp4?sig=1").unwrap(),
+            "https://storage.example/b/a.mp4?sig=1"
+        );
+        assert_eq!(to("/v1/blobs/a").unwrap(), "https://api.example/v1/blobs/a");
+        assert!(to("ftp://x/y").is_none());
+        assert!(to("//other.example/x").is_none());
+        assert!(to("relative/path").is_none());
+        assert!(redirect_target(&from, &HeaderMap::new()).is_none());
+    }
+
+    #[test]
+    fn retry_after_takes_seconds_only() {
+        let h = |v: &str| headers(http::header::RETRY_AFTER, v);
+        assert_eq!(retry_after(&h("7")), Some(Duration::from_secs(7)));
+        assert_eq!(retry_after(&h(" 12 ")), Some(Duration::from_secs(12)));
+        assert_eq!(retry_after(&h("Wed, 21 Oct 2015 07:28:00 GMT")), None);
+        assert_eq!(retry_after(&HeaderMap::new()), None);
+    }
+
+    fn compile(toml_text: &str) -> (Option<Provider>, Vec<(String, String)>) {
+        let cfg: ProviderConfig = toml::from_str(toml_text).unwrap();
+        let mut problems = Problems::default();
+        let p = Provider::compile("p", &cfg, &cfg.base_url, Path::new("."), &mut problems);
+        (p, problems.0)
+    }
+
+    const MINIMAL: &str = r#"
+base_url = "https://api.example"
+[submit]
+path = '"/t"'
+id = '.id'
+[query]
+path = '"/t/\($id)"'
+status = '.s'
+status_map = { ok = "completed" }
+"#;
+
+    #[test]
+    fn a_minimal_block_compiles_and_bad_ones_name_their_keys() {
+        let (p, problems) = compile(MINIMAL);
+        assert!(p.is_some() && problems.is_empty(), "{problems:?}");
+        let (p, problems) = compile(&format!(
+            "{MINIMAL}\n[result]\npath = '\"/r\"'\nurls = '.['\n[content]\npath = '.urls[0]'\npublic_base_url = \"not a url\"\n"
+        ));
+        assert!(p.is_none());
+        let keys: Vec<&str> = problems.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(
+            keys,
+            [
+                "providers.p.result.urls",
+                "providers.p.content.public_base_url"
+            ]
+        );
+        let (_, problems) = compile(&MINIMAL.replace(
+            "base_url = \"https://api.example\"",
+            "base_url = \"https://api.example\"\nconnect_timeout_ms = 5000\nsubmit_timeout_ms = 5000",
+        ));
+        assert_eq!(problems[0].0, "providers.p.connect_timeout_ms");
+    }
+
+    #[test]
+    fn paths_may_be_absolute_and_keep_our_headers_on_our_origin() {
+        let (p, _) = compile(&MINIMAL.replace(
+            "base_url = \"https://api.example\"",
+            "base_url = \"https://api.example\"\nheaders = { \"x-k\" = \"v\" }",
+        ));
+        let p = p.unwrap();
+        let vars = JqVars::new("m", "m", MediaKind::Video, Some("1"), None);
+        let build = |code: &str| {
+            let jq = Jq::compile(code).unwrap();
+            p.build(
+                "query",
+                &Method::GET,
+                &jq,
+                None,
+                None,
+                None,
+                &Val::Null,
+                &vars,
+            )
+        };
+        let own = build(r#""https://api.example/files/1""#).unwrap();
+        assert_eq!(own.uri(), "https://api.example/files/1");
+        assert_eq!(own.headers()["x-k"], "v");
+        let other = build(r#""https://cdn.example/files/1""#).unwrap();
+        assert!(other.headers().get("x-k").is_none());
+        let relative = build(r#""files/1""#).unwrap();
+        assert_eq!(relative.uri(), "https://api.example/files/1");
+        // An unusable URL is an upstream error, never a panic.
+        let e = build(r#""/bad path\u0000""#).unwrap_err();
+        assert_eq!(e.status, StatusCode::BAD_GATEWAY);
+        let e = build("42").unwrap_err();
+        assert!(e.message.contains("not a string"), "{}", e.message);
+    }
 }
