@@ -20,9 +20,9 @@ fn provider(name: &str, base: &str) -> String {
 [providers.{name}]
 base_url = "{base}"
 auth = {{ secret_env = "FAKE_UPSTREAM_KEY" }}
-connect_timeout_ms = 250
-submit_timeout_ms = 500
-query_timeout_ms = 500
+connect_timeout_ms = 1000
+submit_timeout_ms = 2000
+query_timeout_ms = 2000
 [providers.{name}.submit]
 path = '"/tasks"'
 id = '.id'
@@ -149,7 +149,7 @@ async fn submit_errors_are_mapped() {
     // Timeout: 504. A broken connection: 502.
     fake.on(
         "POST /tasks",
-        Canned::json(200, json!({"id": "late"})).delayed(Duration::from_secs(3)),
+        Canned::json(200, json!({"id": "late"})).delayed(Duration::from_secs(6)),
     );
     let r = submit(&http, "m1").await;
     assert_eq!(r.status, 504);
@@ -209,7 +209,7 @@ async fn query_errors_are_mapped_and_unmapped_statuses_never_leak() {
             "",
         ),
         (
-            Canned::json(200, json!({"status": "running"})).delayed(Duration::from_secs(3)),
+            Canned::json(200, json!({"status": "running"})).delayed(Duration::from_secs(6)),
             504,
             "upstream_timeout",
             "query",
@@ -364,7 +364,7 @@ async fn failover_only_when_no_task_was_created() {
     // Outcomes that are unknown or definite: never sent to the second provider.
     for (canned, status) in [
         (
-            Canned::json(200, json!({"id": "late"})).delayed(Duration::from_secs(3)),
+            Canned::json(200, json!({"id": "late"})).delayed(Duration::from_secs(6)),
             504,
         ),
         (Canned::hang_up(), 502),
