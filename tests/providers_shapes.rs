@@ -599,6 +599,7 @@ auth = { secret_env = "FAKE_UPSTREAM_KEY" }
 path = '"/v1/videos/text2video"'
 body = '{model_name: $upstream_model, prompt, duration: (.duration // 5 | tostring), aspect_ratio}'
 success = '.code == 0'
+refusal = 'if .code == 1302 then "rate_limited" elif .code >= 1000 and .code < 1100 then "auth" else null end'
 error_message = '.message'
 id = '.data.task_id'
 status = '.data.task_status'
@@ -687,6 +688,30 @@ async fn e_wrapped_answers_with_codes() {
             .contains("duration must be 5 or 10")
     );
     assert_eq!(fake.only().json()["duration"], "7");
+
+    // Codes that say the upstream declined: a rate limit, our key.
+    for (code, status, error) in [
+        (1302, 429, "upstream_rate_limited"),
+        (1004, 502, "upstream_auth_failed"),
+    ] {
+        fake.on(
+            "POST /v1/videos/text2video",
+            Canned::json(
+                200,
+                json!({"code": code, "message": "declined", "data": null}),
+            ),
+        );
+        let r = http
+            .post_json(
+                MODEL_CENTER,
+                DEMO,
+                &json!({"model": "sd_2.0_special", "prompt": "x"}),
+            )
+            .await;
+        assert_eq!(r.status, status);
+        assert_eq!(r.error_code(), error);
+        fake.take();
+    }
 
     // A failed task.
     fake.on(

@@ -95,6 +95,11 @@ pub struct SubmitConfig {
     /// jq predicate on the answer body that must be true for success (e.g. `.code == 0`).
     #[serde(default)]
     pub success: Option<String>,
+    /// jq classifying an answer that failed `success`: `"rate_limited"`, `"auth"` or
+    /// `"unavailable"` mean the upstream declined and created no task (the next
+    /// provider is tried); anything else (the default) is an invalid request.
+    #[serde(default)]
+    pub refusal: Option<String>,
     /// jq extracting the upstream task id from the answer.
     pub id: String,
     /// jq extracting the upstream status from the submit answer, if it has one.

@@ -96,6 +96,7 @@ struct SubmitPlan {
     query: Option<Jq>,
     body: Option<Jq>,
     success: Option<Jq>,
+    refusal: Option<Jq>,
     id: Jq,
     status: Option<Jq>,
     error_message: Jq,
@@ -314,6 +315,7 @@ impl Provider {
         let query = p.opt_jq(key("query"), &c.query);
         let body = p.opt_jq(key("body"), &c.body);
         let success = p.opt_jq(key("success"), &c.success);
+        let refusal = p.opt_jq(key("refusal"), &c.refusal);
         let id = p.jq(key("id"), &c.id);
         let status = p.opt_jq(key("status"), &c.status);
         let error_message = p.jq(
@@ -326,6 +328,7 @@ impl Provider {
             query: query?,
             body: body?,
             success: success?,
+            refusal: refusal?,
             id: id?,
             status: status?,
             error_message: error_message?,
@@ -629,14 +632,14 @@ impl Provider {
                 let reason = self
                     .submit
                     .error_message
-                    .first(body, vars)
+                    .first(body.clone(), vars)
                     .ok()
                     .flatten()
                     .as_ref()
                     .and_then(to_text)
                     .map(|m| self.redactor.clean(&m))
                     .unwrap_or_else(|| "no reason given".into());
-                return Err(Failed(ApiError::upstream_invalid_request(&reason)));
+                return Err(self.body_refusal(body, vars, &reason));
             }
         }
         let id = self
@@ -665,6 +668,36 @@ impl Provider {
             task_status
         };
         Ok((id, task_status))
+    }
+
+    /// A 2xx submit answer whose `success` is not true, classified by `submit.refusal`:
+    /// only an answer that says the upstream declined (rate limit, our key, down)
+    /// lets the next provider try; anything else is the request's own fault.
+    fn body_refusal(&self, body: Val, vars: &JqVars, reason: &str) -> SubmitError {
+        let kind = match &self.submit.refusal {
+            Some(jq) => match jq.first(body, vars) {
+                Ok(Some(v)) => to_text(&v),
+                Ok(None) => None,
+                Err(e) => {
+                    tracing::warn!(provider = %self.name, error = %e, "`submit.refusal` failed");
+                    None
+                }
+            },
+            None => None,
+        };
+        match kind.as_deref() {
+            Some("rate_limited") => SubmitError::Refused(ApiError::upstream_rate_limited(None)),
+            Some("auth") => {
+                tracing::error!(provider = %self.name, "provider refused our credentials");
+                SubmitError::Refused(ApiError::upstream_auth(&self.name))
+            }
+            Some("unavailable") => SubmitError::Refused(ApiError::upstream_failed(
+                &self.name,
+                "submit",
+                format!("unavailable ({reason})"),
+            )),
+            _ => SubmitError::Failed(ApiError::upstream_invalid_request(reason)),
+        }
     }
 
     /// Ask the upstream for a task's state.
