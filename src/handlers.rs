@@ -282,8 +282,10 @@ impl PublicBase {
             .headers()
             .get("x-forwarded-proto")
             .and_then(|v| v.to_str().ok())
+            // The first proxy's view: `https, http` means the client used https.
+            .and_then(|v| v.split(',').next())
         {
-            Some(p) if p.eq_ignore_ascii_case("https") => "https",
+            Some(p) if p.trim().eq_ignore_ascii_case("https") => "https",
             _ => "http",
         };
         let host = req
@@ -333,10 +335,10 @@ async fn query(
     public: &PublicBase,
 ) -> Handled {
     let mut fields = LogFields::default();
-    let open = open_task(snapshot, key, endpoint, id, &mut fields).map_err(|e| {
-        let fields = fields.clone();
-        (e, fields)
-    })?;
+    let open = match open_task(snapshot, key, endpoint, id, &mut fields) {
+        Ok(open) => open,
+        Err(e) => return Err((e, fields)),
+    };
     let (task, provider) = (&open.task, open.provider);
     let mut state = task_state(gateway, &open, &mut fields)
         .await
