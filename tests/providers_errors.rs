@@ -466,3 +466,79 @@ params = { type = 12 }
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("ok"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn content_errors_are_mapped() {
+    let fake = Fake::start().await;
+    let block = provider("one", &fake.url())
+        + r#"
+[providers.one.content]
+path = '"/files/\($id)"'
+timeout_ms = 2000
+"#;
+    let gw = start(&block, &family("f", "model-center", &["one"], "m1", "m1"));
+    let http = gw.client();
+    fake.on("POST /tasks", Canned::json(200, json!({"id": "t1"})));
+    let id = submit_ok(&http, "m1").await;
+    fake.on(
+        "GET /tasks/t1",
+        Canned::json(200, json!({"status": "done"})),
+    );
+    let path = format!("{MODEL_CENTER}/{id}/content");
+    let loop_to = format!("{}/files/t1", fake.url());
+    for (canned, status, code, words) in [
+        (
+            Canned::json(500, json!({})),
+            502,
+            "upstream_error",
+            "content: answered HTTP 500",
+        ),
+        (
+            Canned::json(401, json!({})),
+            502,
+            "upstream_auth_failed",
+            "credentials",
+        ),
+        (Canned::json(404, json!({})), 404, "task_not_found", ""),
+        (
+            Canned::json(416, json!({})),
+            416,
+            "range_not_satisfiable",
+            "",
+        ),
+        (
+            Canned::raw(200, "video/mp4", "x").delayed(Duration::from_secs(6)),
+            504,
+            "upstream_timeout",
+            "content",
+        ),
+        (
+            Canned::raw(302, "text/plain", "").header("location", &loop_to),
+            502,
+            "upstream_error",
+            "too many redirects",
+        ),
+        (
+            Canned::raw(302, "text/plain", ""),
+            502,
+            "upstream_error",
+            "Location",
+        ),
+    ] {
+        fake.on("GET /files/t1", canned);
+        let r = http.get(&path, DEMO).await;
+        assert_eq!(r.status, status, "{:?}", String::from_utf8_lossy(&r.body));
+        assert_eq!(r.error_code(), code);
+        assert!(message(&r).contains(words), "{}", message(&r));
+        assert_no_secret(&r);
+    }
+    // One request per case, but four for the loop: the first and three redirects.
+    let seen = fake.take();
+    let loops = seen.iter().filter(|s| s.line() == "GET /files/t1").count();
+    assert_eq!(
+        loops,
+        4 + 6,
+        "{:?}",
+        seen.iter().map(|s| s.line()).collect::<Vec<_>>()
+    );
+}
