@@ -326,6 +326,27 @@ impl ApiError {
         resp.extensions_mut().insert(ErrorCode(self.code));
         resp
     }
+
+    /// The owner asked for the content of a task that is not completed.
+    pub fn content_not_ready() -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "not_found_error",
+            "content_not_ready",
+            "the task has no result yet: query it until its status is `completed`",
+        )
+        .with_param("id")
+    }
+
+    // 416
+    pub fn range_not_satisfiable() -> Self {
+        Self::new(
+            StatusCode::RANGE_NOT_SATISFIABLE,
+            "invalid_request_error",
+            "range_not_satisfiable",
+            "the requested range is outside the content",
+        )
+    }
 }
 
 /// Marker left on error responses so the request log can name the refusal.

@@ -8,6 +8,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::{HeaderValue, Request, Response, StatusCode, header};
+use http_body_util::BodyExt;
 use serde::Serialize;
 use serde_json::Value;
 use tower::Service;
@@ -17,11 +18,11 @@ use crate::auth::ApiKey;
 use crate::body::{ResponseBody, full, read_json_body};
 use crate::cache::TaskCache;
 use crate::error::ApiError;
-use crate::provider::{Call, SubmitError};
+use crate::provider::{Call, Provider, SubmitError};
 use crate::request_log::LogFields;
 use crate::routing::{Endpoint, Route, route};
 use crate::snapshot::Snapshot;
-use crate::task::{SubmitResponse, TaskView};
+use crate::task::{SubmitResponse, TaskState, TaskStatus, TaskView};
 use crate::task_id::TaskId;
 
 /// Routes a request and runs its handler, under the overall request timeout.
@@ -101,7 +102,12 @@ where
         )),
         (Route::Submit(endpoint), Some(key)) => submit(snapshot, &key, endpoint, req).await,
         (Route::Query(endpoint, id), Some(key)) => {
-            query(gateway, snapshot, &key, endpoint, id).await
+            let public = PublicBase::of(&req);
+            query(gateway, snapshot, &key, endpoint, id, &public).await
+        }
+        (Route::Content(endpoint, id), Some(key)) => {
+            let range = req.headers().get(header::RANGE).cloned();
+            content(gateway, snapshot, &key, endpoint, id, range).await
         }
         // The auth layer lets no unauthenticated request through to these routes.
         (_, None) => Err(no_fields(ApiError::invalid_key())),
@@ -207,16 +213,33 @@ where
     ))
 }
 
-/// Open the id (owner checked) → cached or upstream state → public view.
-async fn query(
-    gateway: &Gateway,
-    snapshot: &Snapshot,
+/// A task id opened for its owner, with the provider sealed in it.
+struct OpenTask<'s> {
+    task: TaskId,
+    provider: &'s Arc<Provider>,
+    /// `None` when the model is no longer configured: its own id is used.
+    upstream_model: Option<&'s str>,
+}
+
+impl OpenTask<'_> {
+    fn call(&self) -> Call<'_> {
+        Call {
+            model: &self.task.model,
+            upstream_model: self.upstream_model.unwrap_or(&self.task.model),
+            kind: self.task.kind,
+        }
+    }
+}
+
+/// Open the id, check the owner and the endpoint, find the provider sealed in it.
+/// Made-up, tampered, other keys' and other endpoints' ids all look the same (404).
+fn open_task<'s>(
+    snapshot: &'s Snapshot,
     key: &ApiKey,
     endpoint: Endpoint,
     id: &str,
-) -> Handled {
-    let mut fields = LogFields::default();
-    // Made-up, tampered, other keys' and other endpoints' ids all look the same.
+    fields: &mut LogFields,
+) -> Result<OpenTask<'s>, ApiError> {
     let task = snapshot
         .sealer
         .open(id)
@@ -227,42 +250,163 @@ async fn query(
                 .get(&t.model)
                 .is_none_or(|m| m.endpoints.contains(&endpoint))
         })
-        .ok_or_else(|| (ApiError::task_not_found(), LogFields::default()))?;
+        .ok_or_else(ApiError::task_not_found)?;
     fields.model = Some(task.model.clone());
     fields.provider = Some(task.provider.clone());
-    let Some(provider) = snapshot.providers.get(&task.provider) else {
-        return Err((
-            ApiError::no_provider(&format!(
-                "provider `{}` is no longer configured",
-                task.provider
-            )),
-            fields,
-        ));
-    };
+    let provider = snapshot.providers.get(&task.provider).ok_or_else(|| {
+        ApiError::no_provider(&format!(
+            "provider `{}` is no longer configured",
+            task.provider
+        ))
+    })?;
     let upstream_model = snapshot
         .models
         .get(&task.model)
-        .map_or(task.model.as_str(), |m| m.upstream_model.as_str());
-    let call = Call {
-        model: &task.model,
+        .map(|m| m.upstream_model.as_str());
+    Ok(OpenTask {
+        task,
+        provider,
         upstream_model,
-        kind: task.kind,
-    };
+    })
+}
+
+/// How the client reached us, to form absolute content URLs when the provider sets
+/// no `content.public_base_url`: `X-Forwarded-Proto` (`http`/`https`, default `http`)
+/// and the `Host` header (or the HTTP/2 authority). Only the asking client sees the
+/// result, so what it sends is only reflected back to itself.
+struct PublicBase(Option<String>);
+
+impl PublicBase {
+    fn of<B>(req: &Request<B>) -> Self {
+        let proto = match req
+            .headers()
+            .get("x-forwarded-proto")
+            .and_then(|v| v.to_str().ok())
+            // The first proxy's view: `https, http` means the client used https.
+            .and_then(|v| v.split(',').next())
+        {
+            Some(p) if p.trim().eq_ignore_ascii_case("https") => "https",
+            _ => "http",
+        };
+        let host = req
+            .headers()
+            .get(header::HOST)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+            .or_else(|| req.uri().authority().map(|a| a.to_string()))
+            .filter(|h| h.parse::<http::uri::Authority>().is_ok());
+        Self(host.map(|h| format!("{proto}://{h}")))
+    }
+
+    /// `{base}{collection}/{id}/content`; relative when nothing names the gateway.
+    fn content_url(&self, configured: Option<&str>, endpoint: Endpoint, id: &str) -> String {
+        let base = configured.or(self.0.as_deref()).unwrap_or("");
+        format!("{base}{}/{id}/content", endpoint.path())
+    }
+}
+
+/// The task's state: from the cache, or queried from the provider sealed in the id.
+async fn task_state(
+    gateway: &Gateway,
+    open: &OpenTask<'_>,
+    fields: &mut LogFields,
+) -> Result<Arc<TaskState>, ApiError> {
+    let (task, provider) = (&open.task, open.provider);
     let upstream_time = OnceLock::new();
     let state = gateway
         .cache
         .get_or_fetch(TaskCache::key(&task.provider, &task.upstream_id), async {
-            let (state, took) = provider.query(call, &task.upstream_id).await?;
+            let (state, took) = provider.query(open.call(), &task.upstream_id).await?;
             let _ = upstream_time.set(took);
             Ok(state)
         })
         .await;
     fields.upstream = upstream_time.get().copied();
-    let state = state.map_err(|e| (e, fields.clone()))?;
+    state
+}
+
+/// Open the id (owner checked) → cached or upstream state → public view.
+async fn query(
+    gateway: &Gateway,
+    snapshot: &Snapshot,
+    key: &ApiKey,
+    endpoint: Endpoint,
+    id: &str,
+    public: &PublicBase,
+) -> Handled {
+    let mut fields = LogFields::default();
+    let open = match open_task(snapshot, key, endpoint, id, &mut fields) {
+        Ok(open) => open,
+        Err(e) => return Err((e, fields)),
+    };
+    let (task, provider) = (&open.task, open.provider);
+    let mut state = task_state(gateway, &open, &mut fields)
+        .await
+        .map_err(|e| (e, fields.clone()))?;
+    // A result only the upstream key can download is served by our content route.
+    if state.status == TaskStatus::Completed
+        && let Some(configured) = provider.content_url_base()
+    {
+        Arc::make_mut(&mut state).urls = vec![public.content_url(configured, endpoint, id)];
+    }
     let mut resp = json(
         StatusCode::OK,
         &TaskView::new(id, task.kind, &task.model, task.created, &state),
     );
+    fields.attach(&mut resp);
+    Ok(resp)
+}
+
+/// Headers of an upstream content answer passed on to the client.
+const CONTENT_HEADERS: [header::HeaderName; 8] = [
+    header::CONTENT_TYPE,
+    header::CONTENT_LENGTH,
+    header::CONTENT_RANGE,
+    header::ACCEPT_RANGES,
+    header::CONTENT_DISPOSITION,
+    header::ETAG,
+    header::LAST_MODIFIED,
+    header::CACHE_CONTROL,
+];
+
+/// Open the id (owner checked, same 404 as a query) → the completed state (cached
+/// or queried) → upstream content request with our key → the bytes streamed through
+/// as they arrive.
+async fn content(
+    gateway: &Gateway,
+    snapshot: &Snapshot,
+    key: &ApiKey,
+    endpoint: Endpoint,
+    id: &str,
+    range: Option<HeaderValue>,
+) -> Handled {
+    let mut fields = LogFields::default();
+    let open = match open_task(snapshot, key, endpoint, id, &mut fields) {
+        Ok(open) => open,
+        Err(e) => return Err((e, fields)),
+    };
+    let state = match task_state(gateway, &open, &mut fields).await {
+        Ok(state) if state.status == TaskStatus::Completed => state,
+        Ok(_) => return Err((ApiError::content_not_ready(), fields)),
+        Err(e) => return Err((e, fields)),
+    };
+    let upstream = match open
+        .provider
+        .content(open.call(), &open.task.upstream_id, &state.urls, range)
+        .await
+    {
+        Ok(r) => r,
+        Err(e) => return Err((e, fields)),
+    };
+    let (parts, body) = upstream.into_parts();
+    let mut resp = Response::new(BodyExt::boxed(body));
+    // 200, or 206 for a range.
+    *resp.status_mut() = parts.status;
+    for name in CONTENT_HEADERS {
+        if let Some(value) = parts.headers.get(&name) {
+            resp.headers_mut().insert(name, value.clone());
+        }
+    }
     fields.attach(&mut resp);
     Ok(resp)
 }

@@ -14,7 +14,9 @@
 //! 7. [`validate`]: the family's JSON Schema (400 naming the parameter).
 //! 8. [`provider`]: provider choice with failover, the upstream request built by the
 //!    provider's jq [`provider::transform`], sent by the pooled [`provider::client`].
-//! 9. [`normalize`]: the upstream answer read into one of four statuses.
+//! 9. [`normalize`]: the upstream answer read into one of four statuses; for a
+//!    completed task, the provider's optional second (result) request.
+//!    `{collection}/{id}/content` streams a result that needs the upstream key.
 //! 10. [`task_id`]: the sealed, self-contained task id; [`cache`] for query results.
 //! 11. [`task`]: the public response shapes; [`error`] for every refusal.
 //!

@@ -41,6 +41,8 @@ impl Endpoint {
 pub enum Route<'a> {
     Submit(Endpoint),
     Query(Endpoint, &'a str),
+    /// `{collection}/{id}/content`: a result streamed from an upstream that needs our key.
+    Content(Endpoint, &'a str),
     Health,
     Ready,
 }
@@ -58,6 +60,8 @@ impl Route<'_> {
             Route::Submit(Endpoint::AlphaVideos) => "POST /v1/alpha/videos",
             Route::Query(Endpoint::ModelCenter, _) => "GET /v2/model-center/tasks/{id}",
             Route::Query(Endpoint::AlphaVideos, _) => "GET /v1/alpha/videos/{id}",
+            Route::Content(Endpoint::ModelCenter, _) => "GET /v2/model-center/tasks/{id}/content",
+            Route::Content(Endpoint::AlphaVideos, _) => "GET /v1/alpha/videos/{id}/content",
             Route::Health => "GET /healthz",
             Route::Ready => "GET /readyz",
         }
@@ -80,6 +84,12 @@ pub fn route<'a>(method: &Method, path: &'a str) -> Result<Route<'a>, ApiError> 
                     Some(id) if !id.is_empty() && !id.contains('/') => {
                         (Route::Query(endpoint, id), "GET, HEAD")
                     }
+                    Some(rest) => match rest.strip_suffix("/content") {
+                        Some(id) if !id.is_empty() && !id.contains('/') => {
+                            (Route::Content(endpoint, id), "GET, HEAD")
+                        }
+                        _ => return Err(ApiError::path_not_found()),
+                    },
                     _ => return Err(ApiError::path_not_found()),
                 },
             }
@@ -111,6 +121,10 @@ mod tests {
             Route::Query(Endpoint::AlphaVideos, "task_abc")
         );
         assert_eq!(route(&Method::GET, "/healthz").unwrap(), Route::Health);
+        assert_eq!(
+            route(&Method::GET, "/v1/alpha/videos/task_abc/content").unwrap(),
+            Route::Content(Endpoint::AlphaVideos, "task_abc")
+        );
     }
 
     #[test]
@@ -129,6 +143,8 @@ mod tests {
             "/v2/model-center/tasksx",
             "/v2/model-center/tasks/",
             "/v2/model-center/tasks/a/b",
+            "/v2/model-center/tasks//content",
+            "/v2/model-center/tasks/a/b/content",
             "/v3/x",
         ] {
             assert_eq!(route(&Method::GET, p).unwrap_err().status, 404, "{p}");

@@ -10,7 +10,9 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-pub use self::provider::{AuthConfig, ProviderConfig, QueryConfig, SubmitConfig};
+pub use self::provider::{
+    AuthConfig, ContentConfig, ProviderConfig, QueryConfig, ResultConfig, SubmitConfig,
+};
 
 mod provider;
 

@@ -31,6 +31,14 @@ pub struct ProviderConfig {
     pub redact: Vec<String>,
     pub submit: SubmitConfig,
     pub query: QueryConfig,
+    /// Second request run when a task is completed, turning a result reference
+    /// (a file id, a separate result endpoint) into URLs.
+    #[serde(default)]
+    pub result: Option<ResultConfig>,
+    /// The result is only downloadable with our key: clients get a gateway URL that
+    /// streams it from this request.
+    #[serde(default)]
+    pub content: Option<ContentConfig>,
 }
 
 fn default_connect_timeout() -> u64 {
@@ -87,6 +95,11 @@ pub struct SubmitConfig {
     /// jq predicate on the answer body that must be true for success (e.g. `.code == 0`).
     #[serde(default)]
     pub success: Option<String>,
+    /// jq classifying an answer that failed `success`: `"rate_limited"`, `"auth"` or
+    /// `"unavailable"` mean the upstream declined and created no task (the next
+    /// provider is tried); anything else (the default) is an invalid request.
+    #[serde(default)]
+    pub refusal: Option<String>,
     /// jq extracting the upstream task id from the answer.
     pub id: String,
     /// jq extracting the upstream status from the submit answer, if it has one.
@@ -132,4 +145,45 @@ pub struct QueryConfig {
     /// jq extracting the failure message.
     #[serde(default)]
     pub error_message: Option<String>,
+}
+
+/// The optional second request of a completed task. `path` and `query` see the status
+/// answer as `.`; `urls` sees this request's answer as `.`. `$id` is the upstream id.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResultConfig {
+    #[serde(default = "default_get")]
+    pub method: String,
+    /// jq producing the path.
+    pub path: String,
+    /// jq producing an object of query parameters.
+    #[serde(default)]
+    pub query: Option<String>,
+    /// jq producing the result URLs (a string or an array of strings).
+    pub urls: String,
+}
+
+/// A content endpoint that needs our key. `path` and `query` see `{"urls": […]}` as
+/// `.` (the URLs the query step found, possibly none) and `$id` (the upstream id).
+/// A path that is an absolute URL is used as it is; redirects are followed, and our
+/// headers only ever go to the provider's own origin.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ContentConfig {
+    #[serde(default = "default_get")]
+    pub method: String,
+    /// jq producing the path.
+    pub path: String,
+    /// jq producing an object of query parameters.
+    #[serde(default)]
+    pub query: Option<String>,
+    /// How clients reach the gateway, e.g. `https://media.example.com`; the content URL
+    /// is this followed by `/v1/alpha/videos/{id}/content` (or the model-center path).
+    /// Unset: formed from the request's `Host` header (and `X-Forwarded-Proto`).
+    #[serde(default)]
+    pub public_base_url: Option<String>,
+    /// Time allowed until the upstream starts answering, and the longest pause
+    /// while the body streams; there is no limit on the total time.
+    #[serde(default = "default_query_timeout")]
+    pub timeout_ms: u64,
 }

@@ -2,12 +2,15 @@
 //! webpki roots (plus an optional per-provider CA), HTTP/2 where the upstream offers it.
 
 use std::path::Path;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{HeaderMap, Request, StatusCode};
+use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -125,6 +128,94 @@ impl UpstreamClient {
     }
 }
 
+impl UpstreamClient {
+    /// Send one request and return as soon as the status and headers arrive (within
+    /// `timeout`); the body is left to stream, never held whole in memory.
+    pub async fn open(
+        &self,
+        request: Request<Full<Bytes>>,
+        timeout: Duration,
+    ) -> Result<Response<Incoming>, CallError> {
+        let exchange = async {
+            self.inner.request(request).await.map_err(|e| {
+                if e.is_connect() {
+                    CallError::Unreached(error_chain(&e))
+                } else {
+                    CallError::Broken(error_chain(&e))
+                }
+            })
+        };
+        tokio::time::timeout(timeout, exchange)
+            .await
+            .unwrap_or(Err(CallError::TimedOut))
+    }
+}
+
+/// A streamed answer body that fails when no data arrives for `idle`, so a stalled
+/// upstream cannot hold a client connection forever.
+pub struct IdleTimeout<B> {
+    inner: B,
+    idle: Duration,
+    timer: Pin<Box<tokio::time::Sleep>>,
+}
+
+impl<B> IdleTimeout<B> {
+    pub fn new(inner: B, idle: Duration) -> Self {
+        Self {
+            inner,
+            idle,
+            timer: Box::pin(tokio::time::sleep(idle)),
+        }
+    }
+}
+
+/// The upstream sent nothing for longer than the step's timeout.
+#[derive(Debug)]
+pub struct Stalled;
+
+impl std::fmt::Display for Stalled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the upstream stopped sending")
+    }
+}
+
+impl std::error::Error for Stalled {}
+
+impl<B> http_body::Body for IdleTimeout<B>
+where
+    B: http_body::Body + Unpin,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    type Data = B::Data;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let this = self.get_mut();
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(frame) => {
+                let deadline = tokio::time::Instant::now() + this.idle;
+                this.timer.as_mut().reset(deadline);
+                Poll::Ready(frame.map(|f| f.map_err(Into::into)))
+            }
+            Poll::Pending => match this.timer.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(Stalled)))),
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
 /// The error and its causes on one line; hyper's top-level message alone is vague.
 fn error_chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
@@ -135,4 +226,26 @@ fn error_chain(e: &dyn std::error::Error) -> String {
         source = s.source();
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::StreamBody;
+
+    #[tokio::test]
+    async fn a_stalled_body_fails_instead_of_hanging() {
+        let first = futures_util::stream::iter([Ok::<_, std::io::Error>(http_body::Frame::data(
+            Bytes::from_static(b"abc"),
+        ))]);
+        let stalled = StreamBody::new(futures_util::StreamExt::chain(
+            first,
+            futures_util::stream::pending(),
+        ));
+        let mut body = IdleTimeout::new(stalled, Duration::from_millis(20));
+        let frame = body.frame().await.unwrap().unwrap();
+        assert_eq!(frame.into_data().unwrap(), Bytes::from_static(b"abc"));
+        let err = body.frame().await.unwrap().unwrap_err();
+        assert!(err.is::<Stalled>(), "{err}");
+    }
 }

@@ -5,6 +5,7 @@
 //! [`client`] does the HTTP; this module decides what each answer means, in
 //! particular whether a failed submit certainly created no task (only then may the
 //! caller fail over to the next provider: a user must never pay twice).
+//! docs/providers.md describes every key, the failover rule and the error mapping.
 
 pub mod client;
 pub mod transform;
@@ -22,7 +23,7 @@ use serde_json::Value;
 
 use self::client::{Answer, CallError, UpstreamClient};
 use self::transform::{Jq, JqVars, from_json, parse, to_json, to_text};
-use crate::config::{ProviderConfig, QueryConfig, SubmitConfig};
+use crate::config::{ContentConfig, ProviderConfig, QueryConfig, ResultConfig, SubmitConfig};
 use crate::error::ApiError;
 use crate::normalize::{Redactor, StatusReader};
 use crate::task::{MediaKind, TaskState, TaskStatus};
@@ -74,6 +75,8 @@ pub struct Provider {
     client: UpstreamClient,
     submit: SubmitPlan,
     query: QueryPlan,
+    result: Option<ResultPlan>,
+    content: Option<ContentPlan>,
     redactor: Redactor,
 }
 
@@ -93,6 +96,7 @@ struct SubmitPlan {
     query: Option<Jq>,
     body: Option<Jq>,
     success: Option<Jq>,
+    refusal: Option<Jq>,
     id: Jq,
     status: Option<Jq>,
     error_message: Jq,
@@ -103,6 +107,23 @@ struct QueryPlan {
     path: Jq,
     query: Option<Jq>,
     reader: StatusReader,
+}
+
+/// The second request of a completed task: `.` is the status answer.
+struct ResultPlan {
+    method: Method,
+    path: Jq,
+    query: Option<Jq>,
+    urls: Jq,
+}
+
+/// The content endpoint that needs our key: `.` is null, `$id` the upstream id.
+struct ContentPlan {
+    method: Method,
+    path: Jq,
+    query: Option<Jq>,
+    timeout: Duration,
+    public_base_url: Option<String>,
 }
 
 /// Collects every problem of a provider block, each with its key path.
@@ -237,6 +258,13 @@ impl Provider {
             }
         }
 
+        if cfg.connect_timeout_ms >= cfg.submit_timeout_ms {
+            // Otherwise an unreachable provider looks like a slow one: no failover.
+            problems.push(
+                key("connect_timeout_ms"),
+                "must be shorter than submit_timeout_ms",
+            );
+        }
         let client = UpstreamClient::new(
             Duration::from_millis(cfg.connect_timeout_ms),
             cfg.ca_file.as_ref().map(|f| dir.join(f)).as_deref(),
@@ -245,6 +273,14 @@ impl Provider {
         .ok();
         let submit = Self::compile_submit(name, &cfg.submit, problems);
         let query = Self::compile_query(name, &cfg.query, problems);
+        let result = cfg
+            .result
+            .as_ref()
+            .map(|c| Self::compile_result(name, c, problems));
+        let content = cfg
+            .content
+            .as_ref()
+            .map(|c| Self::compile_content(name, c, problems));
 
         if problems.0.len() != before {
             return None;
@@ -266,6 +302,8 @@ impl Provider {
             client: client?,
             submit: submit?,
             query: query?,
+            result: result.map_or(Some(None), |r| r.map(Some))?,
+            content: content.map_or(Some(None), |c| c.map(Some))?,
             redactor,
         })
     }
@@ -277,6 +315,7 @@ impl Provider {
         let query = p.opt_jq(key("query"), &c.query);
         let body = p.opt_jq(key("body"), &c.body);
         let success = p.opt_jq(key("success"), &c.success);
+        let refusal = p.opt_jq(key("refusal"), &c.refusal);
         let id = p.jq(key("id"), &c.id);
         let status = p.opt_jq(key("status"), &c.status);
         let error_message = p.jq(
@@ -289,6 +328,7 @@ impl Provider {
             query: query?,
             body: body?,
             success: success?,
+            refusal: refusal?,
             id: id?,
             status: status?,
             error_message: error_message?,
@@ -330,6 +370,57 @@ impl Provider {
         })
     }
 
+    fn compile_result(name: &str, c: &ResultConfig, p: &mut Problems) -> Option<ResultPlan> {
+        let key = |k: &str| format!("providers.{name}.result.{k}");
+        let method = method(p, key("method"), &c.method);
+        let path = p.jq(key("path"), &c.path);
+        let query = p.opt_jq(key("query"), &c.query);
+        let urls = p.jq(key("urls"), &c.urls);
+        Some(ResultPlan {
+            method,
+            path: path?,
+            query: query?,
+            urls: urls?,
+        })
+    }
+
+    fn compile_content(name: &str, c: &ContentConfig, p: &mut Problems) -> Option<ContentPlan> {
+        let key = |k: &str| format!("providers.{name}.content.{k}");
+        let method = method(p, key("method"), &c.method);
+        let path = p.jq(key("path"), &c.path);
+        let query = p.opt_jq(key("query"), &c.query);
+        let public_base_url = c
+            .public_base_url
+            .as_ref()
+            .map(|u| u.trim_end_matches('/').to_string());
+        if let Some(url) = &public_base_url {
+            let ok = url.parse::<http::Uri>().is_ok_and(|u| {
+                matches!(u.scheme_str(), Some("http" | "https"))
+                    && u.host().is_some()
+                    && u.query().is_none()
+            });
+            if !ok {
+                p.push(
+                    key("public_base_url"),
+                    "must be an http:// or https:// URL without a query",
+                );
+            }
+        }
+        Some(ContentPlan {
+            method,
+            path: path?,
+            query: query?,
+            timeout: Duration::from_millis(c.timeout_ms),
+            public_base_url,
+        })
+    }
+
+    /// Whether completed tasks are served through the gateway's content URL, and the
+    /// configured public base URL of that URL, if any.
+    pub fn content_url_base(&self) -> Option<Option<&str>> {
+        self.content.as_ref().map(|c| c.public_base_url.as_deref())
+    }
+
     /// Build an upstream request from the step's programs.
     #[allow(clippy::too_many_arguments)]
     fn build(
@@ -349,8 +440,15 @@ impl Provider {
             Ok(other) => return Err(broken(format!("`{step}.path` gave {other}, not a string"))),
             Err(e) => return Err(broken(format!("`{step}.path` failed: {e}"))),
         };
-        let mut uri = self.base.clone();
-        if !path.starts_with('/') {
+        // An absolute URL (a result link of the upstream) is used as it is; our
+        // headers then go only to the provider's own origin.
+        let absolute = path.starts_with("https://") || path.starts_with("http://");
+        let mut uri = if absolute {
+            String::new()
+        } else {
+            self.base.clone()
+        };
+        if !absolute && !path.starts_with('/') {
             uri.push('/');
         }
         uri.push_str(&path);
@@ -384,8 +482,12 @@ impl Provider {
             }
         }
         let mut builder = Request::builder().method(method.clone()).uri(&uri);
-        let headers = builder.headers_mut().expect("builder is valid so far");
-        headers.extend(self.headers.iter().map(|(k, v)| (k.clone(), v.clone())));
+        let Some(headers) = builder.headers_mut() else {
+            return Err(broken(format!("`{step}.path` gave an invalid URL")));
+        };
+        if !absolute || self.same_origin(&uri) {
+            headers.extend(self.headers.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
         if let Some(extra) = extra {
             headers.extend(extra.iter().map(|(k, v)| (k.clone(), v.clone())));
         }
@@ -530,14 +632,14 @@ impl Provider {
                 let reason = self
                     .submit
                     .error_message
-                    .first(body, vars)
+                    .first(body.clone(), vars)
                     .ok()
                     .flatten()
                     .as_ref()
                     .and_then(to_text)
                     .map(|m| self.redactor.clean(&m))
                     .unwrap_or_else(|| "no reason given".into());
-                return Err(Failed(ApiError::upstream_invalid_request(&reason)));
+                return Err(self.body_refusal(body, vars, &reason));
             }
         }
         let id = self
@@ -566,6 +668,36 @@ impl Provider {
             task_status
         };
         Ok((id, task_status))
+    }
+
+    /// A 2xx submit answer whose `success` is not true, classified by `submit.refusal`:
+    /// only an answer that says the upstream declined (rate limit, our key, down)
+    /// lets the next provider try; anything else is the request's own fault.
+    fn body_refusal(&self, body: Val, vars: &JqVars, reason: &str) -> SubmitError {
+        let kind = match &self.submit.refusal {
+            Some(jq) => match jq.first(body, vars) {
+                Ok(Some(v)) => to_text(&v),
+                Ok(None) => None,
+                Err(e) => {
+                    tracing::warn!(provider = %self.name, error = %e, "`submit.refusal` failed");
+                    None
+                }
+            },
+            None => None,
+        };
+        match kind.as_deref() {
+            Some("rate_limited") => SubmitError::Refused(ApiError::upstream_rate_limited(None)),
+            Some("auth") => {
+                tracing::error!(provider = %self.name, "provider refused our credentials");
+                SubmitError::Refused(ApiError::upstream_auth(&self.name))
+            }
+            Some("unavailable") => SubmitError::Refused(ApiError::upstream_failed(
+                &self.name,
+                "submit",
+                format!("unavailable ({reason})"),
+            )),
+            _ => SubmitError::Failed(ApiError::upstream_invalid_request(reason)),
+        }
     }
 
     /// Ask the upstream for a task's state.
@@ -606,27 +738,67 @@ impl Provider {
             }
         };
         let upstream_time = started.elapsed();
-        let status = answer.status;
-        match status {
-            s if s.is_success() => {}
-            StatusCode::NOT_FOUND | StatusCode::GONE => return Err(ApiError::task_not_found()),
-            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
-                tracing::error!(provider = %self.name, %status, "provider refused our credentials");
-                return Err(ApiError::upstream_auth(&self.name));
-            }
-            StatusCode::TOO_MANY_REQUESTS => {
-                return Err(ApiError::upstream_rate_limited(retry_after(
-                    &answer.headers,
-                )));
-            }
-            s => {
-                return Err(ApiError::upstream_failed(
-                    &self.name,
-                    "query",
-                    format!("answered HTTP {}", s.as_u16()),
-                ));
-            }
+        self.check_answer("query", answer.status, &answer.headers)?;
+        // jq values are not `Send`: everything that reads them ends before the next await.
+        let (mut state, result_request) = {
+            let vars = JqVars::new(
+                call.model,
+                call.upstream_model,
+                call.kind,
+                Some(upstream_id),
+                None,
+            );
+            let body = parse(&answer.body).map_err(|e| {
+                ApiError::upstream_bad_answer(&self.name, "query", format!("not JSON ({e})"))
+            })?;
+            let state = self
+                .query
+                .reader
+                .read(&self.name, body.clone(), &vars, &self.redactor)
+                .map_err(|e| ApiError::upstream_bad_answer(&self.name, "query", e.0))?;
+            let result_request = match &self.result {
+                Some(plan) if state.status == TaskStatus::Completed => Some(self.build(
+                    "result",
+                    &plan.method,
+                    &plan.path,
+                    plan.query.as_ref(),
+                    None,
+                    None,
+                    &body,
+                    &vars,
+                )?),
+                _ => None,
+            };
+            (state, result_request)
+        };
+        if let (Some(plan), Some(request)) = (&self.result, result_request) {
+            let started = Instant::now();
+            state.urls = self.fetch_result(plan, request, call, upstream_id).await?;
+            return Ok((state, upstream_time + started.elapsed()));
         }
+        Ok((state, upstream_time))
+    }
+
+    /// The second request of a completed task: its answer holds the result URLs.
+    async fn fetch_result(
+        &self,
+        plan: &ResultPlan,
+        request: Request<Full<Bytes>>,
+        call: Call<'_>,
+        upstream_id: &str,
+    ) -> Result<Vec<String>, ApiError> {
+        let answer = match self.client.call(request, self.query_timeout).await {
+            Ok(a) => a,
+            Err(CallError::TimedOut) => {
+                return Err(ApiError::upstream_timeout(&self.name, "result"));
+            }
+            Err(CallError::Unreached(e) | CallError::Broken(e)) => {
+                tracing::warn!(provider = %self.name, error = %e, "result request failed");
+                return Err(ApiError::upstream_failed(&self.name, "result", "no answer"));
+            }
+        };
+        self.check_answer("result", answer.status, &answer.headers)?;
+        let bad = |what: String| ApiError::upstream_bad_answer(&self.name, "result", what);
         let vars = JqVars::new(
             call.model,
             call.upstream_model,
@@ -634,16 +806,175 @@ impl Provider {
             Some(upstream_id),
             None,
         );
-        let body = parse(&answer.body).map_err(|e| {
-            ApiError::upstream_bad_answer(&self.name, "query", format!("not JSON ({e})"))
-        })?;
-        let state = self
-            .query
-            .reader
-            .read(&self.name, body, &vars, &self.redactor)
-            .map_err(|e| ApiError::upstream_bad_answer(&self.name, "query", e.0))?;
-        Ok((state, upstream_time))
+        let body = parse(&answer.body).map_err(|e| bad(format!("not JSON ({e})")))?;
+        let urls = match plan.urls.json(body, &vars) {
+            Ok(Value::String(s)) => vec![s],
+            Ok(Value::Array(items)) => items
+                .into_iter()
+                .filter_map(|v| match v {
+                    Value::String(s) if !s.is_empty() => Some(s),
+                    _ => None,
+                })
+                .collect(),
+            Ok(_) => Vec::new(),
+            Err(e) => return Err(bad(format!("`result.urls` failed: {e}"))),
+        };
+        if urls.is_empty() {
+            return Err(bad("it has no result URL".into()));
+        }
+        Ok(urls)
     }
+
+    /// Open the upstream content of a task; the body is streamed by the caller.
+    /// `range` is the client's `Range` header, passed on so players can seek.
+    /// Redirects are followed (storage behind signed URLs); our headers, the key
+    /// among them, go only to the provider's own origin.
+    pub async fn content(
+        &self,
+        call: Call<'_>,
+        upstream_id: &str,
+        urls: &[String],
+        range: Option<HeaderValue>,
+    ) -> Result<http::Response<client::IdleTimeout<hyper::body::Incoming>>, ApiError> {
+        let Some(plan) = &self.content else {
+            return Err(ApiError::task_not_found());
+        };
+        let mut request = {
+            let vars = JqVars::new(
+                call.model,
+                call.upstream_model,
+                call.kind,
+                Some(upstream_id),
+                None,
+            );
+            let input = from_json(&serde_json::json!({ "urls": urls }));
+            self.build(
+                "content",
+                &plan.method,
+                &plan.path,
+                plan.query.as_ref(),
+                None,
+                None,
+                &input,
+                &vars,
+            )?
+        };
+        for _ in 0..=MAX_CONTENT_REDIRECTS {
+            if let Some(range) = &range {
+                request
+                    .headers_mut()
+                    .insert(http::header::RANGE, range.clone());
+            }
+            let at = request.uri().clone();
+            let response = match self.client.open(request, plan.timeout).await {
+                Ok(r) => r,
+                Err(CallError::TimedOut) => {
+                    return Err(ApiError::upstream_timeout(&self.name, "content"));
+                }
+                Err(CallError::Unreached(e) | CallError::Broken(e)) => {
+                    tracing::warn!(provider = %self.name, error = %e, "content request failed");
+                    return Err(ApiError::upstream_failed(
+                        &self.name,
+                        "content",
+                        "no answer",
+                    ));
+                }
+            };
+            let status = response.status();
+            if status.is_redirection() && status != StatusCode::NOT_MODIFIED {
+                let next = redirect_target(&at, response.headers()).ok_or_else(|| {
+                    ApiError::upstream_failed(
+                        &self.name,
+                        "content",
+                        "redirected without a usable Location",
+                    )
+                })?;
+                request = self.follow(next);
+                continue;
+            }
+            if status == StatusCode::RANGE_NOT_SATISFIABLE {
+                return Err(ApiError::range_not_satisfiable());
+            }
+            self.check_answer("content", status, response.headers())?;
+            let idle = plan.timeout;
+            return Ok(response.map(|body| client::IdleTimeout::new(body, idle)));
+        }
+        Err(ApiError::upstream_failed(
+            &self.name,
+            "content",
+            "too many redirects",
+        ))
+    }
+
+    /// A GET to where a content request was redirected; our headers only when it
+    /// stays on the provider's origin.
+    fn follow(&self, to: http::Uri) -> Request<Full<Bytes>> {
+        let mut request = Request::new(Full::new(Bytes::new()));
+        if self.same_origin(&to.to_string()) {
+            *request.headers_mut() = self.headers.clone();
+        }
+        *request.uri_mut() = to;
+        request
+    }
+
+    /// Whether `url` is on the provider's own scheme, host and port.
+    fn same_origin(&self, url: &str) -> bool {
+        match (self.base.parse::<http::Uri>(), url.parse::<http::Uri>()) {
+            (Ok(base), Ok(to)) => {
+                base.scheme() == to.scheme() && base.authority() == to.authority()
+            }
+            _ => false,
+        }
+    }
+
+    /// Map an unsuccessful HTTP status of a query, result or content call.
+    fn check_answer(
+        &self,
+        step: &str,
+        status: StatusCode,
+        headers: &HeaderMap,
+    ) -> Result<(), ApiError> {
+        match status {
+            s if s.is_success() => Ok(()),
+            // The upstream no longer knows the task: same answer as an unknown id.
+            StatusCode::NOT_FOUND | StatusCode::GONE => Err(ApiError::task_not_found()),
+            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
+                tracing::error!(provider = %self.name, %status, step, "provider refused our credentials");
+                Err(ApiError::upstream_auth(&self.name))
+            }
+            StatusCode::TOO_MANY_REQUESTS => {
+                Err(ApiError::upstream_rate_limited(retry_after(headers)))
+            }
+            s => Err(ApiError::upstream_failed(
+                &self.name,
+                step,
+                format!("answered HTTP {}", s.as_u16()),
+            )),
+        }
+    }
+}
+
+/// Redirects followed by a content request before giving up.
+const MAX_CONTENT_REDIRECTS: usize = 3;
+
+/// Where a redirect points: an absolute http(s) URL, or a path on the same origin.
+fn redirect_target(from: &http::Uri, headers: &HeaderMap) -> Option<http::Uri> {
+    let location = headers.get(http::header::LOCATION)?.to_str().ok()?;
+    let to = location.parse::<http::Uri>().ok()?;
+    if to.scheme().is_some() {
+        return matches!(to.scheme_str(), Some("http" | "https"))
+            .then_some(to)
+            .filter(|u| u.authority().is_some());
+    }
+    if !location.starts_with('/') || location.starts_with("//") {
+        return None;
+    }
+    http::Uri::builder()
+        .scheme(from.scheme()?.clone())
+        .authority(from.authority()?.clone())
+        .path_and_query(location)
+        .build()
+        .ok()
 }
 
 /// `Retry-After` in seconds from an upstream answer (HTTP dates are ignored).
@@ -663,4 +994,117 @@ fn _assert_send_sync() {
     fn check<T: Send + Sync>() {}
     check::<Provider>();
     let _ = to_json;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(name: http::HeaderName, value: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(name, HeaderValue::from_str(value).unwrap());
+        h
+    }
+
+    #[test]
+    fn redirects_resolve_absolute_and_same_origin_paths_only() {
+        let from: http::Uri = "https://api.example/v1/files/a:download?alt=media"
+            .parse()
+            .unwrap();
+        let to = |loc: &str| redirect_target(&from, &headers(http::header::LOCATION, loc));
+        assert_eq!(
+            to("https://storage.example/b/a.mp4?sig=1").unwrap(),
+            "https://storage.example/b/a.mp4?sig=1"
+        );
+        assert_eq!(to("/v1/blobs/a").unwrap(), "https://api.example/v1/blobs/a");
+        assert!(to("ftp://x/y").is_none());
+        assert!(to("//other.example/x").is_none());
+        assert!(to("relative/path").is_none());
+        assert!(redirect_target(&from, &HeaderMap::new()).is_none());
+    }
+
+    #[test]
+    fn retry_after_takes_seconds_only() {
+        let h = |v: &str| headers(http::header::RETRY_AFTER, v);
+        assert_eq!(retry_after(&h("7")), Some(Duration::from_secs(7)));
+        assert_eq!(retry_after(&h(" 12 ")), Some(Duration::from_secs(12)));
+        assert_eq!(retry_after(&h("Wed, 21 Oct 2015 07:28:00 GMT")), None);
+        assert_eq!(retry_after(&HeaderMap::new()), None);
+    }
+
+    fn compile(toml_text: &str) -> (Option<Provider>, Vec<(String, String)>) {
+        let cfg: ProviderConfig = toml::from_str(toml_text).unwrap();
+        let mut problems = Problems::default();
+        let p = Provider::compile("p", &cfg, &cfg.base_url, Path::new("."), &mut problems);
+        (p, problems.0)
+    }
+
+    const MINIMAL: &str = r#"
+base_url = "https://api.example"
+[submit]
+path = '"/t"'
+id = '.id'
+[query]
+path = '"/t/\($id)"'
+status = '.s'
+status_map = { ok = "completed" }
+"#;
+
+    #[test]
+    fn a_minimal_block_compiles_and_bad_ones_name_their_keys() {
+        let (p, problems) = compile(MINIMAL);
+        assert!(p.is_some() && problems.is_empty(), "{problems:?}");
+        let (p, problems) = compile(&format!(
+            "{MINIMAL}\n[result]\npath = '\"/r\"'\nurls = '.['\n[content]\npath = '.urls[0]'\npublic_base_url = \"not a url\"\n"
+        ));
+        assert!(p.is_none());
+        let keys: Vec<&str> = problems.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(
+            keys,
+            [
+                "providers.p.result.urls",
+                "providers.p.content.public_base_url"
+            ]
+        );
+        let (_, problems) = compile(&MINIMAL.replace(
+            "base_url = \"https://api.example\"",
+            "base_url = \"https://api.example\"\nconnect_timeout_ms = 5000\nsubmit_timeout_ms = 5000",
+        ));
+        assert_eq!(problems[0].0, "providers.p.connect_timeout_ms");
+    }
+
+    #[test]
+    fn paths_may_be_absolute_and_keep_our_headers_on_our_origin() {
+        let (p, _) = compile(&MINIMAL.replace(
+            "base_url = \"https://api.example\"",
+            "base_url = \"https://api.example\"\nheaders = { \"x-k\" = \"v\" }",
+        ));
+        let p = p.unwrap();
+        let vars = JqVars::new("m", "m", MediaKind::Video, Some("1"), None);
+        let build = |code: &str| {
+            let jq = Jq::compile(code).unwrap();
+            p.build(
+                "query",
+                &Method::GET,
+                &jq,
+                None,
+                None,
+                None,
+                &Val::Null,
+                &vars,
+            )
+        };
+        let own = build(r#""https://api.example/files/1""#).unwrap();
+        assert_eq!(own.uri(), "https://api.example/files/1");
+        assert_eq!(own.headers()["x-k"], "v");
+        let other = build(r#""https://cdn.example/files/1""#).unwrap();
+        assert!(other.headers().get("x-k").is_none());
+        let relative = build(r#""files/1""#).unwrap();
+        assert_eq!(relative.uri(), "https://api.example/files/1");
+        // An unusable URL is an upstream error, never a panic.
+        let e = build(r#""/bad path\u0000""#).unwrap_err();
+        assert_eq!(e.status, StatusCode::BAD_GATEWAY);
+        let e = build("42").unwrap_err();
+        assert!(e.message.contains("not a string"), "{}", e.message);
+    }
 }

@@ -3,7 +3,8 @@
 //! Every program sees the same variables, so an operator never has to remember
 //! which step offers which: `$model`, `$upstream_model`, `$kind` (`"video"` or
 //! `"image"`), `$id` (the upstream task id, null before it exists) and `$params`
-//! (the validated parameters).
+//! (the validated parameters during submit; null afterwards, since task ids do not
+//! carry them). What `.` is for each program is listed in docs/providers.md.
 
 use jaq_core::load::{Arena, File, Loader};
 use jaq_core::{Compiler, Ctx, Vars, data, unwrap_valr};

@@ -1,0 +1,54 @@
+//! The provider guide's ready-made blocks (docs/providers.md) pass `mediagate check`.
+
+mod fakes;
+
+use fakes::{family, routes};
+
+#[test]
+fn every_block_of_the_provider_guide_passes_check() {
+    let guide = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/providers.md"))
+        .expect("docs/providers.md");
+    let blocks: Vec<&str> = guide
+        .split("```toml\n")
+        .skip(1)
+        .filter_map(|rest| rest.split_once("```").map(|(block, _)| block))
+        .collect();
+    assert_eq!(blocks.len(), 8, "one block per shape (a)-(h)");
+    let names: Vec<String> = blocks
+        .iter()
+        .flat_map(|b| b.lines())
+        .filter_map(|l| l.strip_prefix("[providers.")?.strip_suffix(']'))
+        .filter(|n| !n.contains('.'))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(names.len(), 8, "{names:?}");
+    let families: String = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| family(n, "model-center", &[n], &format!("m{i}"), "up"))
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("routes.toml");
+    std::fs::write(&file, routes(&blocks.concat(), &families)).unwrap();
+    let mut check = std::process::Command::new(env!("CARGO_BIN_EXE_mediagate"));
+    check.arg("check").arg(&file);
+    for var in [
+        "NEXT_GATEWAY_KEY",
+        "JOBS_API_KEY",
+        "TASKS_API_KEY",
+        "ASYNC_API_KEY",
+        "WRAPPED_API_TOKEN",
+        "FILES_API_KEY",
+        "OPERATIONS_API_KEY",
+        "QUEUE_API_KEY",
+    ] {
+        check.env(var, "k");
+    }
+    let out = check.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("8 providers"));
+}
