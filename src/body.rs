@@ -66,6 +66,7 @@ where
         Err(e) if e.is::<http_body_util::LengthLimitError>() => {
             Err(ApiError::body_too_large(limit))
         }
+        Err(e) if crate::limits::is_body_timeout(&*e) => Err(ApiError::body_timeout()),
         Err(e) => Err(ApiError::invalid_json(format!(
             "body could not be read ({e})"
         ))),
