@@ -131,6 +131,16 @@ impl Metrics {
             tls_handshake_failures.clone(),
         );
         registry.register_collector(Box::new(External { gateway }));
+        // Series that exist from the start, so that rates and alerts see a zero.
+        for reason in ["rate", "submit"] {
+            let _ = rate_limited.get_or_create(&ReasonLabels { reason });
+        }
+        let _ = shed.get_or_create(&ReasonLabels {
+            reason: "key_concurrency",
+        });
+        for result in ["success", "failure"] {
+            let _ = reloads.get_or_create(&ResultLabels { result });
+        }
         Self {
             registry,
             requests,
@@ -215,19 +225,19 @@ impl Collector for External {
         };
         counter(
             "unmapped_upstream_statuses",
-            "Upstream status words missing from a provider's status_map (reported as processing)",
+            "Upstream status words missing from a provider's status_map (reported as processing).",
             crate::normalize::UNMAPPED_STATUSES.load(Ordering::Relaxed),
         )?;
         if let Some(gateway) = self.gateway.upgrade().map(|g: Arc<Gateway>| g) {
             let stats = &gateway.cache.stats;
             counter(
                 "cache_hits",
-                "Task queries answered from the results cache",
+                "Task queries answered from the results cache.",
                 stats.hits.load(Ordering::Relaxed),
             )?;
             counter(
                 "cache_misses",
-                "Task queries that needed the provider",
+                "Task queries that needed the provider.",
                 stats.misses.load(Ordering::Relaxed),
             )?;
         }

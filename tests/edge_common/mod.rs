@@ -308,6 +308,8 @@ pub struct Upstream {
     pub addr: SocketAddr,
     pub submits: Arc<AtomicUsize>,
     pub last_auth: Arc<Mutex<Option<String>>>,
+    /// Status word queries answer with.
+    pub query_status: Arc<Mutex<String>>,
 }
 
 impl Upstream {
@@ -316,16 +318,17 @@ impl Upstream {
         let addr = listener.local_addr().unwrap();
         let submits = Arc::new(AtomicUsize::new(0));
         let last_auth: Arc<Mutex<Option<String>>> = Arc::default();
-        let (s, a) = (submits.clone(), last_auth.clone());
+        let query_status = Arc::new(Mutex::new("completed".to_string()));
+        let (s, a, q) = (submits.clone(), last_auth.clone(), query_status.clone());
         tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
                     continue;
                 };
-                let (s, a) = (s.clone(), a.clone());
+                let (s, a, q) = (s.clone(), a.clone(), q.clone());
                 tokio::spawn(async move {
                     let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
-                        let (s, a) = (s.clone(), a.clone());
+                        let (s, a, q) = (s.clone(), a.clone(), q.clone());
                         async move {
                             *a.lock().unwrap() = req
                                 .headers()
@@ -337,7 +340,8 @@ impl Upstream {
                                 tokio::time::sleep(delay).await;
                                 serde_json::json!({"id": format!("up-{n}"), "status": "queued"})
                             } else {
-                                serde_json::json!({"status": "completed", "urls": ["https://cdn.example/v.mp4"]})
+                                let status = q.lock().unwrap().clone();
+                                serde_json::json!({"status": status, "urls": ["https://cdn.example/v.mp4"]})
                             };
                             Ok::<_, Infallible>(
                                 Response::builder()
@@ -358,6 +362,7 @@ impl Upstream {
             addr,
             submits,
             last_auth,
+            query_status,
         }
     }
 
