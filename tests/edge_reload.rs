@@ -45,11 +45,12 @@ async fn add_a_model_without_restart_and_survive_a_broken_file() {
 
     // Broken files: not TOML, and TOML naming a provider that does not exist.
     assert!(!gw.reload_with("[server\nlisten = "));
-    let mut wrong = Routes::default();
-    wrong.models = vec!["m3".into()];
-    let wrong = wrong
-        .render()
-        .replace(r#"providers = ["up"]"#, r#"providers = ["nope"]"#);
+    let wrong = Routes {
+        models: vec!["m3".into()],
+        ..Routes::default()
+    }
+    .render()
+    .replace(r#"providers = ["up"]"#, r#"providers = ["nope"]"#);
     assert!(!gw.reload_with(&wrong));
     assert!(
         gw.log().contains("no provider named `nope`"),
