@@ -125,8 +125,8 @@ pub struct LimitsConfig {
 impl Default for LimitsConfig {
     fn default() -> Self {
         Self {
-            rate_per_second: 50.0,
-            burst: 100,
+            rate_per_second: 100.0,
+            burst: 200,
             submit_rate_per_second: None,
             submit_burst: None,
             max_concurrent_requests: 256,
