@@ -34,6 +34,8 @@ pub const LIMIT: &str = "x-ratelimit-limit";
 pub const REMAINING: &str = "x-ratelimit-remaining";
 pub const RESET: &str = "x-ratelimit-reset";
 
+const YEAR_SECS: f64 = 365.0 * 24.0 * 3600.0;
+
 type Limiter = RateLimiter<NotKeyed, InMemoryState, DefaultClock, StateInformationMiddleware>;
 
 /// One token bucket.
@@ -64,7 +66,7 @@ impl Bucket {
                     limit: burst,
                     remaining: 0,
                     // The next cell after `wait`, then the rest of the burst.
-                    reset: wait + interval * (burst - 1),
+                    reset: wait.saturating_add(interval.saturating_mul(burst - 1)),
                 };
                 Err((headers, wait))
             }
@@ -87,7 +89,7 @@ impl RateHeaders {
         Self {
             limit,
             remaining,
-            reset: interval * limit.saturating_sub(remaining),
+            reset: interval.saturating_mul(limit.saturating_sub(remaining)),
         }
     }
 
@@ -131,23 +133,44 @@ impl KeyLimiter {
     /// Check the settings: every problem with its key path (relative to the table).
     pub fn check(settings: &LimitsConfig) -> Vec<(&'static str, String)> {
         let mut problems = Vec::new();
-        let rate_ok = |r: f64| r.is_finite() && r >= 0.0 && (r == 0.0 || r >= 1e-6);
+        // Bounds keep the refill period between 1 µs and about 11 days.
+        let rate_ok = |r: f64| r == 0.0 || (1e-6..=1e6).contains(&r);
         if !rate_ok(settings.rate_per_second) {
             problems.push((
                 "rate_per_second",
-                "must be 0 (off) or a positive number".to_string(),
+                "must be 0 (off) or between 0.000001 and 1000000".to_string(),
             ));
         }
         if settings.rate_per_second > 0.0 && settings.burst == 0 {
             problems.push(("burst", "must be at least 1".to_string()));
+        }
+        // The time a whole burst takes to refill, kept within a year.
+        let refill_ok = |rate: f64, burst: u32| f64::from(burst) / rate <= YEAR_SECS;
+        if settings.rate_per_second > 0.0 && !refill_ok(settings.rate_per_second, settings.burst) {
+            problems.push((
+                "burst",
+                "takes more than a year to refill at rate_per_second".to_string(),
+            ));
+        }
+        if let (Some(rate), Some(burst)) = (settings.submit_rate_per_second, settings.submit_burst)
+            && rate > 0.0
+            && !refill_ok(rate, burst)
+        {
+            problems.push((
+                "submit_burst",
+                "takes more than a year to refill at submit_rate_per_second".to_string(),
+            ));
         }
         if let Some(r) = settings.submit_rate_per_second
             && (!rate_ok(r) || r == 0.0)
         {
             problems.push((
                 "submit_rate_per_second",
-                "must be a positive number".to_string(),
+                "must be between 0.000001 and 1000000".to_string(),
             ));
+        }
+        if settings.max_concurrent_requests > Semaphore::MAX_PERMITS {
+            problems.push(("max_concurrent_requests", "is too large".to_string()));
         }
         if settings.submit_burst == Some(0) {
             problems.push(("submit_burst", "must be at least 1".to_string()));
@@ -382,6 +405,21 @@ mod tests {
             }
             _ => panic!("fourth request must be refused"),
         }
+    }
+
+    #[test]
+    fn extreme_accepted_settings_work() {
+        assert!(!KeyLimiter::check(&settings(1e-6, 32)).is_empty());
+        for (rate, burst) in [(1e-6, 31), (1e6, u32::MAX), (1e6, 1)] {
+            let s = settings(rate, burst);
+            assert!(KeyLimiter::check(&s).is_empty(), "{rate} {burst}");
+            let l = KeyLimiter::new(s);
+            let (h, _) = l.admit(false).ok().unwrap();
+            assert_eq!(h.unwrap().limit, burst);
+        }
+        let l = KeyLimiter::new(settings(1e-6, 1));
+        assert!(l.admit(false).is_ok());
+        assert!(matches!(l.admit(false), Err(Refusal::Rate { .. })));
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //!
 //! Hardening, in the order a connection meets it:
 //! - a cap on open connections (`server.max_connections`), taken right after accept,
-//!   before any handshake: past it, a connection is closed at once, not queued;
+//!   before any handshake: past it, a connection is closed at once, not queued (the
+//!   admin listener is exempt);
 //! - the TLS handshake, in the connection's own task under
 //!   `server.tls.handshake_timeout_ms`, so a slow client never blocks accepting;
 //! - `server.header_read_timeout_ms` for the request headers (HTTP/1.1);
@@ -65,7 +66,7 @@ enum Kind {
 
 /// Held for a connection's whole life: its slot under the cap, and the gauge.
 struct Slot {
-    _permit: OwnedSemaphorePermit,
+    _permit: Option<OwnedSemaphorePermit>,
     open: Gauge,
 }
 
@@ -114,12 +115,19 @@ pub async fn serve(
                 continue;
             }
         };
-        // The cap is taken before any handshake or read: past it, close at once.
-        let Ok(permit) = slots.clone().try_acquire_owned() else {
-            gateway.metrics.connections_refused.inc();
-            tracing::debug!(%peer, "connection refused: server.max_connections reached");
-            drop(stream);
-            continue;
+        // The cap is taken before any handshake or read: past it, close at once. The
+        // admin listener is exempt, so that an overloaded gateway can still be observed.
+        let permit = match kind {
+            Kind::Admin => None,
+            Kind::Plain | Kind::Tls => match slots.clone().try_acquire_owned() {
+                Ok(permit) => Some(permit),
+                Err(_) => {
+                    gateway.metrics.connections_refused.inc();
+                    tracing::debug!(%peer, "connection refused: server.max_connections reached");
+                    drop(stream);
+                    continue;
+                }
+            },
         };
         let open = gateway.metrics.connections_open.clone();
         open.inc();

@@ -282,8 +282,11 @@ impl Snapshot {
         if file.server.max_body_bytes == 0 {
             p.push("server.max_body_bytes".into(), "must be greater than 0");
         }
-        if file.server.max_connections == 0 {
-            p.push("server.max_connections".into(), "must be greater than 0");
+        if !(1..=tokio::sync::Semaphore::MAX_PERMITS).contains(&file.server.max_connections) {
+            p.push(
+                "server.max_connections".into(),
+                "must be greater than 0 and not absurdly large",
+            );
         }
         let tls = match &file.server.tls {
             Some(cfg) => match crate::tls::server_config(cfg, dir) {

@@ -9,14 +9,18 @@ use edge_common::{Alpn, Https, Proc, Routes, make_cert};
 use serde_json::json;
 
 fn tls_routes(dir: &std::path::Path) -> String {
+    tls_routes_with(dir, 60_000)
+}
+
+fn tls_routes_with(dir: &std::path::Path, handshake_timeout_ms: u64) -> String {
     let (cert, key, _) = make_cert();
     std::fs::write(dir.join("cert.pem"), cert).unwrap();
     std::fs::write(dir.join("key.pem"), key).unwrap();
     Routes {
         server: format!(
-            "[server.tls]\nlisten = \"127.0.0.1:0\"\ncert_file = {:?}\nkey_file = {:?}\nhandshake_timeout_ms = 60000\n",
+            "[server.tls]\nlisten = \"127.0.0.1:0\"\ncert_file = {:?}\nkey_file = {:?}\nhandshake_timeout_ms = {handshake_timeout_ms}\n",
             dir.join("cert.pem"),
-            dir.join("key.pem")
+            dir.join("key.pem"),
         ),
         ..Routes::default()
     }
@@ -132,5 +136,31 @@ async fn certificates_reload_with_the_config() {
             .get("/healthz", None)
             .await
             .is_ok()
+    );
+}
+
+#[tokio::test]
+async fn stalled_handshake_is_cut_off_and_counted() {
+    use tokio::io::AsyncReadExt;
+    let certs = tempfile::tempdir().unwrap();
+    let gw = Proc::start(&tls_routes_with(certs.path(), 300));
+    let mut stalled = tokio::net::TcpStream::connect(gw.https.unwrap())
+        .await
+        .unwrap();
+    let mut buf = [0u8; 64];
+    // Well under the default of 10 s: the configured timeout is what closes it.
+    let read = tokio::time::timeout(std::time::Duration::from_secs(5), stalled.read(&mut buf))
+        .await
+        .expect("the gateway closed the stalled connection");
+    assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+
+    let metrics = gw
+        .client()
+        .send(http::Method::GET, "/metrics", &[], "")
+        .await;
+    let samples = edge_common::parse_metrics(std::str::from_utf8(&metrics.body).unwrap());
+    assert_eq!(
+        edge_common::metric_sum(&samples, &["mediagate_tls_handshake_failures_total"]),
+        1.0
     );
 }
