@@ -8,11 +8,15 @@
 //!   admin listener is exempt);
 //! - the TLS handshake, in the connection's own task under
 //!   `server.tls.handshake_timeout_ms`, so a slow client never blocks accepting;
-//! - `server.header_read_timeout_ms` for the request headers (HTTP/1.1);
+//! - `server.header_read_timeout_ms` for the first byte of a connection (so a client
+//!   that connects and sends nothing is closed), and for each request's headers
+//!   (HTTP/1.1, idle keep-alive included);
 //! - the body deadline, the per-key limits and the request timeout further in.
 
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use hyper::body::Incoming;
@@ -21,7 +25,7 @@ use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use hyper_util::service::TowerToHyperService;
 use prometheus_client::metrics::gauge::Gauge;
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::TlsAcceptor;
@@ -141,16 +145,20 @@ pub async fn serve(
             Kind::Plain => {
                 let builder = http_builder(&gateway.snapshot().server);
                 let svc = main.clone();
+                let first = header_timeout(&gateway);
                 tokio::spawn(async move {
-                    run(TokioIo::new(stream), &builder, svc, watcher, peer).await;
+                    let io = FirstByte::new(stream, first);
+                    run(TokioIo::new(io), &builder, svc, watcher, peer).await;
                     drop(slot);
                 });
             }
             Kind::Admin => {
                 let builder = http_builder(&gateway.snapshot().server);
                 let svc = admin.clone();
+                let first = header_timeout(&gateway);
                 tokio::spawn(async move {
-                    run(TokioIo::new(stream), &builder, svc, watcher, peer).await;
+                    let io = FirstByte::new(stream, first);
+                    run(TokioIo::new(io), &builder, svc, watcher, peer).await;
                     drop(slot);
                 });
             }
@@ -164,10 +172,12 @@ pub async fn serve(
                 let timeout = Duration::from_millis(cfg.handshake_timeout_ms);
                 let builder = http_builder(&snapshot.server);
                 let svc = main.clone();
+                let first = header_timeout(&gateway);
                 let gateway = gateway.clone();
                 tokio::spawn(async move {
                     if let Some(stream) = handshake(stream, tls, timeout, &gateway, peer).await {
-                        run(TokioIo::new(stream), &builder, svc, watcher, peer).await;
+                        let io = FirstByte::new(stream, first);
+                        run(TokioIo::new(io), &builder, svc, watcher, peer).await;
                     }
                     drop(slot);
                 });
@@ -193,6 +203,83 @@ async fn accept(listener: Option<&TcpListener>) -> std::io::Result<(TcpStream, S
     match listener {
         Some(l) => l.accept().await,
         None => std::future::pending().await,
+    }
+}
+
+fn header_timeout(gateway: &Gateway) -> Duration {
+    Duration::from_millis(gateway.snapshot().server.header_read_timeout_ms)
+}
+
+/// A connection's IO that fails if no byte arrives within the timeout. hyper's header
+/// read timeout starts only once the HTTP version is known, which takes a first byte;
+/// without this, a client that connects and stays silent would hold its slot forever.
+struct FirstByte<I> {
+    io: I,
+    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<I> FirstByte<I> {
+    fn new(io: I, timeout: Duration) -> Self {
+        Self {
+            io,
+            deadline: Some(Box::pin(tokio::time::sleep(timeout))),
+        }
+    }
+}
+
+impl<I: AsyncRead + Unpin> AsyncRead for FirstByte<I> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let this = &mut *self;
+        match Pin::new(&mut this.io).poll_read(cx, buf) {
+            Poll::Ready(result) => {
+                if buf.filled().len() > before {
+                    this.deadline = None;
+                }
+                Poll::Ready(result)
+            }
+            Poll::Pending => match this.deadline.as_mut().map(|d| d.as_mut().poll(cx)) {
+                Some(Poll::Ready(())) => Poll::Ready(Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "no request within server.header_read_timeout_ms",
+                ))),
+                _ => Poll::Pending,
+            },
+        }
+    }
+}
+
+impl<I: AsyncWrite + Unpin> AsyncWrite for FirstByte<I> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
     }
 }
 

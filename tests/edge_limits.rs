@@ -154,6 +154,20 @@ async fn slow_headers_are_cut_off() {
         "{:?}",
         String::from_utf8_lossy(&got)
     );
+    // A client that connects and sends nothing at all is closed too.
+    let mut silent = TcpStream::connect(gw.addr).await.unwrap();
+    assert!(read_to_close(&mut silent).await.is_empty());
+    // And so is a keep-alive connection left idle after its request.
+    let mut idle = TcpStream::connect(gw.addr).await.unwrap();
+    idle.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let got = read_to_close(&mut idle).await;
+    assert!(
+        got.starts_with(b"HTTP/1.1 200"),
+        "{:?}",
+        String::from_utf8_lossy(&got)
+    );
     // A prompt client is served.
     assert_eq!(
         gw.client()
