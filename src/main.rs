@@ -137,7 +137,7 @@ fn serve(path: &Path, log_format: Option<LogFormat>) -> ExitCode {
         // The plain listener is announced last: once it is, every listener is up.
         if let Some(l) = &listeners.admin {
             let addr = local(l);
-            tracing::info!(%addr, "metrics listening on http://{addr}/metrics");
+            tracing::info!(%addr, "metrics listener on http://{addr}/metrics");
         }
         if let Some(l) = &listeners.tls {
             let addr = local(l);

@@ -85,7 +85,7 @@ async fn submits_have_their_own_limit() {
 
 #[tokio::test]
 async fn requests_in_progress_per_key_are_capped() {
-    let upstream = Upstream::start(Duration::from_millis(1500)).await;
+    let upstream = Upstream::start(Duration::from_millis(3000)).await;
     let gw = Proc::start(
         &Routes {
             base_url: upstream.base_url(),

@@ -21,11 +21,11 @@ async fn wait_for_submit(upstream: &Upstream) {
 
 #[tokio::test]
 async fn sigterm_drains_in_flight_requests_then_exits_0() {
-    let upstream = Upstream::start(Duration::from_millis(3000)).await;
+    let upstream = Upstream::start(Duration::from_millis(5000)).await;
     let mut gw = Proc::start(
         &Routes {
             base_url: upstream.base_url(),
-            server: "shutdown_delay_ms = 2000\nshutdown_grace_ms = 20000".into(),
+            server: "shutdown_delay_ms = 4000\nshutdown_grace_ms = 20000".into(),
             ..Routes::default()
         }
         .render(),

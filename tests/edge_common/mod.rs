@@ -128,10 +128,9 @@ pub struct Proc {
     log: Arc<Mutex<Vec<String>>>,
 }
 
-/// The address in a "listening on SCHEME://ADDR" line, text or JSON.
-fn listening(line: &str, scheme: &str) -> Option<SocketAddr> {
-    let marker = format!("listening on {scheme}://");
-    let at = line.find(&marker)?;
+/// The address after `marker` (e.g. "listening on http://") in a log line, text or JSON.
+fn address_after(line: &str, marker: &str) -> Option<SocketAddr> {
+    let at = line.find(marker)?;
     let rest = &line[at + marker.len()..];
     let end = rest
         .find(|c: char| !(c.is_ascii_alphanumeric() || c == '.' || c == ':'))
@@ -171,13 +170,9 @@ impl Proc {
             let mut tx = Some(tx);
             let (mut https, mut metrics) = (None, None);
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                https = https.or(listening(&line, "https"));
-                metrics = metrics.or(line
-                    .contains("metrics listening")
-                    .then(|| listening(&line, "http"))
-                    .flatten());
-                if !line.contains("metrics listening")
-                    && let Some(addr) = listening(&line, "http")
+                https = https.or(address_after(&line, "listening on https://"));
+                metrics = metrics.or(address_after(&line, "metrics listener on http://"));
+                if let Some(addr) = address_after(&line, "listening on http://")
                     && let Some(tx) = tx.take()
                 {
                     let _ = tx.send(Some((addr, https, metrics)));
