@@ -63,3 +63,53 @@ pub fn server_config(
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(cert: &str, key: &str) -> TlsConfig {
+        TlsConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            cert_file: cert.into(),
+            key_file: key.into(),
+            handshake_timeout_ms: 1000,
+        }
+    }
+
+    fn write_pair(dir: &Path, name: &str) {
+        let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+        std::fs::write(dir.join(format!("{name}.crt")), ck.cert.pem()).unwrap();
+        std::fs::write(
+            dir.join(format!("{name}.key")),
+            ck.signing_key.serialize_pem(),
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn loads_a_pair_with_both_alpn_protocols() {
+        let dir = tempfile::tempdir().unwrap();
+        write_pair(dir.path(), "a");
+        let config = server_config(&cfg("a.crt", "a.key"), dir.path()).unwrap();
+        assert_eq!(
+            config.alpn_protocols,
+            [b"h2".to_vec(), b"http/1.1".to_vec()]
+        );
+    }
+
+    #[test]
+    fn problems_name_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        write_pair(dir.path(), "a");
+        write_pair(dir.path(), "b");
+        std::fs::write(dir.path().join("empty.pem"), "").unwrap();
+        let err = |c: &str, k: &str| server_config(&cfg(c, k), dir.path()).unwrap_err();
+        assert_eq!(err("missing.crt", "a.key").0, "cert_file");
+        assert!(err("empty.pem", "a.key").1.contains("no PEM certificate"));
+        assert!(err("a.crt", "empty.pem").1.contains("no PEM private key"));
+        let (key, msg) = err("a.crt", "b.key");
+        assert_eq!(key, "key_file");
+        assert!(msg.contains("do not fit"), "{msg}");
+    }
+}
