@@ -290,7 +290,12 @@ fn http_builder(cfg: &ServerConfig) -> auto::Builder<TokioExecutor> {
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(Duration::from_millis(cfg.header_read_timeout_ms));
-    builder.http2().timer(TokioTimer::new());
+    // Pings find HTTP/2 peers that vanished without closing their connection.
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(Duration::from_secs(60))
+        .keep_alive_timeout(Duration::from_secs(20));
     builder
 }
 
