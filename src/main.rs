@@ -124,6 +124,9 @@ fn serve(path: &Path, log_format: Option<LogFormat>) -> ExitCode {
                 "demo API key enabled: its secret is published in the README; for local use only, remove it before exposing the gateway"
             );
         }
+        // Reload triggers are in place before the gateway is announced.
+        tokio::spawn(mediagate::reload::on_sighup(gateway.clone()));
+        tokio::spawn(mediagate::reload::watch_files(gateway.clone()));
         let listeners = match Listeners::bind(&snapshot.server).await {
             Ok(l) => l,
             Err((addr, e)) => {
@@ -151,7 +154,7 @@ fn serve(path: &Path, log_format: Option<LogFormat>) -> ExitCode {
             "mediagate listening on http://{addr}"
         );
         drop(snapshot);
-        tokio::spawn(mediagate::reload::on_sighup(gateway.clone()));
+
         match mediagate::server::serve(listeners, gateway, mediagate::server::shutdown_signal())
             .await
         {

@@ -86,3 +86,34 @@ async fn created_limit(http: &common::Http) -> Option<String> {
     let r = http.get("/v2/model-center/tasks/task_none", DEMO).await;
     r.header("x-ratelimit-limit").map(str::to_owned)
 }
+
+#[tokio::test]
+async fn file_watch_reloads_without_a_signal() {
+    let mut routes = Routes {
+        server: "reload_poll_ms = 100".into(),
+        ..Routes::default()
+    };
+    let gw = Proc::start(&routes.render());
+    let http = gw.client();
+    routes.models.push("m2".into());
+    std::fs::write(gw.routes_path(), routes.render()).unwrap();
+    gw.wait_for_log(|p| p.count_in_log("configuration reloaded") > 0);
+    let created = http
+        .submit(
+            MODEL_CENTER,
+            DEMO,
+            &json!({"model": "m2", "prompt": "watched"}),
+        )
+        .await;
+    assert_eq!(created["model"], "m2");
+
+    // A broken write is reported once and changes nothing.
+    std::fs::write(gw.routes_path(), "[server\n").unwrap();
+    gw.wait_for_log(|p| p.count_in_log("configuration NOT reloaded") > 0);
+    http.submit(
+        MODEL_CENTER,
+        DEMO,
+        &json!({"model": "m2", "prompt": "still"}),
+    )
+    .await;
+}

@@ -67,6 +67,9 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// Log format: "text" or "json".
     pub log_format: LogFormat,
+    /// Check the routes file and the certificate files for changes this often and
+    /// reload when they changed; 0 turns the watch off (SIGHUP always works).
+    pub reload_poll_ms: u64,
 }
 
 impl Default for ServerConfig {
@@ -83,6 +86,7 @@ impl Default for ServerConfig {
             body_read_timeout_ms: 30_000,
             max_connections: 10_000,
             log_format: LogFormat::Text,
+            reload_poll_ms: 0,
         }
     }
 }
