@@ -94,7 +94,7 @@ pub async fn serve(
     let main = service::<Incoming>(gateway.clone());
     let admin = admin_service::<Incoming>(gateway.clone());
     tokio::pin!(shutdown);
-    let mut delay: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
+    let mut delay: Option<Pin<Box<tokio::time::Sleep>>> = None;
 
     loop {
         let (accepted, kind) = tokio::select! {
@@ -141,42 +141,39 @@ pub async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let watcher = graceful.watcher();
+        // Settings are read per connection, so a reload applies to new connections.
+        let snapshot = gateway.snapshot();
+        let builder = http_builder(&snapshot.server);
+        let first_byte = Duration::from_millis(snapshot.server.header_read_timeout_ms);
         match kind {
             Kind::Plain => {
-                let builder = http_builder(&gateway.snapshot().server);
                 let svc = main.clone();
-                let first = header_timeout(&gateway);
                 tokio::spawn(async move {
-                    let io = FirstByte::new(stream, first);
+                    let io = FirstByte::new(stream, first_byte);
                     run(TokioIo::new(io), &builder, svc, watcher, peer).await;
                     drop(slot);
                 });
             }
             Kind::Admin => {
-                let builder = http_builder(&gateway.snapshot().server);
                 let svc = admin.clone();
-                let first = header_timeout(&gateway);
                 tokio::spawn(async move {
-                    let io = FirstByte::new(stream, first);
+                    let io = FirstByte::new(stream, first_byte);
                     run(TokioIo::new(io), &builder, svc, watcher, peer).await;
                     drop(slot);
                 });
             }
             Kind::Tls => {
-                let snapshot = gateway.snapshot();
                 let (Some(tls), Some(cfg)) = (snapshot.tls.clone(), snapshot.server.tls.as_ref())
                 else {
                     tracing::debug!(%peer, "TLS connection closed: TLS is no longer configured");
                     continue;
                 };
                 let timeout = Duration::from_millis(cfg.handshake_timeout_ms);
-                let builder = http_builder(&snapshot.server);
                 let svc = main.clone();
-                let first = header_timeout(&gateway);
                 let gateway = gateway.clone();
                 tokio::spawn(async move {
                     if let Some(stream) = handshake(stream, tls, timeout, &gateway, peer).await {
-                        let io = FirstByte::new(stream, first);
+                        let io = FirstByte::new(stream, first_byte);
                         run(TokioIo::new(io), &builder, svc, watcher, peer).await;
                     }
                     drop(slot);
@@ -204,10 +201,6 @@ async fn accept(listener: Option<&TcpListener>) -> std::io::Result<(TcpStream, S
         Some(l) => l.accept().await,
         None => std::future::pending().await,
     }
-}
-
-fn header_timeout(gateway: &Gateway) -> Duration {
-    Duration::from_millis(gateway.snapshot().server.header_read_timeout_ms)
 }
 
 /// A connection's IO that fails if no byte arrives within the timeout. hyper's header
