@@ -265,3 +265,27 @@ async fn read_to_close_or_answer(stream: &mut TcpStream) -> Vec<u8> {
         _ => Vec::new(),
     }
 }
+
+#[tokio::test]
+async fn whole_request_timeout_answers_504() {
+    let upstream = Upstream::start(Duration::from_secs(30)).await;
+    let gw = Proc::start(
+        &Routes {
+            base_url: upstream.base_url(),
+            server: "request_timeout_ms = 300".into(),
+            provider: "submit_timeout_ms = 60000".into(),
+            ..Routes::default()
+        }
+        .render(),
+    );
+    let r = gw
+        .client()
+        .post_json(
+            MODEL_CENTER,
+            DEMO,
+            &json!({"model": "m1", "prompt": "slow"}),
+        )
+        .await;
+    assert_eq!(r.status, 504);
+    assert_eq!(r.error_code(), "request_timeout");
+}
