@@ -3,28 +3,36 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use http::{Request, Response};
+use http::{HeaderValue, Method, Request, Response, StatusCode, header};
+use tower::Layer;
 use tower::{Service, ServiceBuilder};
 
 use crate::auth::AuthenticateLayer;
-use crate::body::ResponseBody;
+use crate::body::{ResponseBody, full};
 use crate::cache::TaskCache;
+use crate::error::ApiError;
 use crate::handlers::Dispatch;
+use crate::key_limits::KeyLimitLayer;
+use crate::limits::TimedBody;
+use crate::metrics::Metrics;
 use crate::request_log::RequestLogLayer;
 use crate::simulator;
 use crate::snapshot::{LoadContext, LoadError, SIMULATOR_URL, Snapshot, read_routes};
 
 /// State shared by every connection: the current config snapshot, the results cache,
-/// and whether the gateway is draining.
+/// the metrics, and whether the gateway is draining.
 pub struct Gateway {
     config_path: PathBuf,
     snapshot: ArcSwap<Snapshot>,
     pub cache: TaskCache,
+    pub metrics: Metrics,
     draining: AtomicBool,
     simulator_addr: Option<SocketAddr>,
 }
@@ -60,10 +68,11 @@ impl Gateway {
             Duration::from_millis(tasks.terminal_cache_ttl_ms),
             Duration::from_millis(tasks.poll_cache_ttl_ms),
         );
-        Ok(Arc::new(Self {
+        Ok(Arc::new_cyclic(|weak| Self {
             config_path: config_path.to_path_buf(),
             snapshot: ArcSwap::from_pointee(snapshot),
             cache,
+            metrics: Metrics::new(weak.clone()),
             draining: AtomicBool::new(false),
             simulator_addr,
         }))
@@ -72,6 +81,48 @@ impl Gateway {
     /// The current snapshot; a request keeps the one it started with.
     pub fn snapshot(&self) -> Arc<Snapshot> {
         self.snapshot.load_full()
+    }
+
+    /// Read the routes file again and, if it is valid, swap it in as one snapshot.
+    /// An invalid file changes nothing: the error says why. Requests in progress
+    /// finish on the snapshot they started with; sealed task ids stay valid as long
+    /// as the task secret and the provider names are kept.
+    pub fn reload(&self) -> Result<(), LoadError> {
+        let result = self.try_reload();
+        self.metrics.reload(result.is_ok());
+        result
+    }
+
+    fn try_reload(&self) -> Result<(), LoadError> {
+        let ctx = LoadContext {
+            simulator_addr: self.simulator_addr,
+            create_files: true,
+        };
+        let mut next = Snapshot::load(&self.config_path, &ctx)?;
+        if next.uses_simulator && self.simulator_addr.is_none() {
+            return Err(LoadError {
+                file: self.config_path.clone(),
+                problems: vec![(
+                    "providers".into(),
+                    format!("`{SIMULATOR_URL}` is started only at startup: restart to use it"),
+                )],
+            });
+        }
+        let current = self.snapshot();
+        next.limits.inherit(&current.limits);
+        let (old, new) = (&current.server, &next.server);
+        let tls_listen = |s: &crate::config::ServerConfig| s.tls.as_ref().map(|t| t.listen);
+        if old.listen != new.listen
+            || tls_listen(old) != tls_listen(new)
+            || old.metrics_listen != new.metrics_listen
+            || old.max_connections != new.max_connections
+        {
+            tracing::warn!(
+                "listener addresses and server.max_connections apply at startup only; restart to change them"
+            );
+        }
+        self.snapshot.store(Arc::new(next));
+        Ok(())
     }
 
     pub fn config_path(&self) -> &Path {
@@ -93,7 +144,8 @@ impl Gateway {
 }
 
 /// The request path as a tower stack, outermost first:
-/// request id + tracing → Bearer auth → dispatch (route, body, model, validation,
+/// request id + tracing → `/metrics` (unless on its own listener) → Bearer auth →
+/// per-key limits → body read deadline → dispatch (route, body, model, validation,
 /// provider, normalisation, sealed id).
 pub fn service<B>(
     gateway: Arc<Gateway>,
@@ -103,10 +155,116 @@ pub fn service<B>(
 + 'static
 where
     B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
-    B::Error: std::error::Error + Send + Sync + 'static,
+    B::Error: Into<crate::body::BoxError>,
 {
+    let metrics_here = gateway.snapshot().server.metrics_listen.is_none();
     ServiceBuilder::new()
         .layer(RequestLogLayer::new(gateway.clone()))
+        .layer(MetricsEndpointLayer {
+            gateway: metrics_here.then(|| gateway.clone()),
+        })
         .layer(AuthenticateLayer)
+        .layer(KeyLimitLayer::new(gateway.clone()))
+        .map_request(|req: Request<B>| {
+            let timeout = req
+                .extensions()
+                .get::<Arc<Snapshot>>()
+                .map_or(30_000, |s| s.server.body_read_timeout_ms);
+            req.map(|body| TimedBody::new(body, Duration::from_millis(timeout)))
+        })
         .service(Dispatch::new(gateway))
+}
+
+/// The admin listener's service: `/metrics` and `/healthz`, nothing else.
+pub fn admin_service<B>(
+    gateway: Arc<Gateway>,
+) -> impl Service<Request<B>, Response = Response<ResponseBody>, Error = Infallible, Future: Send>
++ Clone
++ Send
++ 'static
+where
+    B: Send + 'static,
+{
+    MetricsEndpoint {
+        inner: tower::service_fn(|req: Request<B>| async move {
+            Ok::<_, Infallible>(match req.uri().path() {
+                "/healthz" => {
+                    let mut resp = Response::new(full(&b"{\"status\":\"ok\"}"[..]));
+                    resp.headers_mut().insert(
+                        header::CONTENT_TYPE,
+                        HeaderValue::from_static("application/json"),
+                    );
+                    resp
+                }
+                _ => ApiError::path_not_found().into_response(),
+            })
+        }),
+        gateway: Some(gateway),
+    }
+}
+
+/// Answers `GET /metrics` (no client auth) when it holds the gateway.
+#[derive(Clone)]
+pub struct MetricsEndpointLayer {
+    gateway: Option<Arc<Gateway>>,
+}
+
+impl<S> Layer<S> for MetricsEndpointLayer {
+    type Service = MetricsEndpoint<S>;
+    fn layer(&self, inner: S) -> Self::Service {
+        MetricsEndpoint {
+            inner,
+            gateway: self.gateway.clone(),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct MetricsEndpoint<S> {
+    inner: S,
+    gateway: Option<Arc<Gateway>>,
+}
+
+type BoxFuture = Pin<Box<dyn Future<Output = Result<Response<ResponseBody>, Infallible>> + Send>>;
+
+impl<S, B> Service<Request<B>> for MetricsEndpoint<S>
+where
+    S: Service<Request<B>, Response = Response<ResponseBody>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send,
+    B: Send + 'static,
+{
+    type Response = Response<ResponseBody>;
+    type Error = Infallible;
+    type Future = BoxFuture;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        match &self.gateway {
+            Some(gateway) if req.uri().path() == "/metrics" => {
+                let resp = if req.method() == Method::GET || req.method() == Method::HEAD {
+                    let mut resp = Response::new(full(gateway.metrics.render()));
+                    *resp.status_mut() = StatusCode::OK;
+                    resp.headers_mut().insert(
+                        header::CONTENT_TYPE,
+                        HeaderValue::from_static(crate::metrics::CONTENT_TYPE),
+                    );
+                    resp
+                } else {
+                    ApiError::method_not_allowed("GET, HEAD").into_response()
+                };
+                Box::pin(async move { Ok(resp) })
+            }
+            _ => {
+                let clone = self.inner.clone();
+                let mut inner = std::mem::replace(&mut self.inner, clone);
+                Box::pin(inner.call(req))
+            }
+        }
+    }
 }

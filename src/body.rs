@@ -80,6 +80,7 @@ where
             drain(body, DRAIN_BYTES).await;
             Err(ApiError::body_too_large(limit))
         }
+        Err(e) if crate::limits::is_body_timeout(&*e) => Err(ApiError::body_timeout()),
         Err(e) => Err(ApiError::invalid_json(format!(
             "body could not be read ({e})"
         ))),

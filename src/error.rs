@@ -347,6 +347,17 @@ impl ApiError {
             "the requested range is outside the content",
         )
     }
+
+    // 503, per-key load shedding
+    pub fn key_overloaded(max: usize) -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "service_unavailable",
+            "too_many_concurrent_requests",
+            format!("this API key already has {max} requests in progress; retry later"),
+        )
+        .with_retry_after(Duration::from_secs(1))
+    }
 }
 
 /// Marker left on error responses so the request log can name the refusal.

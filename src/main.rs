@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use mediagate::app::Gateway;
 use mediagate::config::LogFormat;
+use mediagate::server::Listeners;
 use mediagate::snapshot::{LoadContext, Snapshot, read_routes};
 
 #[derive(Parser)]
@@ -20,6 +21,15 @@ struct Cli {
     /// Routes file (when no subcommand is given, `serve` runs).
     #[arg(long, short, default_value = "routes.toml", global = true)]
     config: PathBuf,
+    /// Log format, overriding `server.log_format`: text or json (one JSON object per line).
+    #[arg(long, value_enum, env = "MEDIAGATE_LOG_FORMAT", global = true)]
+    log_format: Option<LogFormatArg>,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LogFormatArg {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -37,7 +47,13 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Some(Command::Check { file }) => check(file.as_deref().unwrap_or(&cli.config)),
-        Some(Command::Serve) | None => serve(&cli.config),
+        Some(Command::Serve) | None => serve(
+            &cli.config,
+            cli.log_format.map(|f| match f {
+                LogFormatArg::Text => LogFormat::Text,
+                LogFormatArg::Json => LogFormat::Json,
+            }),
+        ),
     }
 }
 
@@ -62,11 +78,13 @@ fn check(path: &Path) -> ExitCode {
     }
 }
 
-fn init_logging(path: &Path) {
+fn init_logging(path: &Path, flag: Option<LogFormat>) {
     // The format is read before the full load so that load messages use it too.
-    let format = read_routes(path)
-        .map(|f| f.server.log_format)
-        .unwrap_or_default();
+    let format = flag.unwrap_or_else(|| {
+        read_routes(path)
+            .map(|f| f.server.log_format)
+            .unwrap_or_default()
+    });
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
@@ -79,8 +97,8 @@ fn init_logging(path: &Path) {
     }
 }
 
-fn serve(path: &Path) -> ExitCode {
-    init_logging(path);
+fn serve(path: &Path, log_format: Option<LogFormat>) -> ExitCode {
+    init_logging(path, log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -106,14 +124,29 @@ fn serve(path: &Path) -> ExitCode {
                 "demo API key enabled: its secret is published in the README; for local use only, remove it before exposing the gateway"
             );
         }
-        let listener = match mediagate::server::bind(snapshot.server.listen).await {
+        // Reload triggers are in place before the gateway is announced.
+        tokio::spawn(mediagate::reload::on_sighup(gateway.clone()));
+        tokio::spawn(mediagate::reload::watch_files(gateway.clone()));
+        let listeners = match Listeners::bind(&snapshot.server).await {
             Ok(l) => l,
-            Err(e) => {
-                eprintln!("cannot listen on {}: {e}", snapshot.server.listen);
+            Err((addr, e)) => {
+                eprintln!("cannot listen on {addr}: {e}");
                 return ExitCode::FAILURE;
             }
         };
-        let addr = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
+        let local = |l: &tokio::net::TcpListener| {
+            l.local_addr().map(|a| a.to_string()).unwrap_or_default()
+        };
+        // The plain listener is announced last: once it is, every listener is up.
+        if let Some(l) = &listeners.admin {
+            let addr = local(l);
+            tracing::info!(%addr, "metrics listener on http://{addr}/metrics");
+        }
+        if let Some(l) = &listeners.tls {
+            let addr = local(l);
+            tracing::info!(%addr, "mediagate listening on https://{addr}");
+        }
+        let addr = local(&listeners.plain);
         tracing::info!(
             %addr,
             models = snapshot.models.len(),
@@ -121,7 +154,10 @@ fn serve(path: &Path) -> ExitCode {
             "mediagate listening on http://{addr}"
         );
         drop(snapshot);
-        match mediagate::server::serve(listener, gateway, mediagate::server::shutdown_signal()).await {
+
+        match mediagate::server::serve(listeners, gateway, mediagate::server::shutdown_signal())
+            .await
+        {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("server error: {e}");

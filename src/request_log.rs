@@ -139,9 +139,13 @@ where
         req.extensions_mut().insert(RequestId(id.clone()));
         req.extensions_mut().insert(self.layer.gateway.snapshot());
         let method = req.method().clone();
-        let route = routing::route(req.method(), req.uri().path())
-            .map(|r| r.label())
-            .unwrap_or("-");
+        let route = match req.uri().path() {
+            "/metrics" => "GET /metrics",
+            path => routing::route(req.method(), path)
+                .map(|r| r.label())
+                .unwrap_or("-"),
+        };
+        let gateway = self.layer.gateway.clone();
         let span =
             tracing::info_span!("request", request_id = %String::from_utf8_lossy(id.as_bytes()));
         // Take the service that was driven to readiness; leave a fresh clone behind.
@@ -157,6 +161,15 @@ where
                     .cloned()
                     .unwrap_or_default();
                 let code = resp.extensions().get::<ErrorCode>().map(|c| c.0);
+                let latency = started.elapsed();
+                gateway.metrics.request(
+                    route,
+                    resp.status().as_u16(),
+                    fields.model.as_deref(),
+                    fields.provider.as_deref(),
+                    latency,
+                    fields.upstream,
+                );
                 tracing::info!(
                     target: "mediagate::access",
                     method = %method,
@@ -165,7 +178,7 @@ where
                     key = fields.key.as_deref(),
                     model = fields.model.as_deref(),
                     provider = fields.provider.as_deref(),
-                    latency_ms = started.elapsed().as_secs_f64() * 1e3,
+                    latency_ms = latency.as_secs_f64() * 1e3,
                     upstream_ms = fields.upstream.map(|d| d.as_secs_f64() * 1e3),
                     error = code,
                     "request"

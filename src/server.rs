@@ -1,77 +1,342 @@
-//! Listener and connections: HTTP/1.1 and HTTP/2 (hyper 1 + hyper-util), with a
-//! graceful stop that lets in-flight requests finish.
+//! Listeners and connections: the plain listener, the TLS listener beside it, the
+//! optional admin listener for `/metrics`; HTTP/1.1 and HTTP/2 (hyper 1 + hyper-util);
+//! connection hardening; a graceful stop that lets in-flight requests finish.
+//!
+//! Hardening, in the order a connection meets it:
+//! - a cap on open connections (`server.max_connections`), taken right after accept,
+//!   before any handshake: past it, a connection is closed at once, not queued (the
+//!   admin listener is exempt);
+//! - the TLS handshake, in the connection's own task under
+//!   `server.tls.handshake_timeout_ms`, so a slow client never blocks accepting;
+//! - `server.header_read_timeout_ms` for the first byte of a connection (so a client
+//!   that connects and sends nothing is closed), and for each request's headers
+//!   (HTTP/1.1, idle keep-alive included);
+//! - the body deadline, the per-key limits and the request timeout further in.
 
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use hyper_util::service::TowerToHyperService;
-use tokio::net::TcpListener;
+use prometheus_client::metrics::gauge::Gauge;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_rustls::TlsAcceptor;
+use tower::Service;
 
-use crate::app::{Gateway, service};
+use crate::app::{Gateway, admin_service, service};
+use crate::body::ResponseBody;
+use crate::config::ServerConfig;
 
-/// Time a client has to send its request headers (slowloris protection).
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// The bound listeners.
+pub struct Listeners {
+    pub plain: TcpListener,
+    pub tls: Option<TcpListener>,
+    pub admin: Option<TcpListener>,
+}
 
-/// Serve on `listener` until `shutdown` resolves, then drain: stop accepting, report
-/// not ready, and give in-flight requests the configured grace period.
+impl Listeners {
+    /// Bind every configured listener; an error names the address that failed.
+    pub async fn bind(cfg: &ServerConfig) -> Result<Self, (SocketAddr, std::io::Error)> {
+        let bind =
+            |addr: SocketAddr| async move { TcpListener::bind(addr).await.map_err(|e| (addr, e)) };
+        let plain = bind(cfg.listen).await?;
+        let tls = match &cfg.tls {
+            Some(t) => Some(bind(t.listen).await?),
+            None => None,
+        };
+        let admin = match cfg.metrics_listen {
+            Some(addr) => Some(bind(addr).await?),
+            None => None,
+        };
+        Ok(Self { plain, tls, admin })
+    }
+}
+
+/// Which listener a connection came from.
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    Plain,
+    Tls,
+    Admin,
+}
+
+/// Held for a connection's whole life: its slot under the cap, and the gauge.
+struct Slot {
+    _permit: Option<OwnedSemaphorePermit>,
+    open: Gauge,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.open.dec();
+    }
+}
+
+/// Serve on the listeners until `shutdown` resolves, then drain: report not ready,
+/// keep accepting for `server.shutdown_delay_ms`, stop accepting, and give in-flight
+/// requests `server.shutdown_grace_ms` to finish.
 pub async fn serve(
-    listener: TcpListener,
+    listeners: Listeners,
     gateway: Arc<Gateway>,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT);
-    builder.http2().timer(TokioTimer::new());
     let graceful = GracefulShutdown::new();
-    let service = service(gateway.clone());
+    let max_connections = gateway.snapshot().server.max_connections.max(1);
+    let slots = Arc::new(Semaphore::new(max_connections));
+    let main = service::<Incoming>(gateway.clone());
+    let admin = admin_service::<Incoming>(gateway.clone());
     tokio::pin!(shutdown);
+    let mut delay: Option<Pin<Box<tokio::time::Sleep>>> = None;
 
     loop {
-        tokio::select! {
-            accepted = listener.accept() => {
-                let (stream, peer) = match accepted {
-                    Ok(conn) => conn,
-                    Err(e) => {
-                        // Out of descriptors or similar: back off instead of spinning.
-                        tracing::warn!(error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                };
-                let _ = stream.set_nodelay(true);
-                let conn = builder
-                    .serve_connection(TokioIo::new(stream), TowerToHyperService::new(service.clone()))
-                    .into_owned();
-                let conn = graceful.watch(conn);
+        let (accepted, kind) = tokio::select! {
+            a = listeners.plain.accept() => (a, Kind::Plain),
+            a = accept(listeners.tls.as_ref()) => (a, Kind::Tls),
+            a = accept(listeners.admin.as_ref()) => (a, Kind::Admin),
+            () = &mut shutdown, if delay.is_none() => {
+                gateway.start_draining();
+                let ms = gateway.snapshot().server.shutdown_delay_ms;
+                tracing::info!(delay_ms = ms, "shutdown requested: /readyz now answers 503");
+                delay = Some(Box::pin(tokio::time::sleep(Duration::from_millis(ms))));
+                continue;
+            }
+            () = async { delay.as_mut().expect("guarded").await }, if delay.is_some() => break,
+        };
+        let (stream, peer) = match accepted {
+            Ok(conn) => conn,
+            Err(e) => {
+                // Out of descriptors or similar: back off instead of spinning.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        // The cap is taken before any handshake or read: past it, close at once. The
+        // admin listener is exempt, so that an overloaded gateway can still be observed.
+        let permit = match kind {
+            Kind::Admin => None,
+            Kind::Plain | Kind::Tls => match slots.clone().try_acquire_owned() {
+                Ok(permit) => Some(permit),
+                Err(_) => {
+                    gateway.metrics.connections_refused.inc();
+                    tracing::debug!(%peer, "connection refused: server.max_connections reached");
+                    drop(stream);
+                    continue;
+                }
+            },
+        };
+        let open = gateway.metrics.connections_open.clone();
+        open.inc();
+        let slot = Slot {
+            _permit: permit,
+            open,
+        };
+        let _ = stream.set_nodelay(true);
+        let watcher = graceful.watcher();
+        // Settings are read per connection, so a reload applies to new connections.
+        let snapshot = gateway.snapshot();
+        let builder = http_builder(&snapshot.server);
+        let first_byte = Duration::from_millis(snapshot.server.header_read_timeout_ms);
+        match kind {
+            Kind::Plain => {
+                let svc = main.clone();
                 tokio::spawn(async move {
-                    if let Err(e) = conn.await {
-                        tracing::debug!(%peer, error = %e, "connection ended with an error");
-                    }
+                    let io = FirstByte::new(stream, first_byte);
+                    run(TokioIo::new(io), &builder, svc, watcher, peer).await;
+                    drop(slot);
                 });
             }
-            () = &mut shutdown => break,
+            Kind::Admin => {
+                let svc = admin.clone();
+                tokio::spawn(async move {
+                    let io = FirstByte::new(stream, first_byte);
+                    run(TokioIo::new(io), &builder, svc, watcher, peer).await;
+                    drop(slot);
+                });
+            }
+            Kind::Tls => {
+                let (Some(tls), Some(cfg)) = (snapshot.tls.clone(), snapshot.server.tls.as_ref())
+                else {
+                    tracing::debug!(%peer, "TLS connection closed: TLS is no longer configured");
+                    continue;
+                };
+                let timeout = Duration::from_millis(cfg.handshake_timeout_ms);
+                let svc = main.clone();
+                let gateway = gateway.clone();
+                tokio::spawn(async move {
+                    if let Some(stream) = handshake(stream, tls, timeout, &gateway, peer).await {
+                        let io = FirstByte::new(stream, first_byte);
+                        run(TokioIo::new(io), &builder, svc, watcher, peer).await;
+                    }
+                    drop(slot);
+                });
+            }
         }
     }
 
-    drop(listener);
-    gateway.start_draining();
+    drop(listeners);
     let grace = Duration::from_millis(gateway.snapshot().server.shutdown_grace_ms);
     tracing::info!(
         grace_ms = grace.as_millis() as u64,
-        "shutting down: draining in-flight requests"
+        "listeners closed: draining in-flight requests"
     );
     match tokio::time::timeout(grace, graceful.shutdown()).await {
         Ok(()) => tracing::info!("all connections closed"),
         Err(_) => tracing::warn!("grace period over; closing remaining connections"),
     }
     Ok(())
+}
+
+/// Accept on a listener that may not exist (then never).
+async fn accept(listener: Option<&TcpListener>) -> std::io::Result<(TcpStream, SocketAddr)> {
+    match listener {
+        Some(l) => l.accept().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A connection's IO that fails if no byte arrives within the timeout. hyper's header
+/// read timeout starts only once the HTTP version is known, which takes a first byte;
+/// without this, a client that connects and stays silent would hold its slot forever.
+struct FirstByte<I> {
+    io: I,
+    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<I> FirstByte<I> {
+    fn new(io: I, timeout: Duration) -> Self {
+        Self {
+            io,
+            deadline: Some(Box::pin(tokio::time::sleep(timeout))),
+        }
+    }
+}
+
+impl<I: AsyncRead + Unpin> AsyncRead for FirstByte<I> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let this = &mut *self;
+        match Pin::new(&mut this.io).poll_read(cx, buf) {
+            Poll::Ready(result) => {
+                if buf.filled().len() > before {
+                    this.deadline = None;
+                }
+                Poll::Ready(result)
+            }
+            Poll::Pending => match this.deadline.as_mut().map(|d| d.as_mut().poll(cx)) {
+                Some(Poll::Ready(())) => Poll::Ready(Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "no request within server.header_read_timeout_ms",
+                ))),
+                _ => Poll::Pending,
+            },
+        }
+    }
+}
+
+impl<I: AsyncWrite + Unpin> AsyncWrite for FirstByte<I> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+}
+
+/// HTTP/1.1 and HTTP/2 with the current header read timeout.
+fn http_builder(cfg: &ServerConfig) -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(Duration::from_millis(cfg.header_read_timeout_ms));
+    // Pings find HTTP/2 peers that vanished without closing their connection.
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(Duration::from_secs(60))
+        .keep_alive_timeout(Duration::from_secs(20));
+    builder
+}
+
+/// The TLS handshake under its timeout; `None` (counted, logged) when it fails.
+async fn handshake(
+    stream: TcpStream,
+    tls: Arc<rustls::ServerConfig>,
+    timeout: Duration,
+    gateway: &Gateway,
+    peer: SocketAddr,
+) -> Option<tokio_rustls::server::TlsStream<TcpStream>> {
+    match tokio::time::timeout(timeout, TlsAcceptor::from(tls).accept(stream)).await {
+        Ok(Ok(stream)) => Some(stream),
+        Ok(Err(e)) => {
+            gateway.metrics.tls_handshake_failures.inc();
+            tracing::debug!(%peer, error = %e, "TLS handshake failed");
+            None
+        }
+        Err(_) => {
+            gateway.metrics.tls_handshake_failures.inc();
+            tracing::debug!(%peer, "TLS handshake timed out");
+            None
+        }
+    }
+}
+
+/// Serve one connection until it ends or the graceful stop closes it.
+async fn run<I, S>(
+    io: TokioIo<I>,
+    builder: &auto::Builder<TokioExecutor>,
+    svc: S,
+    watcher: Watcher,
+    peer: SocketAddr,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    S: Service<http::Request<Incoming>, Response = http::Response<ResponseBody>>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let conn = builder
+        .serve_connection(io, TowerToHyperService::new(svc))
+        .into_owned();
+    if let Err(e) = watcher.watch(conn).await {
+        tracing::debug!(%peer, error = %e, "connection ended with an error");
+    }
 }
 
 /// Resolves on SIGTERM or Ctrl-C.
@@ -94,9 +359,4 @@ pub async fn shutdown_signal() {
         () = ctrl_c => {},
         () = term => {},
     }
-}
-
-/// Bind the configured listener.
-pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    TcpListener::bind(addr).await
 }

@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use crate::auth::{ApiKey, KeyRing, key_digest};
 use crate::config::{RoutesFile, ServerConfig, SimulatorConfig, TasksConfig};
+use crate::key_limits::{KeyLimiter, KeyLimits};
 use crate::provider::{Problems, Provider, read_secret};
 use crate::routing::Endpoint;
 use crate::task::MediaKind;
@@ -45,6 +46,10 @@ pub struct Snapshot {
     pub models: HashMap<String, Arc<Model>>,
     pub providers: HashMap<String, Arc<Provider>>,
     pub sealer: TaskSealer,
+    /// Per-key rate and concurrency limits.
+    pub limits: KeyLimits,
+    /// TLS server config, when `[server.tls]` is set.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
     /// Some provider points at the built-in simulator.
     pub uses_simulator: bool,
     /// Keys whose secret is a published demo value.
@@ -198,6 +203,10 @@ impl Snapshot {
             }
         }
 
+        for (k, msg) in KeyLimiter::check(&file.limits) {
+            p.push(format!("limits.{k}"), msg);
+        }
+        let mut limits = Vec::new();
         let mut demo_keys = Vec::new();
         let mut keys = Vec::new();
         let mut names = HashSet::new();
@@ -243,6 +252,11 @@ impl Snapshot {
                     }
                 }
             }
+            let own = file.limits.with(k.limits.as_ref());
+            for (f, msg) in KeyLimiter::check(&own) {
+                p.push(key(&format!("limits.{f}")), msg);
+            }
+            limits.push((Arc::<str>::from(k.name.as_str()), own));
             if let Some(d) = digest {
                 if DEMO_KEYS.iter().any(|demo| key_digest(demo) == d) {
                     demo_keys.push(k.name.clone());
@@ -268,6 +282,22 @@ impl Snapshot {
         if file.server.max_body_bytes == 0 {
             p.push("server.max_body_bytes".into(), "must be greater than 0");
         }
+        if !(1..=tokio::sync::Semaphore::MAX_PERMITS).contains(&file.server.max_connections) {
+            p.push(
+                "server.max_connections".into(),
+                "must be greater than 0 and not absurdly large",
+            );
+        }
+        let tls = match &file.server.tls {
+            Some(cfg) => match crate::tls::server_config(cfg, dir) {
+                Ok(c) => Some(c),
+                Err((k, e)) => {
+                    p.push(format!("server.tls.{k}"), e);
+                    None
+                }
+            },
+            None => None,
+        };
 
         match sealer {
             Some(sealer) if p.0.is_empty() => Ok(Self {
@@ -278,6 +308,8 @@ impl Snapshot {
                 models,
                 providers,
                 sealer,
+                limits: KeyLimits::new(limits),
+                tls,
                 uses_simulator,
                 demo_keys,
             }),

@@ -288,7 +288,7 @@ async fn sigterm_lets_an_in_flight_request_finish() {
     let child = gw.terminate();
     // Once the gateway is draining, let the upstream answer.
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while !gw.log().contains("shutting down") {
+    while !gw.log().contains("shutdown requested") {
         assert!(
             std::time::Instant::now() < deadline,
             "no drain: {}",

@@ -26,6 +26,9 @@ pub struct RoutesFile {
     pub tasks: TasksConfig,
     #[serde(default)]
     pub simulator: SimulatorConfig,
+    /// Per-key limits every key gets unless its own `limits` says otherwise.
+    #[serde(default)]
+    pub limits: LimitsConfig,
     /// Client API keys.
     #[serde(default, rename = "keys")]
     pub keys: Vec<KeyConfig>,
@@ -45,24 +48,123 @@ pub struct RoutesFile {
 pub struct ServerConfig {
     /// Plain HTTP listener (HTTP/1.1 and cleartext HTTP/2).
     pub listen: SocketAddr,
+    /// TLS listener, beside the plain one.
+    pub tls: Option<TlsConfig>,
+    /// Separate listener for `/metrics`; when unset, `/metrics` is on the main listeners.
+    pub metrics_listen: Option<SocketAddr>,
     /// Largest request body accepted, in bytes.
     pub max_body_bytes: usize,
     /// How long in-flight requests may take to finish after SIGTERM or Ctrl-C.
     pub shutdown_grace_ms: u64,
+    /// After SIGTERM, keep accepting (with `/readyz` answering 503) this long, so that
+    /// load balancers take the instance out before its listeners close.
+    pub shutdown_delay_ms: u64,
     /// Upper bound on one whole request, upstream calls included.
     pub request_timeout_ms: u64,
+    /// Time a client has to send the request headers (slow-header protection).
+    pub header_read_timeout_ms: u64,
+    /// Time a client has to send the whole request body (slow-body protection): 408.
+    pub body_read_timeout_ms: u64,
+    /// Open client connections at most, all listeners together; more are closed at once.
+    pub max_connections: usize,
     /// Log format: "text" or "json".
     pub log_format: LogFormat,
+    /// Check the routes file and the certificate files for changes this often and
+    /// reload when they changed; 0 turns the watch off (SIGHUP always works).
+    pub reload_poll_ms: u64,
 }
 
 impl Default for ServerConfig {
     fn default() -> Self {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            tls: None,
+            metrics_listen: None,
             max_body_bytes: 4 * 1024 * 1024,
             shutdown_grace_ms: 30_000,
+            shutdown_delay_ms: 0,
             request_timeout_ms: 120_000,
+            header_read_timeout_ms: 10_000,
+            body_read_timeout_ms: 30_000,
+            max_connections: 10_000,
             log_format: LogFormat::Text,
+            reload_poll_ms: 0,
+        }
+    }
+}
+
+/// TLS termination: a certificate chain and its key, PEM files, read again on reload.
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// Address of the TLS listener (HTTP/1.1 and HTTP/2 by ALPN).
+    pub listen: SocketAddr,
+    /// PEM certificate chain, leaf first.
+    pub cert_file: PathBuf,
+    /// PEM private key (PKCS#8, PKCS#1 or SEC1).
+    pub key_file: PathBuf,
+    /// Time a client has to complete the TLS handshake.
+    #[serde(default = "default_handshake_timeout_ms")]
+    pub handshake_timeout_ms: u64,
+}
+
+fn default_handshake_timeout_ms() -> u64 {
+    10_000
+}
+
+/// Per-key limits. A rate of 0 or a concurrency of 0 turns that limit off.
+#[derive(Debug, Deserialize, Clone, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    /// Sustained requests per second, all routes together.
+    pub rate_per_second: f64,
+    /// Requests let through at once above the sustained rate.
+    pub burst: u32,
+    /// Separate sustained rate for submits (`POST`), on top of the general one.
+    pub submit_rate_per_second: Option<f64>,
+    /// Burst for submits; defaults to the submit rate rounded up.
+    pub submit_burst: Option<u32>,
+    /// Requests of one key in progress at once; more are refused with 503.
+    pub max_concurrent_requests: usize,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        Self {
+            rate_per_second: 100.0,
+            burst: 200,
+            submit_rate_per_second: None,
+            submit_burst: None,
+            max_concurrent_requests: 256,
+        }
+    }
+}
+
+/// A key's own limits: each setting given replaces the default from `[limits]`.
+#[derive(Debug, Deserialize, Clone, Default)]
+#[serde(deny_unknown_fields)]
+pub struct KeyLimitsConfig {
+    pub rate_per_second: Option<f64>,
+    pub burst: Option<u32>,
+    pub submit_rate_per_second: Option<f64>,
+    pub submit_burst: Option<u32>,
+    pub max_concurrent_requests: Option<usize>,
+}
+
+impl LimitsConfig {
+    /// These defaults with a key's own settings laid over them.
+    pub fn with(&self, own: Option<&KeyLimitsConfig>) -> LimitsConfig {
+        let Some(own) = own else {
+            return self.clone();
+        };
+        LimitsConfig {
+            rate_per_second: own.rate_per_second.unwrap_or(self.rate_per_second),
+            burst: own.burst.unwrap_or(self.burst),
+            submit_rate_per_second: own.submit_rate_per_second.or(self.submit_rate_per_second),
+            submit_burst: own.submit_burst.or(self.submit_burst),
+            max_concurrent_requests: own
+                .max_concurrent_requests
+                .unwrap_or(self.max_concurrent_requests),
         }
     }
 }
@@ -146,6 +248,9 @@ pub struct KeyConfig {
     pub env: Option<String>,
     /// Models this key may use; all models when absent.
     pub models: Option<Vec<String>>,
+    /// This key's own limits, laid over `[limits]`.
+    #[serde(default)]
+    pub limits: Option<KeyLimitsConfig>,
 }
 
 /// A family of models sharing a kind, an endpoint, providers and a parameter schema.

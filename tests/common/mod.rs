@@ -28,7 +28,8 @@ pub fn shipped_routes_file() -> String {
         .expect("routes.toml is in the repository")
 }
 
-/// The shipped routes.toml, made test-friendly: a free port, fast simulated tasks.
+/// The shipped routes.toml, made test-friendly: a free port, fast simulated tasks, and
+/// no per-key rate limit (tests poll many tasks fast; the limits have tests of their own).
 pub fn shipped_routes() -> String {
     let text = shipped_routes_file();
     let text = replace_once(
@@ -38,6 +39,7 @@ pub fn shipped_routes() -> String {
     );
     let text = replace_once(&text, "queued_ms = 1000", "queued_ms = 300");
     let text = replace_once(&text, "processing_ms = 2000", "processing_ms = 300");
+    let text = replace_once(&text, "rate_per_second = 100 ", "rate_per_second = 0 ");
     replace_once(&text, "poll_cache_ttl_ms = 1000", "poll_cache_ttl_ms = 0")
 }
 

@@ -1,0 +1,246 @@
+//! Prometheus metrics (prometheus-client), served as text on `GET /metrics`.
+//!
+//! Every label takes its values from a bounded set: route templates, status codes,
+//! configured model and provider names, fixed reason words. Names of every metric
+//! are listed in docs/operations.md.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::app::Gateway;
+
+/// Content type of the exposition (OpenMetrics text, which Prometheus reads).
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    route: &'static str,
+    status: u16,
+    model: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ProviderLabels {
+    provider: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    result: &'static str,
+}
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// Every metric of the gateway.
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    upstream: HistogramFamily<ProviderLabels>,
+    overhead: Histogram,
+    rate_limited: Family<ReasonLabels, Counter>,
+    shed: Family<ReasonLabels, Counter>,
+    reloads: Family<ResultLabels, Counter>,
+    pub connections_open: Gauge,
+    pub connections_refused: Counter,
+    pub tls_handshake_failures: Counter,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+fn upstream_histogram() -> Histogram {
+    // 5 ms … ~80 s: provider calls range from fast polls to slow submits.
+    Histogram::new(exponential_buckets(0.005, 2.0, 15))
+}
+
+impl Metrics {
+    /// `gateway` is read at scrape time for the counters kept elsewhere (cache).
+    pub fn new(gateway: Weak<Gateway>) -> Self {
+        let mut registry = Registry::with_prefix("mediagate");
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "requests",
+            "Requests answered, by route template, HTTP status and model",
+            requests.clone(),
+        );
+        let upstream: HistogramFamily<ProviderLabels> =
+            Family::new_with_constructor(upstream_histogram);
+        registry.register(
+            "upstream_duration_seconds",
+            "Time spent waiting for providers within a request, by provider",
+            upstream.clone(),
+        );
+        // 25 µs … ~0.4 s: the gateway's own share of a request.
+        let overhead = Histogram::new(exponential_buckets(0.000_025, 2.0, 15));
+        registry.register(
+            "overhead_duration_seconds",
+            "Request time spent in the gateway itself (total minus upstream)",
+            overhead.clone(),
+        );
+        let rate_limited = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "rate_limited",
+            "Requests refused with 429 by a per-key limit (reason: rate or submit)",
+            rate_limited.clone(),
+        );
+        let shed = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "load_shed",
+            "Requests refused with 503 because a concurrency cap was reached",
+            shed.clone(),
+        );
+        let reloads = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "config_reloads",
+            "Configuration reloads, by result (success or failure)",
+            reloads.clone(),
+        );
+        let connections_open = Gauge::default();
+        registry.register(
+            "connections_open",
+            "Client connections currently open",
+            connections_open.clone(),
+        );
+        let connections_refused = Counter::default();
+        registry.register(
+            "connections_refused",
+            "Client connections closed at once because max_connections was reached",
+            connections_refused.clone(),
+        );
+        let tls_handshake_failures = Counter::default();
+        registry.register(
+            "tls_handshake_failures",
+            "TLS handshakes that failed or timed out",
+            tls_handshake_failures.clone(),
+        );
+        registry.register_collector(Box::new(External { gateway }));
+        // Series that exist from the start, so that rates and alerts see a zero.
+        for reason in ["rate", "submit"] {
+            let _ = rate_limited.get_or_create(&ReasonLabels { reason });
+        }
+        let _ = shed.get_or_create(&ReasonLabels {
+            reason: "key_concurrency",
+        });
+        for result in ["success", "failure"] {
+            let _ = reloads.get_or_create(&ResultLabels { result });
+        }
+        Self {
+            registry,
+            requests,
+            upstream,
+            overhead,
+            rate_limited,
+            shed,
+            reloads,
+            connections_open,
+            connections_refused,
+            tls_handshake_failures,
+        }
+    }
+
+    /// Record one answered request.
+    pub fn request(
+        &self,
+        route: &'static str,
+        status: u16,
+        model: Option<&str>,
+        provider: Option<&str>,
+        total: Duration,
+        upstream: Option<Duration>,
+    ) {
+        self.requests
+            .get_or_create(&RequestLabels {
+                route,
+                status,
+                model: model.unwrap_or("").to_owned(),
+            })
+            .inc();
+        if let (Some(provider), Some(upstream)) = (provider, upstream) {
+            self.upstream
+                .get_or_create(&ProviderLabels {
+                    provider: provider.to_owned(),
+                })
+                .observe(upstream.as_secs_f64());
+        }
+        self.overhead.observe(
+            total
+                .saturating_sub(upstream.unwrap_or_default())
+                .as_secs_f64(),
+        );
+    }
+
+    pub fn rate_limited(&self, reason: &'static str) {
+        self.rate_limited
+            .get_or_create(&ReasonLabels { reason })
+            .inc();
+    }
+
+    pub fn shed(&self, reason: &'static str) {
+        self.shed.get_or_create(&ReasonLabels { reason }).inc();
+    }
+
+    pub fn reload(&self, ok: bool) {
+        let result = if ok { "success" } else { "failure" };
+        self.reloads.get_or_create(&ResultLabels { result }).inc();
+    }
+
+    /// The exposition text.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+/// Counters kept by other modules, read at scrape time.
+#[derive(Debug)]
+struct External {
+    gateway: Weak<Gateway>,
+}
+
+impl Collector for External {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let mut counter = |name: &str, help: &str, value: u64| {
+            let c = ConstCounter::new(value);
+            let metric = encoder.encode_descriptor(name, help, None, c.metric_type())?;
+            c.encode(metric)
+        };
+        counter(
+            "unmapped_upstream_statuses",
+            "Upstream status words missing from a provider's status_map (reported as processing).",
+            crate::normalize::UNMAPPED_STATUSES.load(Ordering::Relaxed),
+        )?;
+        if let Some(gateway) = self.gateway.upgrade().map(|g: Arc<Gateway>| g) {
+            let stats = &gateway.cache.stats;
+            counter(
+                "cache_hits",
+                "Task queries answered from the results cache.",
+                stats.hits.load(Ordering::Relaxed),
+            )?;
+            counter(
+                "cache_misses",
+                "Task queries that needed the provider.",
+                stats.misses.load(Ordering::Relaxed),
+            )?;
+        }
+        Ok(())
+    }
+}

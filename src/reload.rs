@@ -1,0 +1,115 @@
+//! Hot reload: on SIGHUP, or when `server.reload_poll_ms` is set and the routes file or
+//! the certificate files changed, the routes file is read again and, when valid,
+//! swapped in as one snapshot ([`Gateway::reload`]); an invalid file keeps the running
+//! config.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use crate::app::Gateway;
+
+/// Reload on every SIGHUP until the process ends. The handler is installed when this
+/// is called (SIGHUP would otherwise end the process), so call it before serving.
+pub fn on_sighup(gateway: Arc<Gateway>) -> impl Future<Output = ()> + Send + 'static {
+    #[cfg(unix)]
+    let hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup());
+    async move {
+        #[cfg(unix)]
+        {
+            let mut hangups = match hangups {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot listen for SIGHUP; hot reload is off");
+                    return;
+                }
+            };
+            while hangups.recv().await.is_some() {
+                reload(&gateway).await;
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = gateway;
+    }
+}
+
+/// Reload once, off the async workers (compiling the file is CPU work), and log the
+/// outcome.
+pub async fn reload(gateway: &Arc<Gateway>) {
+    let g = gateway.clone();
+    let outcome = tokio::task::spawn_blocking(move || g.reload()).await;
+    let file = gateway.config_path().display().to_string();
+    match outcome {
+        Ok(Ok(())) => {
+            let s = gateway.snapshot();
+            tracing::info!(
+                %file,
+                models = s.models.len(),
+                providers = s.providers.len(),
+                keys = s.keys.len(),
+                "configuration reloaded"
+            );
+        }
+        Ok(Err(e)) => tracing::error!(
+            %file,
+            problems = %e.to_string().replace('\n', "; "),
+            "configuration NOT reloaded; the previous one stays in force"
+        ),
+        Err(e) => tracing::error!(%file, error = %e, "configuration reload failed"),
+    }
+}
+
+/// What identifies a version of a file: modification time and length.
+type Stamp = Option<(SystemTime, u64)>;
+
+fn watched_files(gateway: &Gateway) -> Vec<PathBuf> {
+    let path = gateway.config_path();
+    let mut files = vec![path.to_path_buf()];
+    if let Some(tls) = &gateway.snapshot().server.tls {
+        let dir = path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(std::path::Path::new("."));
+        files.push(dir.join(&tls.cert_file));
+        files.push(dir.join(&tls.key_file));
+    }
+    files
+}
+
+fn stamps(files: &[PathBuf]) -> Vec<Stamp> {
+    files
+        .iter()
+        .map(|f| {
+            std::fs::metadata(f)
+                .ok()
+                .and_then(|m| Some((m.modified().ok()?, m.len())))
+        })
+        .collect()
+}
+
+/// Poll the routes file and the certificate files every `server.reload_poll_ms` (when
+/// not 0) and reload when one of them changed. A file that is broken when it is seen
+/// is reported once; the next change is tried again.
+///
+/// The files are looked at when this is called, so call it right after loading.
+pub fn watch_files(gateway: Arc<Gateway>) -> impl Future<Output = ()> + Send + 'static {
+    let mut files = watched_files(&gateway);
+    let mut seen = stamps(&files);
+    async move {
+        loop {
+            let every = gateway.snapshot().server.reload_poll_ms;
+            if every == 0 {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+            tokio::time::sleep(Duration::from_millis(every)).await;
+            let now = stamps(&files);
+            if now != seen {
+                tracing::info!("routes or certificate file changed; reloading");
+                reload(&gateway).await;
+                files = watched_files(&gateway);
+                seen = stamps(&files);
+            }
+        }
+    }
+}
