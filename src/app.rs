@@ -24,7 +24,9 @@ use crate::limits::TimedBody;
 use crate::metrics::Metrics;
 use crate::request_log::RequestLogLayer;
 use crate::simulator;
-use crate::snapshot::{LoadContext, LoadError, SIMULATOR_URL, Snapshot, read_routes};
+use crate::snapshot::{
+    LoadContext, LoadError, SIMULATOR_URL, SecretFileMode, Snapshot, read_routes,
+};
 
 /// State shared by every connection: the current config snapshot, the results cache,
 /// the metrics, and whether the gateway is draining.
@@ -35,6 +37,9 @@ pub struct Gateway {
     pub metrics: Metrics,
     draining: AtomicBool,
     simulator_addr: Option<SocketAddr>,
+    /// SIGHUP and the file watch may fire together; one reload at a time, so that
+    /// limiter state inherited by one is not dropped by the other.
+    reloading: std::sync::Mutex<()>,
 }
 
 impl Gateway {
@@ -59,7 +64,7 @@ impl Gateway {
         };
         let ctx = LoadContext {
             simulator_addr,
-            create_files: true,
+            secret_file: SecretFileMode::Create,
         };
         let snapshot = Snapshot::build(file, config_path, &ctx)?;
         let tasks = &snapshot.tasks;
@@ -75,6 +80,7 @@ impl Gateway {
             metrics: Metrics::new(weak.clone()),
             draining: AtomicBool::new(false),
             simulator_addr,
+            reloading: std::sync::Mutex::new(()),
         }))
     }
 
@@ -94,9 +100,13 @@ impl Gateway {
     }
 
     fn try_reload(&self) -> Result<(), LoadError> {
+        let _one_at_a_time = self
+            .reloading
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let ctx = LoadContext {
             simulator_addr: self.simulator_addr,
-            create_files: true,
+            secret_file: SecretFileMode::MustExist,
         };
         let mut next = Snapshot::load(&self.config_path, &ctx)?;
         if next.uses_simulator && self.simulator_addr.is_none() {
@@ -122,15 +132,14 @@ impl Gateway {
             );
         }
         self.snapshot.store(Arc::new(next));
+        // Cached results were read by the old providers' programs; a fixed
+        // status_map or urls program must show at once, not in an hour.
+        self.cache.invalidate_all();
         Ok(())
     }
 
     pub fn config_path(&self) -> &Path {
         &self.config_path
-    }
-
-    pub fn simulator_addr(&self) -> Option<SocketAddr> {
-        self.simulator_addr
     }
 
     /// Stop reporting ready: load balancers take the instance out while it drains.

@@ -72,6 +72,11 @@ impl TaskCache {
         k.into()
     }
 
+    /// Forget every result (after a reload changed how answers are read).
+    pub fn invalidate_all(&self) {
+        self.cache.invalidate_all();
+    }
+
     /// The cached state, or the result of `fetch` (run once for concurrent callers).
     /// Errors are not cached: the next query asks the upstream again.
     pub async fn get_or_fetch<F>(&self, key: Arc<str>, fetch: F) -> Result<Arc<TaskState>, ApiError>
@@ -174,7 +179,7 @@ mod tests {
         let key = TaskCache::key("p", "x");
         let e = cache
             .get_or_fetch(key.clone(), async {
-                Err(ApiError::upstream_timeout("p", "query"))
+                Err(ApiError::upstream_timeout("query"))
             })
             .await
             .unwrap_err();

@@ -218,37 +218,38 @@ impl ApiError {
         e
     }
 
-    // 502 / 503 / 504
-    pub fn upstream_failed(provider: &str, step: &str, what: impl std::fmt::Display) -> Self {
+    // 502 / 503 / 504. Messages name the step that failed, never the provider: which
+    // upstream serves a model is the operator's business (the access log has it).
+    pub fn upstream_failed(step: &str, what: impl std::fmt::Display) -> Self {
         Self::new(
             StatusCode::BAD_GATEWAY,
             "upstream_error",
             "upstream_error",
-            format!("provider `{provider}` {step}: {what}"),
+            format!("upstream {step}: {what}"),
         )
     }
-    pub fn upstream_bad_answer(provider: &str, step: &str, what: impl std::fmt::Display) -> Self {
+    pub fn upstream_bad_answer(step: &str, what: impl std::fmt::Display) -> Self {
         Self::new(
             StatusCode::BAD_GATEWAY,
             "upstream_error",
             "upstream_bad_response",
-            format!("provider `{provider}` gave an unusable {step} answer: {what}"),
+            format!("the provider gave an unusable {step} answer: {what}"),
         )
     }
-    pub fn upstream_auth(provider: &str) -> Self {
+    pub fn upstream_auth() -> Self {
         Self::new(
             StatusCode::BAD_GATEWAY,
             "upstream_error",
             "upstream_auth_failed",
-            format!("provider `{provider}` refused the gateway's credentials"),
+            "the provider refused the gateway's credentials",
         )
     }
-    pub fn upstream_timeout(provider: &str, step: &str) -> Self {
+    pub fn upstream_timeout(step: &str) -> Self {
         Self::new(
             StatusCode::GATEWAY_TIMEOUT,
             "upstream_error",
             "upstream_timeout",
-            format!("provider `{provider}` did not answer the {step} in time"),
+            format!("the provider did not answer the {step} in time"),
         )
     }
     pub fn request_timeout() -> Self {

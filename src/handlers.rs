@@ -186,7 +186,18 @@ where
                     owner: key.name.to_string(),
                     created: unix_now(),
                 };
-                let id = snapshot.sealer.seal(&task);
+                let Ok(id) = snapshot.sealer.seal(&task) else {
+                    // The task exists upstream: log its id so it can be recovered.
+                    tracing::error!(
+                        provider = %provider.name,
+                        upstream_id = %task.upstream_id,
+                        "upstream task id too long to seal; the task was created upstream"
+                    );
+                    return Err((
+                        ApiError::upstream_bad_answer("submit", "its task id is too long"),
+                        fields,
+                    ));
+                };
                 let mut resp = json(
                     StatusCode::OK,
                     &SubmitResponse {
@@ -254,10 +265,8 @@ fn open_task<'s>(
     fields.model = Some(task.model.clone());
     fields.provider = Some(task.provider.clone());
     let provider = snapshot.providers.get(&task.provider).ok_or_else(|| {
-        ApiError::no_provider(&format!(
-            "provider `{}` is no longer configured",
-            task.provider
-        ))
+        tracing::warn!(provider = %task.provider, "task of a provider that is no longer configured");
+        ApiError::no_provider("the task's provider is no longer configured")
     })?;
     let upstream_model = snapshot
         .models

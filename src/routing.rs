@@ -26,14 +26,6 @@ impl Endpoint {
             Self::AlphaVideos => "/v1/alpha/videos",
         }
     }
-
-    /// Short label for logs and metrics.
-    pub fn label(self) -> &'static str {
-        match self {
-            Self::ModelCenter => "model-center",
-            Self::AlphaVideos => "alpha-videos",
-        }
-    }
 }
 
 /// What a request asks for.

@@ -61,9 +61,22 @@ pub struct Snapshot {
 pub struct LoadContext {
     /// Address of the running simulator; `None` while only checking the file.
     pub simulator_addr: Option<SocketAddr>,
-    /// Create a missing task-secret file (serving) or only report it (checking).
-    pub create_files: bool,
+    /// What to do when the task-secret file is missing and `create_secret_file` is set.
+    pub secret_file: SecretFileMode,
 }
+
+/// A missing task-secret file: created at start, an error on reload (a new secret
+/// would make every outstanding task id unreadable), ignored by `check`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SecretFileMode {
+    Create,
+    MustExist,
+    #[default]
+    CheckOnly,
+}
+
+/// Shortest task secret accepted: ids are sealed with it, so it must resist guessing.
+const MIN_SECRET_LEN: usize = 32;
 
 /// Every problem found in a routes file, each with its key path.
 #[derive(Debug)]
@@ -210,6 +223,7 @@ impl Snapshot {
         let mut demo_keys = Vec::new();
         let mut keys = Vec::new();
         let mut names = HashSet::new();
+        let mut digests = HashSet::new();
         for (i, k) in file.keys.iter().enumerate() {
             let key = |f: &str| format!("keys[{i}].{f}");
             if k.name.trim().is_empty() {
@@ -258,6 +272,10 @@ impl Snapshot {
             }
             limits.push((Arc::<str>::from(k.name.as_str()), own));
             if let Some(d) = digest {
+                // The same secret twice would make one of the keys unreachable.
+                if !digests.insert(d) {
+                    p.push(key("sha256"), "the same secret as another key");
+                }
                 if DEMO_KEYS.iter().any(|demo| key_digest(demo) == d) {
                     demo_keys.push(k.name.clone());
                 }
@@ -272,7 +290,7 @@ impl Snapshot {
             p.push("keys".into(), "at least one client key is required");
         }
 
-        let sealer = match task_secrets(&file.tasks, dir, ctx.create_files) {
+        let sealer = match task_secrets(&file.tasks, dir, ctx.secret_file) {
             Ok(secrets) => Some(TaskSealer::new(&secrets.current, &secrets.previous)),
             Err((k, e)) => {
                 p.push(format!("tasks.{k}"), e);
@@ -379,7 +397,7 @@ struct TaskSecrets {
 fn task_secrets(
     cfg: &TasksConfig,
     dir: &Path,
-    create: bool,
+    mode: SecretFileMode,
 ) -> Result<TaskSecrets, (&'static str, String)> {
     let from_env = cfg
         .secret_env
@@ -387,18 +405,34 @@ fn task_secrets(
         .and_then(|v| std::env::var(v).ok())
         .filter(|v| !v.trim().is_empty());
     let current = match (from_env, &cfg.secret_file) {
-        (Some(secret), _) => secret.trim().as_bytes().to_vec(),
+        (Some(secret), _) => {
+            let var = cfg.secret_env.as_deref().unwrap_or_default();
+            checked_secret(secret.trim(), var).map_err(|e| ("secret_env", e))?
+        }
         (None, Some(file)) => {
             let path = dir.join(file);
             match std::fs::read_to_string(&path) {
-                Ok(s) if !s.trim().is_empty() => s.trim().as_bytes().to_vec(),
-                Ok(_) => return Err(("secret_file", format!("{} is empty", path.display()))),
+                Ok(s) => checked_secret(s.trim(), &path.display().to_string())
+                    .map_err(|e| ("secret_file", e))?,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound && cfg.create_secret_file => {
-                    if create {
-                        create_secret_file(&path).map_err(|e| ("secret_file", e))?
-                    } else {
-                        // `check`: the file would be created on the first start.
-                        b"unused while checking".to_vec()
+                    match mode {
+                        SecretFileMode::Create => {
+                            create_secret_file(&path).map_err(|e| ("secret_file", e))?
+                        }
+                        SecretFileMode::MustExist => {
+                            return Err((
+                                "secret_file",
+                                format!(
+                                    "{} has disappeared; restore it (a new secret would make every task id unreadable)",
+                                    path.display()
+                                ),
+                            ));
+                        }
+                        // `check`: the file would be created on the first start. A random
+                        // secret, never a fixed one, in case such a snapshot ever seals.
+                        SecretFileMode::CheckOnly => random_secret()
+                            .map_err(|e| ("secret_file", e))?
+                            .into_bytes(),
                     }
                 }
                 Err(e) => {
@@ -443,13 +477,26 @@ fn task_secrets(
     Ok(TaskSecrets { current, previous })
 }
 
-fn create_secret_file(path: &Path) -> Result<Vec<u8>, String> {
+fn checked_secret(secret: &str, source: &str) -> Result<Vec<u8>, String> {
+    if secret.len() < MIN_SECRET_LEN {
+        return Err(format!(
+            "the task secret from {source} is shorter than {MIN_SECRET_LEN} characters; use a long random value (e.g. `openssl rand -hex 32`)"
+        ));
+    }
+    Ok(secret.as_bytes().to_vec())
+}
+
+fn random_secret() -> Result<String, String> {
     use ring::rand::SecureRandom;
     let mut raw = [0u8; 32];
     ring::rand::SystemRandom::new()
         .fill(&mut raw)
         .map_err(|_| "no system randomness".to_string())?;
-    let secret = hex::encode(raw);
+    Ok(hex::encode(raw))
+}
+
+fn create_secret_file(path: &Path) -> Result<Vec<u8>, String> {
+    let secret = random_secret()?;
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent)
             .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;

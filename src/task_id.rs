@@ -19,8 +19,17 @@ pub const PREFIX: &str = "task_";
 const VERSION: u8 = 1;
 const AAD: &[u8] = b"mediagate task id v1";
 const TAG_LEN: usize = 16;
-/// Ids longer than this are refused before decoding (the fields are short).
-const MAX_ID_LEN: usize = 2048;
+/// Most bytes the four text fields of an id may take together. Ids stay short enough
+/// for any URL and log line; a longer upstream id is refused at submit.
+pub const MAX_FIELDS_LEN: usize = 1024;
+/// Fixed bytes of a sealed id: nonce, version, created, kind, four lengths, tag.
+const FIXED_LEN: usize = NONCE_LEN + 1 + 8 + 1 + 4 * 2 + TAG_LEN;
+/// The longest id `seal` can make; longer ones are refused before decoding.
+const MAX_ID_LEN: usize = PREFIX.len() + (FIXED_LEN + MAX_FIELDS_LEN).div_ceil(3) * 4;
+
+/// The task's fields are too long to seal into an id (see [`MAX_FIELDS_LEN`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TooLong;
 
 /// What a task id says about its task.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,10 +87,13 @@ impl TaskSealer {
     }
 
     /// Seal a task into an opaque id.
-    pub fn seal(&self, task: &TaskId) -> String {
-        let mut plain = Vec::with_capacity(
-            16 + task.provider.len() + task.upstream_id.len() + task.model.len() + task.owner.len(),
-        );
+    pub fn seal(&self, task: &TaskId) -> Result<String, TooLong> {
+        let fields_len =
+            task.provider.len() + task.upstream_id.len() + task.model.len() + task.owner.len();
+        if fields_len > MAX_FIELDS_LEN {
+            return Err(TooLong);
+        }
+        let mut plain = Vec::with_capacity(FIXED_LEN + fields_len);
         plain.push(VERSION);
         plain.extend_from_slice(&task.created.to_be_bytes());
         plain.push(match task.kind {
@@ -89,11 +101,10 @@ impl TaskSealer {
             MediaKind::Image => 1,
         });
         for field in [&task.provider, &task.upstream_id, &task.model, &task.owner] {
-            // Fields longer than u16 cannot come from a sane upstream; truncating would
-            // corrupt the id, so they are sealed with a saturated length and refused on open.
-            let len = u16::try_from(field.len()).unwrap_or(u16::MAX);
+            // Within MAX_FIELDS_LEN, so every length fits in u16.
+            let len = u16::try_from(field.len()).map_err(|_| TooLong)?;
             plain.extend_from_slice(&len.to_be_bytes());
-            plain.extend_from_slice(&field.as_bytes()[..usize::from(len)]);
+            plain.extend_from_slice(field.as_bytes());
         }
         let mut nonce = [0u8; NONCE_LEN];
         self.rng
@@ -112,7 +123,7 @@ impl TaskSealer {
         let mut id = String::with_capacity(PREFIX.len() + raw.len() * 4 / 3 + 4);
         id.push_str(PREFIX);
         URL_SAFE_NO_PAD.encode_string(&raw, &mut id);
-        id
+        Ok(id)
     }
 
     /// Open an id. `None` for anything that is not an intact id sealed by us:
@@ -152,9 +163,6 @@ fn decode(mut b: &[u8]) -> Option<TaskId> {
     }
     fn string(b: &mut &[u8]) -> Option<String> {
         let len = u16::from_be_bytes(take(b, 2)?.try_into().ok()?);
-        if len == u16::MAX {
-            return None;
-        }
         String::from_utf8(take(b, usize::from(len))?.to_vec()).ok()
     }
     if take(&mut b, 1)? != [VERSION] {
@@ -195,7 +203,7 @@ mod tests {
     #[test]
     fn seal_then_open_round_trips() {
         let s = TaskSealer::new(b"secret", &[]);
-        let id = s.seal(&task());
+        let id = s.seal(&task()).unwrap();
         assert!(id.starts_with(PREFIX));
         assert!(
             id[PREFIX.len()..]
@@ -208,7 +216,7 @@ mod tests {
     #[test]
     fn ids_are_not_deterministic_and_hide_their_content() {
         let s = TaskSealer::new(b"secret", &[]);
-        let (a, b) = (s.seal(&task()), s.seal(&task()));
+        let (a, b) = (s.seal(&task()).unwrap(), s.seal(&task()).unwrap());
         assert_ne!(a, b);
         assert!(!a.contains("simulator"));
     }
@@ -216,7 +224,7 @@ mod tests {
     #[test]
     fn any_flipped_character_is_refused() {
         let s = TaskSealer::new(b"secret", &[]);
-        let id = s.seal(&task());
+        let id = s.seal(&task()).unwrap();
         for i in PREFIX.len()..id.len() {
             let mut bytes = id.clone().into_bytes();
             bytes[i] = if bytes[i] == b'A' { b'B' } else { b'A' };
@@ -230,7 +238,7 @@ mod tests {
     #[test]
     fn garbage_and_truncation_are_refused() {
         let s = TaskSealer::new(b"secret", &[]);
-        let id = s.seal(&task());
+        let id = s.seal(&task()).unwrap();
         for bad in [
             "",
             "task_",
@@ -244,9 +252,22 @@ mod tests {
     }
 
     #[test]
+    fn every_sealable_id_opens_and_longer_fields_are_refused() {
+        let s = TaskSealer::new(b"secret", &[]);
+        let mut t = task();
+        let others = t.provider.len() + t.model.len() + t.owner.len();
+        t.upstream_id = "x".repeat(MAX_FIELDS_LEN - others);
+        let id = s.seal(&t).unwrap();
+        assert!(id.len() <= MAX_ID_LEN);
+        assert_eq!(s.open(&id), Some(t.clone()));
+        t.upstream_id.push('x');
+        assert_eq!(s.seal(&t), Err(TooLong));
+    }
+
+    #[test]
     fn another_secret_cannot_open_but_rotation_can() {
         let old = TaskSealer::new(b"old", &[]);
-        let id = old.seal(&task());
+        let id = old.seal(&task()).unwrap();
         assert_eq!(TaskSealer::new(b"new", &[]).open(&id), None);
         let rotated = TaskSealer::new(b"new", &[b"old".to_vec()]);
         assert_eq!(rotated.open(&id), Some(task()));

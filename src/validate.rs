@@ -43,6 +43,10 @@ impl ParamsValidator {
 
     /// Check parameters for `model`; the first problem becomes a 400 naming the field.
     pub fn check(&self, model: &str, params: &Value) -> Result<(), ApiError> {
+        // The common case is valid: the cheap check first, errors only on failure.
+        if self.validator.is_valid(params) {
+            return Ok(());
+        }
         let Some(err) = self.validator.iter_errors(params).next() else {
             return Ok(());
         };

@@ -198,3 +198,30 @@ fn a_missing_file_is_refused() {
     let out = run_check(dir.path(), &path);
     assert_refused(&out, &path.display().to_string(), &[&[]]);
 }
+
+#[test]
+fn two_keys_with_the_same_secret_are_refused() {
+    let routes = shipped_routes_file().replace(
+        "8210bbdaf0d08ca288d5c2fdd81f5a36d0367239ef386a952c245048d844561d",
+        "f77894fdfa58e447c57e077eaa9708e8e009c84dc6aba2db80461275e9b85be7",
+    );
+    let (out, file) = check("routes.toml", &routes);
+    assert_refused(&out, &file, &[&["keys[1].sha256", "same secret"]]);
+}
+
+#[test]
+fn a_short_task_secret_is_refused() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("routes.toml");
+    std::fs::write(&path, shipped_routes_file()).expect("write routes");
+    let out = Command::new(env!("CARGO_BIN_EXE_mediagate"))
+        .arg("check")
+        .arg(&path)
+        .current_dir(dir.path())
+        .env("MEDIAGATE_TASK_SECRET", "hunter2")
+        .output()
+        .expect("run mediagate check");
+    let file = path.display().to_string();
+    assert_refused(&out, &file, &[&["tasks.secret_env", "shorter than 32"]]);
+    assert!(!text(&out).contains("hunter2"), "the secret was printed");
+}

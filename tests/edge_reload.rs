@@ -117,3 +117,24 @@ async fn file_watch_reloads_without_a_signal() {
     )
     .await;
 }
+
+/// A reload must never mint a new task secret: every outstanding id would become a 404.
+#[tokio::test]
+async fn a_reload_refuses_to_replace_a_vanished_task_secret() {
+    let routes = Routes::default();
+    let gw = Proc::start(&routes.render());
+    let http = gw.client();
+    let created = http
+        .submit(MODEL_CENTER, DEMO, &json!({"model": "m1", "prompt": "x"}))
+        .await;
+    let secret = gw.routes_path().with_file_name("task-secret");
+    std::fs::remove_file(&secret).expect("the secret file was created at start");
+
+    assert!(!gw.reload_with(&routes.render()), "{}", gw.log());
+    assert!(gw.log().contains("has disappeared"), "{}", gw.log());
+    assert!(!secret.exists(), "a reload created a new secret file");
+    // The running secret still opens the task.
+    let id = created["id"].as_str().unwrap();
+    let done = http.wait_done(MODEL_CENTER, DEMO, id).await;
+    assert_eq!(done["status"], "completed");
+}

@@ -320,6 +320,8 @@ async fn failover_only_when_no_task_was_created() {
         Canned::json(429, json!({})).header("retry-after", "9"),
         Canned::json(503, json!({"message": "overloaded"})),
         Canned::json(401, json!({})),
+        // No such endpoint: a configuration mistake upstream, nothing was created.
+        Canned::json(404, json!({})),
     ]
     .into_iter()
     .enumerate()
@@ -541,4 +543,36 @@ timeout_ms = 2000
         "{:?}",
         seen.iter().map(|s| s.line()).collect::<Vec<_>>()
     );
+}
+
+/// An answer nested deeper than any real one must be refused, not overflow the stack:
+/// the process keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deeply_nested_answer_is_a_502_not_a_crash() {
+    let fake = Fake::start().await;
+    let gw = start(
+        &provider("one", &fake.url()),
+        &family("f", "model-center", &["one"], "m1", "m1"),
+    );
+    let http = gw.client();
+    let deep = "[".repeat(100_000);
+    fake.on(
+        "POST /tasks",
+        Canned::raw(200, "application/json", deep.clone()),
+    );
+    let r = submit(&http, "m1").await;
+    assert_eq!(r.status, 502);
+    assert_eq!(r.error_code(), "upstream_bad_response");
+    assert!(message(&r).contains("nested deeper"), "{}", message(&r));
+
+    fake.on("POST /tasks", Canned::json(200, json!({"id": "t1"})));
+    fake.on(
+        "GET /tasks/t1",
+        Canned::raw(200, "application/json", deep.clone()),
+    );
+    let id = submit_ok(&http, "m1").await;
+    let r = http.get(&format!("{MODEL_CENTER}/{id}"), DEMO).await;
+    assert_eq!(r.status, 502);
+    assert_eq!(r.error_code(), "upstream_bad_response");
+    assert_eq!(http.get("/healthz", DEMO).await.status, 200);
 }

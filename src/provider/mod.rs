@@ -22,7 +22,7 @@ use jaq_json::Val;
 use serde_json::Value;
 
 use self::client::{Answer, CallError, UpstreamClient};
-use self::transform::{Jq, JqVars, from_json, parse, to_json, to_text};
+use self::transform::{Jq, JqVars, from_json, parse, to_text};
 use crate::config::{ContentConfig, ProviderConfig, QueryConfig, ResultConfig, SubmitConfig};
 use crate::error::ApiError;
 use crate::normalize::{Redactor, StatusReader};
@@ -54,14 +54,6 @@ pub enum SubmitError {
     Refused(ApiError),
     /// Definite failure, or an unknown outcome: never retried elsewhere.
     Failed(ApiError),
-}
-
-impl SubmitError {
-    pub fn into_api_error(self) -> ApiError {
-        match self {
-            Self::Refused(e) | Self::Failed(e) => e,
-        }
-    }
 }
 
 /// A compiled provider.
@@ -434,7 +426,7 @@ impl Provider {
         input: &Val,
         vars: &JqVars,
     ) -> Result<Request<Full<Bytes>>, ApiError> {
-        let broken = |what: String| ApiError::upstream_failed(&self.name, step, what);
+        let broken = |what: String| ApiError::upstream_failed(step, what);
         let path = match path.json(input.clone(), vars) {
             Ok(Value::String(p)) => p,
             Ok(other) => return Err(broken(format!("`{step}.path` gave {other}, not a string"))),
@@ -512,7 +504,6 @@ impl Provider {
             Err(CallError::Unreached(e)) => {
                 tracing::warn!(provider = %self.name, error = %e, "submit: provider unreachable");
                 return Err(SubmitError::Refused(ApiError::upstream_failed(
-                    &self.name,
                     "submit",
                     "could not connect",
                 )));
@@ -520,15 +511,12 @@ impl Provider {
             Err(CallError::Broken(e)) => {
                 tracing::warn!(provider = %self.name, error = %e, "submit: outcome unknown");
                 return Err(SubmitError::Failed(ApiError::upstream_failed(
-                    &self.name,
                     "submit",
                     "connection broke before an answer",
                 )));
             }
             Err(CallError::TimedOut) => {
-                return Err(SubmitError::Failed(ApiError::upstream_timeout(
-                    &self.name, "submit",
-                )));
+                return Err(SubmitError::Failed(ApiError::upstream_timeout("submit")));
             }
         };
         let vars = JqVars::new(call.model, call.upstream_model, call.kind, None, None);
@@ -556,11 +544,7 @@ impl Provider {
         let plan = &self.submit;
         let body = match &plan.body {
             Some(jq) => jq.json(input.clone(), &vars).map_err(|e| {
-                ApiError::upstream_failed(
-                    &self.name,
-                    "submit",
-                    format!("`submit.body` failed: {e}"),
-                )
+                ApiError::upstream_failed("submit", format!("`submit.body` failed: {e}"))
             })?,
             None => {
                 let mut with_model = serde_json::Map::new();
@@ -606,23 +590,32 @@ impl Provider {
                 )),
                 StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
                     tracing::error!(provider = %self.name, %status, "provider refused our credentials");
-                    Refused(ApiError::upstream_auth(&self.name))
+                    Refused(ApiError::upstream_auth())
                 }
                 StatusCode::SERVICE_UNAVAILABLE => Refused(ApiError::upstream_failed(
-                    &self.name,
                     "submit",
                     format!("unavailable ({reason})"),
                 )),
+                // No such endpoint or method: a configuration mistake, not the
+                // client's; nothing was created, so another provider may serve it.
+                StatusCode::NOT_FOUND
+                | StatusCode::METHOD_NOT_ALLOWED
+                | StatusCode::NOT_IMPLEMENTED => {
+                    tracing::error!(provider = %self.name, %status, "submit endpoint refused; check submit.path and submit.method");
+                    Refused(ApiError::upstream_failed(
+                        "submit",
+                        format!("answered HTTP {}", status.as_u16()),
+                    ))
+                }
                 s if s.is_client_error() => Failed(ApiError::upstream_invalid_request(&reason)),
                 s => Failed(ApiError::upstream_failed(
-                    &self.name,
                     "submit",
                     format!("answered HTTP {} ({reason})", s.as_u16()),
                 )),
             });
         }
         // From here the upstream may have created a task: every failure is `Failed`.
-        let bad = |what: String| Failed(ApiError::upstream_bad_answer(&self.name, "submit", what));
+        let bad = |what: String| Failed(ApiError::upstream_bad_answer("submit", what));
         let body = parsed.map_err(|e| bad(format!("not JSON ({e})")))?;
         if let Some(success) = &self.submit.success {
             let ok = success
@@ -689,10 +682,9 @@ impl Provider {
             Some("rate_limited") => SubmitError::Refused(ApiError::upstream_rate_limited(None)),
             Some("auth") => {
                 tracing::error!(provider = %self.name, "provider refused our credentials");
-                SubmitError::Refused(ApiError::upstream_auth(&self.name))
+                SubmitError::Refused(ApiError::upstream_auth())
             }
             Some("unavailable") => SubmitError::Refused(ApiError::upstream_failed(
-                &self.name,
                 "submit",
                 format!("unavailable ({reason})"),
             )),
@@ -730,11 +722,11 @@ impl Provider {
         let answer = match self.client.call(request, self.query_timeout).await {
             Ok(a) => a,
             Err(CallError::TimedOut) => {
-                return Err(ApiError::upstream_timeout(&self.name, "query"));
+                return Err(ApiError::upstream_timeout("query"));
             }
             Err(CallError::Unreached(e) | CallError::Broken(e)) => {
                 tracing::warn!(provider = %self.name, error = %e, "query failed");
-                return Err(ApiError::upstream_failed(&self.name, "query", "no answer"));
+                return Err(ApiError::upstream_failed("query", "no answer"));
             }
         };
         let upstream_time = started.elapsed();
@@ -748,14 +740,13 @@ impl Provider {
                 Some(upstream_id),
                 None,
             );
-            let body = parse(&answer.body).map_err(|e| {
-                ApiError::upstream_bad_answer(&self.name, "query", format!("not JSON ({e})"))
-            })?;
+            let body = parse(&answer.body)
+                .map_err(|e| ApiError::upstream_bad_answer("query", format!("not JSON ({e})")))?;
             let state = self
                 .query
                 .reader
                 .read(&self.name, body.clone(), &vars, &self.redactor)
-                .map_err(|e| ApiError::upstream_bad_answer(&self.name, "query", e.0))?;
+                .map_err(|e| ApiError::upstream_bad_answer("query", e.0))?;
             let result_request = match &self.result {
                 Some(plan) if state.status == TaskStatus::Completed => Some(self.build(
                     "result",
@@ -790,15 +781,15 @@ impl Provider {
         let answer = match self.client.call(request, self.query_timeout).await {
             Ok(a) => a,
             Err(CallError::TimedOut) => {
-                return Err(ApiError::upstream_timeout(&self.name, "result"));
+                return Err(ApiError::upstream_timeout("result"));
             }
             Err(CallError::Unreached(e) | CallError::Broken(e)) => {
                 tracing::warn!(provider = %self.name, error = %e, "result request failed");
-                return Err(ApiError::upstream_failed(&self.name, "result", "no answer"));
+                return Err(ApiError::upstream_failed("result", "no answer"));
             }
         };
         self.check_answer("result", answer.status, &answer.headers)?;
-        let bad = |what: String| ApiError::upstream_bad_answer(&self.name, "result", what);
+        let bad = |what: String| ApiError::upstream_bad_answer("result", what);
         let vars = JqVars::new(
             call.model,
             call.upstream_model,
@@ -869,25 +860,17 @@ impl Provider {
             let response = match self.client.open(request, plan.timeout).await {
                 Ok(r) => r,
                 Err(CallError::TimedOut) => {
-                    return Err(ApiError::upstream_timeout(&self.name, "content"));
+                    return Err(ApiError::upstream_timeout("content"));
                 }
                 Err(CallError::Unreached(e) | CallError::Broken(e)) => {
                     tracing::warn!(provider = %self.name, error = %e, "content request failed");
-                    return Err(ApiError::upstream_failed(
-                        &self.name,
-                        "content",
-                        "no answer",
-                    ));
+                    return Err(ApiError::upstream_failed("content", "no answer"));
                 }
             };
             let status = response.status();
             if status.is_redirection() && status != StatusCode::NOT_MODIFIED {
                 let next = redirect_target(&at, response.headers()).ok_or_else(|| {
-                    ApiError::upstream_failed(
-                        &self.name,
-                        "content",
-                        "redirected without a usable Location",
-                    )
+                    ApiError::upstream_failed("content", "redirected without a usable Location")
                 })?;
                 request = self.follow(next);
                 continue;
@@ -899,11 +882,7 @@ impl Provider {
             let idle = plan.timeout;
             return Ok(response.map(|body| client::IdleTimeout::new(body, idle)));
         }
-        Err(ApiError::upstream_failed(
-            &self.name,
-            "content",
-            "too many redirects",
-        ))
+        Err(ApiError::upstream_failed("content", "too many redirects"))
     }
 
     /// A GET to where a content request was redirected; our headers only when it
@@ -940,13 +919,12 @@ impl Provider {
             StatusCode::NOT_FOUND | StatusCode::GONE => Err(ApiError::task_not_found()),
             StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
                 tracing::error!(provider = %self.name, %status, step, "provider refused our credentials");
-                Err(ApiError::upstream_auth(&self.name))
+                Err(ApiError::upstream_auth())
             }
             StatusCode::TOO_MANY_REQUESTS => {
                 Err(ApiError::upstream_rate_limited(retry_after(headers)))
             }
             s => Err(ApiError::upstream_failed(
-                &self.name,
                 step,
                 format!("answered HTTP {}", s.as_u16()),
             )),
@@ -987,13 +965,6 @@ fn retry_after(headers: &HeaderMap) -> Option<Duration> {
         .parse::<u64>()
         .ok()
         .map(Duration::from_secs)
-}
-
-#[allow(dead_code)]
-fn _assert_send_sync() {
-    fn check<T: Send + Sync>() {}
-    check::<Provider>();
-    let _ = to_json;
 }
 
 #[cfg(test)]

@@ -92,17 +92,13 @@ impl Jq {
         })
     }
 
-    pub fn source(&self) -> &str {
-        &self.source
-    }
-
     /// Run on `input`; the first output, or `None` when the program yields nothing.
     pub fn first(&self, input: Val, vars: &JqVars) -> Result<Option<Val>, String> {
         let ctx = Ctx::<Data>::new(&self.filter.lut, Vars::new(vars.values.iter().cloned()));
         match self.filter.id.run((ctx, input)).map(unwrap_valr).next() {
             None => Ok(None),
             Some(Ok(v)) => Ok(Some(v)),
-            Some(Err(e)) => Err(e.to_string()),
+            Some(Err(e)) => Err(elide_values(&e.to_string())),
         }
     }
 
@@ -146,9 +142,72 @@ fn load_error(code: &str, e: jaq_core::load::Error<&str>) -> String {
     }
 }
 
+/// jq runtime errors quote the value they failed on, which comes from the upstream
+/// answer (URLs, tokens, whatever it holds). Errors reach clients, so long quoted
+/// values are cut down to their start.
+fn elide_values(message: &str) -> String {
+    const KEEP: usize = 16;
+    let mut out = String::with_capacity(message.len().min(256));
+    let mut quoted = 0usize;
+    let mut in_quote = false;
+    for c in message.chars() {
+        if c == '"' {
+            if in_quote && quoted > KEEP {
+                out.push('…');
+            }
+            in_quote = !in_quote;
+            quoted = 0;
+            out.push(c);
+        } else if in_quote {
+            quoted += 1;
+            if quoted <= KEEP {
+                out.push(c);
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Deepest array/object nesting accepted in an upstream answer. jaq's reader recurses
+/// once per level, so an unbounded depth could overflow the stack and abort the
+/// process; real answers nest a few levels. serde_json uses the same limit.
+pub const MAX_DEPTH: usize = 128;
+
 /// JSON text → jq value, without an intermediate `serde_json::Value`.
 pub fn parse(bytes: &[u8]) -> Result<Val, String> {
+    if nesting_depth(bytes) > MAX_DEPTH {
+        return Err(format!("nested deeper than {MAX_DEPTH} levels"));
+    }
     jaq_json::read::parse_single(bytes).map_err(|e| e.to_string())
+}
+
+/// Deepest nesting of `[` and `{` outside strings; a cheap scan before the
+/// recursive parse (malformed input is left for the parser to refuse).
+fn nesting_depth(bytes: &[u8]) -> usize {
+    let (mut depth, mut deepest, mut in_string, mut escaped) = (0usize, 0usize, false, false);
+    for &b in bytes {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
 }
 
 /// `serde_json::Value` → jq value.
@@ -269,6 +328,35 @@ mod tests {
         assert!(e.contains("undefined variable"), "{e}");
         let e = Jq::compile("frobnicate(1)").unwrap_err();
         assert!(e.contains("undefined filter"), "{e}");
+    }
+
+    #[test]
+    fn runtime_errors_do_not_carry_upstream_values() {
+        let jq = Jq::compile(".url.task_id").unwrap();
+        let input =
+            from_json(&json!({"url": "https://api.acme-internal.example/v1?key=sk-live-123"}));
+        let e = jq.first(input, &vars()).unwrap_err();
+        assert!(
+            !e.contains("acme-internal") && !e.contains("sk-live"),
+            "{e}"
+        );
+        assert!(e.contains("task_id"), "{e}");
+    }
+
+    #[test]
+    fn deep_nesting_is_refused_before_parsing() {
+        // Far deeper than any stack could take: must be an error, not an abort.
+        let deep = "[".repeat(200_000);
+        assert!(
+            parse(deep.as_bytes())
+                .unwrap_err()
+                .contains("nested deeper")
+        );
+        let ok = format!("{}1{}", "[".repeat(MAX_DEPTH), "]".repeat(MAX_DEPTH));
+        assert!(parse(ok.as_bytes()).is_ok());
+        // Brackets inside strings do not count.
+        let s = format!("{{\"a\": \"{}\\\"{}\"}}", "[".repeat(500), "{".repeat(500));
+        assert!(parse(s.as_bytes()).is_ok(), "{s}");
     }
 
     #[test]
