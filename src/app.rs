@@ -15,12 +15,12 @@ use tower::Layer;
 use tower::{Service, ServiceBuilder};
 
 use crate::auth::AuthenticateLayer;
+use crate::body::TimedBody;
 use crate::body::{ResponseBody, full};
 use crate::cache::TaskCache;
 use crate::error::ApiError;
 use crate::handlers::Dispatch;
 use crate::key_limits::KeyLimitLayer;
-use crate::limits::TimedBody;
 use crate::metrics::Metrics;
 use crate::request_log::RequestLogLayer;
 use crate::simulator;

@@ -14,7 +14,7 @@
 //!    `/readyz` and `/metrics`.
 //! 4. [`key_limits`]: the key's request rate, submit rate (governor) and requests in
 //!    progress (429, 503).
-//! 5. [`limits`]: the request body read deadline (408).
+//! 5. the request body read deadline of [`body`] (408).
 //! 6. [`routing`]: method and path → endpoint (404, 405 with `Allow`).
 //! 7. [`body`]: bounded body read, JSON content type (413, 415).
 //! 8. model lookup in the [`snapshot`], and the key's permission for it (400, 403).
@@ -40,7 +40,6 @@ pub mod config;
 pub mod error;
 pub mod handlers;
 pub mod key_limits;
-pub mod limits;
 pub mod metrics;
 pub mod normalize;
 pub mod provider;
