@@ -19,6 +19,7 @@ use governor::middleware::{StateInformationMiddleware, StateSnapshot};
 use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
 use http::{HeaderMap, HeaderValue, Method, Request, Response};
+use http_body_util::BodyExt;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tower::{Layer, Service};
 
@@ -350,11 +351,15 @@ where
         match limiter.admit(is_submit) {
             Ok((headers, permit)) => Box::pin(async move {
                 let Ok(mut resp) = inner.call(req).await;
-                drop(permit);
                 if let Some(h) = headers {
                     h.write(resp.headers_mut());
                 }
-                Ok(resp)
+                // A streamed download is in progress for as long as it streams: the
+                // slot goes with the body and is released when the body ends.
+                Ok(match permit {
+                    Some(slot) => resp.map(|body| HoldSlot { body, _slot: slot }.boxed()),
+                    None => resp,
+                })
             }),
             Err(Refusal::Rate {
                 which,
@@ -372,6 +377,32 @@ where
                 Box::pin(async move { Ok(resp) })
             }
         }
+    }
+}
+
+/// A response body that keeps the key's in-progress slot until it is dropped.
+struct HoldSlot {
+    body: ResponseBody,
+    _slot: OwnedSemaphorePermit,
+}
+
+impl http_body::Body for HoldSlot {
+    type Data = bytes::Bytes;
+    type Error = crate::body::BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
     }
 }
 
