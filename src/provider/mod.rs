@@ -60,6 +60,8 @@ pub enum SubmitError {
 pub struct Provider {
     pub name: String,
     base: String,
+    /// `base` parsed once: scheme and authority decide where our headers may go.
+    origin: http::Uri,
     headers: HeaderMap,
     submit_headers: HeaderMap,
     submit_timeout: Duration,
@@ -204,20 +206,21 @@ impl Provider {
         let before = problems.0.len();
 
         let base = base_url.trim_end_matches('/').to_string();
-        let host = match base.parse::<http::Uri>() {
+        let origin = match base.parse::<http::Uri>() {
             Ok(uri)
                 if matches!(uri.scheme_str(), Some("http" | "https")) && uri.host().is_some() =>
             {
-                uri.host().unwrap_or_default().to_string()
+                uri
             }
             _ => {
                 problems.push(
                     key("base_url"),
                     "must be an http:// or https:// URL, or builtin:simulator",
                 );
-                String::new()
+                http::Uri::default()
             }
         };
+        let host = origin.host().unwrap_or_default().to_string();
 
         let mut headers = header_map(problems, &key("headers"), &cfg.headers);
         let submit_headers = header_map(problems, &key("submit.headers"), &cfg.submit.headers);
@@ -287,6 +290,7 @@ impl Provider {
         Some(Self {
             name: name.to_string(),
             base,
+            origin,
             headers,
             submit_headers,
             submit_timeout: Duration::from_millis(cfg.submit_timeout_ms),
@@ -473,11 +477,21 @@ impl Provider {
                 Err(e) => return Err(broken(format!("`{step}.query` failed: {e}"))),
             }
         }
-        let mut builder = Request::builder().method(method.clone()).uri(&uri);
+        let Ok(target) = uri.parse::<http::Uri>() else {
+            return Err(broken(format!("`{step}.path` gave an invalid URL")));
+        };
+        if absolute && !self.may_reach(&target) {
+            return Err(broken(format!(
+                "`{step}.path` points into a private network; refused"
+            )));
+        }
+        let mut builder = Request::builder()
+            .method(method.clone())
+            .uri(target.clone());
         let Some(headers) = builder.headers_mut() else {
             return Err(broken(format!("`{step}.path` gave an invalid URL")));
         };
-        if !absolute || self.same_origin(&uri) {
+        if !absolute || self.same_origin(&target) {
             headers.extend(self.headers.iter().map(|(k, v)| (k.clone(), v.clone())));
         }
         if let Some(extra) = extra {
@@ -872,6 +886,13 @@ impl Provider {
                 let next = redirect_target(&at, response.headers()).ok_or_else(|| {
                     ApiError::upstream_failed("content", "redirected without a usable Location")
                 })?;
+                if !self.may_reach(&next) {
+                    tracing::warn!(provider = %self.name, to = %next, "content redirect into a private network refused");
+                    return Err(ApiError::upstream_failed(
+                        "content",
+                        "redirected into a private network; refused",
+                    ));
+                }
                 request = self.follow(next);
                 continue;
             }
@@ -889,21 +910,24 @@ impl Provider {
     /// stays on the provider's origin.
     fn follow(&self, to: http::Uri) -> Request<Full<Bytes>> {
         let mut request = Request::new(Full::new(Bytes::new()));
-        if self.same_origin(&to.to_string()) {
+        if self.same_origin(&to) {
             *request.headers_mut() = self.headers.clone();
         }
         *request.uri_mut() = to;
         request
     }
 
-    /// Whether `url` is on the provider's own scheme, host and port.
-    fn same_origin(&self, url: &str) -> bool {
-        match (self.base.parse::<http::Uri>(), url.parse::<http::Uri>()) {
-            (Ok(base), Ok(to)) => {
-                base.scheme() == to.scheme() && base.authority() == to.authority()
-            }
-            _ => false,
-        }
+    /// Whether `to` is on the provider's own scheme, host and port.
+    fn same_origin(&self, to: &http::Uri) -> bool {
+        self.origin.scheme() == to.scheme() && self.origin.authority() == to.authority()
+    }
+
+    /// Whether a link or redirect the upstream handed us may be followed. An upstream
+    /// on the public internet must not steer the gateway into its own network (cloud
+    /// metadata, admin ports): loopback, private and link-local addresses are only
+    /// reachable from a provider that is itself on one.
+    fn may_reach(&self, to: &http::Uri) -> bool {
+        self.same_origin(to) || !is_internal(to.host()) || is_internal(self.origin.host())
     }
 
     /// Map an unsuccessful HTTP status of a query, result or content call.
@@ -929,6 +953,32 @@ impl Provider {
                 format!("answered HTTP {}", s.as_u16()),
             )),
         }
+    }
+}
+
+/// A host that names this machine or a private network: `localhost`, loopback,
+/// private (RFC 1918, unique-local), link-local or unspecified addresses. Names are
+/// judged as written; a public name that resolves to a private address is not caught.
+fn is_internal(host: Option<&str>) -> bool {
+    use std::net::IpAddr;
+    let Some(host) = host else { return true };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.eq_ignore_ascii_case("localhost") || host.to_ascii_lowercase().ends_with(".localhost") {
+        return true;
+    }
+    match host.parse::<IpAddr>() {
+        Ok(IpAddr::V4(ip)) => {
+            ip.is_loopback() || ip.is_private() || ip.is_link_local() || ip.is_unspecified()
+        }
+        Ok(IpAddr::V6(ip)) => {
+            let first = ip.segments()[0];
+            ip.is_loopback()
+                || ip.is_unspecified()
+                || (first & 0xfe00) == 0xfc00 // unique local
+                || (first & 0xffc0) == 0xfe80 // link local
+                || ip.to_ipv4_mapped().is_some_and(|v4| is_internal(Some(&v4.to_string())))
+        }
+        Err(_) => false,
     }
 }
 
@@ -1077,5 +1127,49 @@ status_map = { ok = "completed" }
         assert_eq!(e.status, StatusCode::BAD_GATEWAY);
         let e = build("42").unwrap_err();
         assert!(e.message.contains("not a string"), "{}", e.message);
+    }
+
+    #[test]
+    fn a_public_upstream_cannot_steer_us_into_a_private_network() {
+        let (p, _) = compile(MINIMAL);
+        let p = p.unwrap();
+        let vars = JqVars::new("m", "m", MediaKind::Video, Some("1"), None);
+        let build = |code: &str| {
+            let jq = Jq::compile(code).unwrap();
+            p.build(
+                "result",
+                &Method::GET,
+                &jq,
+                None,
+                None,
+                None,
+                &Val::Null,
+                &vars,
+            )
+        };
+        for inside in [
+            r#""http://169.254.169.254/latest/meta-data""#,
+            r#""http://127.0.0.1:9090/metrics""#,
+            r#""http://localhost/x""#,
+            r#""http://10.0.0.5/x""#,
+            r#""http://[::1]/x""#,
+            r#""http://[fd00::1]/x""#,
+        ] {
+            let e = build(inside).unwrap_err();
+            assert!(
+                e.message.contains("private network"),
+                "{inside}: {}",
+                e.message
+            );
+        }
+        assert!(build(r#""https://cdn.example/v.mp4""#).is_ok());
+        assert!(build(r#""http://8.8.8.8/v.mp4""#).is_ok());
+
+        // A provider that is itself inside may link to its neighbours.
+        let (inside, _) = compile(&MINIMAL.replace("https://api.example", "http://10.1.2.3:8000"));
+        let inside = inside.unwrap();
+        assert!(inside.may_reach(&"http://10.9.9.9/file".parse().unwrap()));
+        assert!(!p.may_reach(&"http://192.168.1.1/".parse().unwrap()));
+        assert!(p.may_reach(&"https://api.example/own".parse().unwrap()));
     }
 }
