@@ -576,3 +576,31 @@ async fn a_deeply_nested_answer_is_a_502_not_a_crash() {
     assert_eq!(r.error_code(), "upstream_bad_response");
     assert_eq!(http.get("/healthz", DEMO).await.status, 200);
 }
+
+/// A TLS handshake that never completes is a connection that was never made: the
+/// submit moves on to the next provider instead of timing out as an unknown outcome.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_handshake_fails_over() {
+    // Accepts TCP connections and never says a word.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let silent_addr = silent.local_addr().unwrap();
+    let held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((stream, _)) = silent.accept().await {
+            open.push(stream);
+        }
+    });
+    let second = Fake::start().await;
+    let providers =
+        provider("silent", &format!("https://{silent_addr}")) + &provider("second", &second.url());
+    let gw = start(
+        &providers,
+        &family("f", "model-center", &["silent", "second"], "m1", "m1"),
+    );
+    let http = gw.client();
+    second.on("POST /tasks", Canned::json(200, json!({"id": "s1"})));
+    let r = submit(&http, "m1").await;
+    assert_eq!(r.status, 200, "{:?}", String::from_utf8_lossy(&r.body));
+    assert_eq!(second.only().line(), "POST /tasks");
+    held.abort();
+}

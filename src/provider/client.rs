@@ -22,7 +22,7 @@ const MAX_ANSWER_BYTES: usize = 8 * 1024 * 1024;
 /// A pooled client for one provider.
 #[derive(Clone)]
 pub struct UpstreamClient {
-    inner: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    inner: Client<BoundedConnect<HttpsConnector<HttpConnector>>, Full<Bytes>>,
 }
 
 impl std::fmt::Debug for UpstreamClient {
@@ -37,6 +37,49 @@ pub struct Answer {
     pub status: StatusCode,
     pub headers: HeaderMap,
     pub body: Bytes,
+}
+
+/// A connector whose whole connection setup (DNS, TCP and the TLS handshake) runs
+/// under the connect timeout. hyper-util's own timeout covers TCP only, and a stalled
+/// lookup or handshake would otherwise run into the step's timeout, where it is
+/// indistinguishable from a request the upstream received: no failover. A failure
+/// here is a connect error, so it stays `Unreached`.
+#[derive(Clone)]
+pub struct BoundedConnect<C> {
+    inner: C,
+    timeout: Duration,
+}
+
+type ConnectFuture<T> =
+    std::pin::Pin<Box<dyn Future<Output = Result<T, crate::body::BoxError>> + Send>>;
+
+impl<C> tower::Service<http::Uri> for BoundedConnect<C>
+where
+    C: tower::Service<http::Uri> + Send + 'static,
+    C::Future: Send + 'static,
+    C::Error: Into<crate::body::BoxError>,
+{
+    type Response = C::Response;
+    type Error = crate::body::BoxError;
+    type Future = ConnectFuture<C::Response>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, uri: http::Uri) -> Self::Future {
+        let connecting = self.inner.call(uri);
+        let timeout = self.timeout;
+        Box::pin(async move {
+            match tokio::time::timeout(timeout, connecting).await {
+                Ok(done) => done.map_err(Into::into),
+                Err(_) => Err("connection setup (DNS, TCP, TLS) timed out".into()),
+            }
+        })
+    }
 }
 
 /// Why an upstream call produced no answer. The distinction decides failover:
@@ -92,7 +135,10 @@ impl UpstreamClient {
         let inner = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(90))
             .pool_max_idle_per_host(256)
-            .build(https);
+            .build(BoundedConnect {
+                inner: https,
+                timeout: connect_timeout,
+            });
         Ok(Self { inner })
     }
 
