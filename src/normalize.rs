@@ -77,17 +77,7 @@ impl StatusReader {
 
         let urls = match &self.urls {
             Some(jq) if status == TaskStatus::Completed => {
-                match jq.json(answer.clone(), vars).map_err(|e| step("urls", e))? {
-                    serde_json::Value::String(s) => vec![s],
-                    serde_json::Value::Array(items) => items
-                        .into_iter()
-                        .filter_map(|v| match v {
-                            serde_json::Value::String(s) if !s.is_empty() => Some(s),
-                            _ => None,
-                        })
-                        .collect(),
-                    _ => Vec::new(),
-                }
+                urls_from(jq.json(answer.clone(), vars).map_err(|e| step("urls", e))?)
             }
             _ => Vec::new(),
         };
@@ -120,6 +110,23 @@ impl StatusReader {
             urls,
             error,
         })
+    }
+}
+
+/// Result URLs from what a `urls` program produced: one string or an array of them
+/// (empty strings and non-strings are skipped).
+pub fn urls_from(value: serde_json::Value) -> Vec<String> {
+    use serde_json::Value;
+    match value {
+        Value::String(s) if !s.is_empty() => vec![s],
+        Value::Array(items) => items
+            .into_iter()
+            .filter_map(|v| match v {
+                Value::String(s) if !s.is_empty() => Some(s),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
     }
 }
 

@@ -25,7 +25,7 @@ use self::client::{Answer, CallError, UpstreamClient};
 use self::transform::{Jq, JqVars, from_json, parse, to_text};
 use crate::config::{ContentConfig, ProviderConfig, QueryConfig, ResultConfig, SubmitConfig};
 use crate::error::ApiError;
-use crate::normalize::{Redactor, StatusReader};
+use crate::normalize::{Redactor, StatusReader, urls_from};
 use crate::task::{MediaKind, TaskState, TaskStatus};
 
 /// Tried when a provider names no `error_message` program: the usual places.
@@ -37,6 +37,19 @@ pub struct Call<'a> {
     pub model: &'a str,
     pub upstream_model: &'a str,
     pub kind: MediaKind,
+}
+
+impl Call<'_> {
+    /// The jq variables of a call; `upstream_id` once the task exists.
+    fn vars(&self, upstream_id: Option<&str>) -> JqVars {
+        JqVars::new(
+            self.model,
+            self.upstream_model,
+            self.kind,
+            upstream_id,
+            None,
+        )
+    }
 }
 
 /// A created upstream task.
@@ -533,7 +546,7 @@ impl Provider {
                 return Err(SubmitError::Failed(ApiError::upstream_timeout("submit")));
             }
         };
-        let vars = JqVars::new(call.model, call.upstream_model, call.kind, None, None);
+        let vars = call.vars(None);
         self.read_submit_answer(answer, &vars)
             .map(|(upstream_id, status)| Submitted {
                 upstream_id,
@@ -582,6 +595,12 @@ impl Provider {
         )
     }
 
+    /// The upstream's reason for refusing a submit, cleaned for the client.
+    fn refusal_reason(&self, body: Val, vars: &JqVars) -> Option<String> {
+        let reason = self.submit.error_message.first(body, vars).ok().flatten()?;
+        to_text(&reason).map(|m| self.redactor.clean(&m))
+    }
+
     fn read_submit_answer(
         &self,
         answer: Answer,
@@ -593,10 +612,7 @@ impl Provider {
         if !status.is_success() {
             let reason = parsed
                 .ok()
-                .and_then(|v| self.submit.error_message.first(v, vars).ok().flatten())
-                .as_ref()
-                .and_then(to_text)
-                .map(|m| self.redactor.clean(&m))
+                .and_then(|body| self.refusal_reason(body, vars))
                 .unwrap_or_else(|| status.canonical_reason().unwrap_or("error").to_string());
             return Err(match status {
                 StatusCode::TOO_MANY_REQUESTS => Refused(ApiError::upstream_rate_limited(
@@ -637,14 +653,7 @@ impl Provider {
                 .map_err(|e| bad(format!("`submit.success` failed: {e}")))?;
             if !matches!(ok, Some(Val::Bool(true))) {
                 let reason = self
-                    .submit
-                    .error_message
-                    .first(body.clone(), vars)
-                    .ok()
-                    .flatten()
-                    .as_ref()
-                    .and_then(to_text)
-                    .map(|m| self.redactor.clean(&m))
+                    .refusal_reason(body.clone(), vars)
                     .unwrap_or_else(|| "no reason given".into());
                 return Err(self.body_refusal(body, vars, &reason));
             }
@@ -713,13 +722,7 @@ impl Provider {
         upstream_id: &str,
     ) -> Result<(TaskState, Duration), ApiError> {
         let request = {
-            let vars = JqVars::new(
-                call.model,
-                call.upstream_model,
-                call.kind,
-                Some(upstream_id),
-                None,
-            );
+            let vars = call.vars(Some(upstream_id));
             let plan = &self.query;
             self.build(
                 "query",
@@ -735,25 +738,13 @@ impl Provider {
         let started = Instant::now();
         let answer = match self.client.call(request, self.query_timeout).await {
             Ok(a) => a,
-            Err(CallError::TimedOut) => {
-                return Err(ApiError::upstream_timeout("query"));
-            }
-            Err(CallError::Unreached(e) | CallError::Broken(e)) => {
-                tracing::warn!(provider = %self.name, error = %e, "query failed");
-                return Err(ApiError::upstream_failed("query", "no answer"));
-            }
+            Err(e) => return Err(self.unanswered("query", e)),
         };
         let upstream_time = started.elapsed();
         self.check_answer("query", answer.status, &answer.headers)?;
         // jq values are not `Send`: everything that reads them ends before the next await.
         let (mut state, result_request) = {
-            let vars = JqVars::new(
-                call.model,
-                call.upstream_model,
-                call.kind,
-                Some(upstream_id),
-                None,
-            );
+            let vars = call.vars(Some(upstream_id));
             let body = parse(&answer.body)
                 .map_err(|e| ApiError::upstream_bad_answer("query", format!("not JSON ({e})")))?;
             let state = self
@@ -794,34 +785,14 @@ impl Provider {
     ) -> Result<Vec<String>, ApiError> {
         let answer = match self.client.call(request, self.query_timeout).await {
             Ok(a) => a,
-            Err(CallError::TimedOut) => {
-                return Err(ApiError::upstream_timeout("result"));
-            }
-            Err(CallError::Unreached(e) | CallError::Broken(e)) => {
-                tracing::warn!(provider = %self.name, error = %e, "result request failed");
-                return Err(ApiError::upstream_failed("result", "no answer"));
-            }
+            Err(e) => return Err(self.unanswered("result", e)),
         };
         self.check_answer("result", answer.status, &answer.headers)?;
         let bad = |what: String| ApiError::upstream_bad_answer("result", what);
-        let vars = JqVars::new(
-            call.model,
-            call.upstream_model,
-            call.kind,
-            Some(upstream_id),
-            None,
-        );
+        let vars = call.vars(Some(upstream_id));
         let body = parse(&answer.body).map_err(|e| bad(format!("not JSON ({e})")))?;
         let urls = match plan.urls.json(body, &vars) {
-            Ok(Value::String(s)) => vec![s],
-            Ok(Value::Array(items)) => items
-                .into_iter()
-                .filter_map(|v| match v {
-                    Value::String(s) if !s.is_empty() => Some(s),
-                    _ => None,
-                })
-                .collect(),
-            Ok(_) => Vec::new(),
+            Ok(value) => urls_from(value),
             Err(e) => return Err(bad(format!("`result.urls` failed: {e}"))),
         };
         if urls.is_empty() {
@@ -845,13 +816,7 @@ impl Provider {
             return Err(ApiError::task_not_found());
         };
         let mut request = {
-            let vars = JqVars::new(
-                call.model,
-                call.upstream_model,
-                call.kind,
-                Some(upstream_id),
-                None,
-            );
+            let vars = call.vars(Some(upstream_id));
             let input = from_json(&serde_json::json!({ "urls": urls }));
             self.build(
                 "content",
@@ -873,13 +838,7 @@ impl Provider {
             let at = request.uri().clone();
             let response = match self.client.open(request, plan.timeout).await {
                 Ok(r) => r,
-                Err(CallError::TimedOut) => {
-                    return Err(ApiError::upstream_timeout("content"));
-                }
-                Err(CallError::Unreached(e) | CallError::Broken(e)) => {
-                    tracing::warn!(provider = %self.name, error = %e, "content request failed");
-                    return Err(ApiError::upstream_failed("content", "no answer"));
-                }
+                Err(e) => return Err(self.unanswered("content", e)),
             };
             let status = response.status();
             if status.is_redirection() && status != StatusCode::NOT_MODIFIED {
@@ -928,6 +887,18 @@ impl Provider {
     /// reachable from a provider that is itself on one.
     fn may_reach(&self, to: &http::Uri) -> bool {
         self.same_origin(to) || !is_internal(to.host()) || is_internal(self.origin.host())
+    }
+
+    /// A query, result or content call that got no answer. (A submit is judged
+    /// differently: there the kind of failure decides failover.)
+    fn unanswered(&self, step: &str, e: CallError) -> ApiError {
+        match e {
+            CallError::TimedOut => ApiError::upstream_timeout(step),
+            CallError::Unreached(e) | CallError::Broken(e) => {
+                tracing::warn!(provider = %self.name, step, error = %e, "upstream call failed");
+                ApiError::upstream_failed(step, "no answer")
+            }
+        }
     }
 
     /// Map an unsuccessful HTTP status of a query, result or content call.
