@@ -2,17 +2,24 @@
 //!
 //! A provider is a base URL, an auth placement, static headers, timeouts and jq
 //! programs ([`transform`]) that build its requests and read its answers. The
-//! [`client`] does the HTTP; this module decides what each answer means, in
-//! particular whether a failed submit certainly created no task (only then may the
-//! caller fail over to the next provider: a user must never pay twice).
+//! [`client`] does the HTTP. This module compiles a provider block and builds
+//! requests; one module per phase decides what the answers mean: [`submit`] (in
+//! particular whether a failed submit certainly created no task: only then may the
+//! caller fail over, a user must never pay twice), [`query`] (with the optional result
+//! request) and [`content`] (downloads that need our key).
 //! docs/providers.md describes every key, the failover rule and the error mapping.
 
 pub mod client;
+mod content;
+mod query;
+mod submit;
 pub mod transform;
+
+pub use self::submit::{SubmitError, Submitted};
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HeaderName, HeaderValue};
@@ -21,12 +28,12 @@ use http_body_util::Full;
 use jaq_json::Val;
 use serde_json::Value;
 
-use self::client::{Answer, CallError, UpstreamClient};
-use self::transform::{Jq, JqVars, from_json, parse, to_text};
+use self::client::{CallError, UpstreamClient};
+use self::transform::{Jq, JqVars};
 use crate::config::{ContentConfig, ProviderConfig, QueryConfig, ResultConfig, SubmitConfig};
 use crate::error::ApiError;
-use crate::normalize::{Redactor, StatusReader, urls_from};
-use crate::task::{MediaKind, TaskState, TaskStatus};
+use crate::normalize::{Redactor, StatusReader};
+use crate::task::MediaKind;
 
 /// Tried when a provider names no `error_message` program: the usual places.
 const DEFAULT_ERROR_MESSAGE: &str = r#"if type == "object" then (.error.message? // .message? // .msg? // .detail? // .error? // .base_resp.status_msg?) else null end | if type == "string" then . else null end"#;
@@ -50,23 +57,6 @@ impl Call<'_> {
             None,
         )
     }
-}
-
-/// A created upstream task.
-#[derive(Debug)]
-pub struct Submitted {
-    pub upstream_id: String,
-    pub status: TaskStatus,
-    pub upstream_time: Duration,
-}
-
-/// A submit that did not create a task, or may have.
-#[derive(Debug)]
-pub enum SubmitError {
-    /// The upstream certainly created no task: the next provider may be tried.
-    Refused(ApiError),
-    /// Definite failure, or an unknown outcome: never retried elsewhere.
-    Failed(ApiError),
 }
 
 /// A compiled provider.
@@ -518,364 +508,6 @@ impl Provider {
             .map_err(|e| broken(format!("built an invalid request to `{path}`: {e}")))
     }
 
-    /// Create a task upstream.
-    pub async fn submit(&self, call: Call<'_>, params: &Value) -> Result<Submitted, SubmitError> {
-        let request = self
-            .build_submit(call, params)
-            .map_err(SubmitError::Refused)?;
-        let started = Instant::now();
-        let answer = self.client.call(request, self.submit_timeout).await;
-        let upstream_time = started.elapsed();
-        let answer = match answer {
-            Ok(a) => a,
-            Err(CallError::Unreached(e)) => {
-                tracing::warn!(provider = %self.name, error = %e, "submit: provider unreachable");
-                return Err(SubmitError::Refused(ApiError::upstream_failed(
-                    "submit",
-                    "could not connect",
-                )));
-            }
-            Err(CallError::Broken(e)) => {
-                tracing::warn!(provider = %self.name, error = %e, "submit: outcome unknown");
-                return Err(SubmitError::Failed(ApiError::upstream_failed(
-                    "submit",
-                    "connection broke before an answer",
-                )));
-            }
-            Err(CallError::TimedOut) => {
-                return Err(SubmitError::Failed(ApiError::upstream_timeout("submit")));
-            }
-        };
-        let vars = call.vars(None);
-        self.read_submit_answer(answer, &vars)
-            .map(|(upstream_id, status)| Submitted {
-                upstream_id,
-                status,
-                upstream_time,
-            })
-    }
-
-    fn build_submit(
-        &self,
-        call: Call<'_>,
-        params: &Value,
-    ) -> Result<Request<Full<Bytes>>, ApiError> {
-        let input = from_json(params);
-        let vars = JqVars::new(
-            call.model,
-            call.upstream_model,
-            call.kind,
-            None,
-            Some(input.clone()),
-        );
-        let plan = &self.submit;
-        let body = match &plan.body {
-            Some(jq) => jq.json(input.clone(), &vars).map_err(|e| {
-                ApiError::upstream_failed("submit", format!("`submit.body` failed: {e}"))
-            })?,
-            None => {
-                let mut with_model = serde_json::Map::new();
-                with_model.insert("model".into(), Value::from(call.upstream_model));
-                if let Value::Object(p) = params {
-                    with_model.extend(p.iter().map(|(k, v)| (k.clone(), v.clone())));
-                }
-                Value::Object(with_model)
-            }
-        };
-        let body = serde_json::to_vec(&body).unwrap_or_default();
-        self.build(
-            "submit",
-            &plan.method,
-            &plan.path,
-            plan.query.as_ref(),
-            Some(body),
-            Some(&self.submit_headers),
-            &input,
-            &vars,
-        )
-    }
-
-    /// The upstream's reason for refusing a submit, cleaned for the client.
-    fn refusal_reason(&self, body: Val, vars: &JqVars) -> Option<String> {
-        let reason = self.submit.error_message.first(body, vars).ok().flatten()?;
-        to_text(&reason).map(|m| self.redactor.clean(&m))
-    }
-
-    fn read_submit_answer(
-        &self,
-        answer: Answer,
-        vars: &JqVars,
-    ) -> Result<(String, TaskStatus), SubmitError> {
-        use SubmitError::{Failed, Refused};
-        let status = answer.status;
-        let parsed = parse(&answer.body);
-        if !status.is_success() {
-            let reason = parsed
-                .ok()
-                .and_then(|body| self.refusal_reason(body, vars))
-                .unwrap_or_else(|| status.canonical_reason().unwrap_or("error").to_string());
-            return Err(match status {
-                StatusCode::TOO_MANY_REQUESTS => Refused(ApiError::upstream_rate_limited(
-                    retry_after(&answer.headers),
-                )),
-                StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
-                    tracing::error!(provider = %self.name, %status, "provider refused our credentials");
-                    Refused(ApiError::upstream_auth())
-                }
-                StatusCode::SERVICE_UNAVAILABLE => Refused(ApiError::upstream_failed(
-                    "submit",
-                    format!("unavailable ({reason})"),
-                )),
-                // No such endpoint or method: a configuration mistake, not the
-                // client's; nothing was created, so another provider may serve it.
-                StatusCode::NOT_FOUND
-                | StatusCode::METHOD_NOT_ALLOWED
-                | StatusCode::NOT_IMPLEMENTED => {
-                    tracing::error!(provider = %self.name, %status, "submit endpoint refused; check submit.path and submit.method");
-                    Refused(ApiError::upstream_failed(
-                        "submit",
-                        format!("answered HTTP {}", status.as_u16()),
-                    ))
-                }
-                s if s.is_client_error() => Failed(ApiError::upstream_invalid_request(&reason)),
-                s => Failed(ApiError::upstream_failed(
-                    "submit",
-                    format!("answered HTTP {} ({reason})", s.as_u16()),
-                )),
-            });
-        }
-        // From here the upstream may have created a task: every failure is `Failed`.
-        let bad = |what: String| Failed(ApiError::upstream_bad_answer("submit", what));
-        let body = parsed.map_err(|e| bad(format!("not JSON ({e})")))?;
-        if let Some(success) = &self.submit.success {
-            let ok = success
-                .first(body.clone(), vars)
-                .map_err(|e| bad(format!("`submit.success` failed: {e}")))?;
-            if !matches!(ok, Some(Val::Bool(true))) {
-                let reason = self
-                    .refusal_reason(body.clone(), vars)
-                    .unwrap_or_else(|| "no reason given".into());
-                return Err(self.body_refusal(body, vars, &reason));
-            }
-        }
-        let id = self
-            .submit
-            .id
-            .first(body.clone(), vars)
-            .map_err(|e| bad(format!("`submit.id` failed: {e}")))?
-            .as_ref()
-            .and_then(to_text)
-            .filter(|id| !id.is_empty())
-            .ok_or_else(|| bad("it has no task id".into()))?;
-        let task_status = match &self.submit.status {
-            Some(jq) => match jq.first(body, vars) {
-                Ok(Some(v)) => to_text(&v)
-                    .map(|w| self.query.reader.map_status(&self.name, &w))
-                    .unwrap_or(TaskStatus::Queued),
-                _ => TaskStatus::Queued,
-            },
-            None => TaskStatus::Queued,
-        };
-        // A task just created cannot be finished with a result yet as far as the
-        // client is concerned; the first query reports the real outcome.
-        let task_status = if task_status.is_terminal() {
-            TaskStatus::Processing
-        } else {
-            task_status
-        };
-        Ok((id, task_status))
-    }
-
-    /// A 2xx submit answer whose `success` is not true, classified by `submit.refusal`:
-    /// only an answer that says the upstream declined (rate limit, our key, down)
-    /// lets the next provider try; anything else is the request's own fault.
-    fn body_refusal(&self, body: Val, vars: &JqVars, reason: &str) -> SubmitError {
-        let kind = match &self.submit.refusal {
-            Some(jq) => match jq.first(body, vars) {
-                Ok(Some(v)) => to_text(&v),
-                Ok(None) => None,
-                Err(e) => {
-                    tracing::warn!(provider = %self.name, error = %e, "`submit.refusal` failed");
-                    None
-                }
-            },
-            None => None,
-        };
-        match kind.as_deref() {
-            Some("rate_limited") => SubmitError::Refused(ApiError::upstream_rate_limited(None)),
-            Some("auth") => {
-                tracing::error!(provider = %self.name, "provider refused our credentials");
-                SubmitError::Refused(ApiError::upstream_auth())
-            }
-            Some("unavailable") => SubmitError::Refused(ApiError::upstream_failed(
-                "submit",
-                format!("unavailable ({reason})"),
-            )),
-            _ => SubmitError::Failed(ApiError::upstream_invalid_request(reason)),
-        }
-    }
-
-    /// Ask the upstream for a task's state.
-    pub async fn query(
-        &self,
-        call: Call<'_>,
-        upstream_id: &str,
-    ) -> Result<(TaskState, Duration), ApiError> {
-        let request = {
-            let vars = call.vars(Some(upstream_id));
-            let plan = &self.query;
-            self.build(
-                "query",
-                &plan.method,
-                &plan.path,
-                plan.query.as_ref(),
-                None,
-                None,
-                &Val::Null,
-                &vars,
-            )?
-        };
-        let started = Instant::now();
-        let answer = match self.client.call(request, self.query_timeout).await {
-            Ok(a) => a,
-            Err(e) => return Err(self.unanswered("query", e)),
-        };
-        let upstream_time = started.elapsed();
-        self.check_answer("query", answer.status, &answer.headers)?;
-        // jq values are not `Send`: everything that reads them ends before the next await.
-        let (mut state, result_request) = {
-            let vars = call.vars(Some(upstream_id));
-            let body = parse(&answer.body)
-                .map_err(|e| ApiError::upstream_bad_answer("query", format!("not JSON ({e})")))?;
-            let state = self
-                .query
-                .reader
-                .read(&self.name, body.clone(), &vars, &self.redactor)
-                .map_err(|e| ApiError::upstream_bad_answer("query", e.0))?;
-            let result_request = match &self.result {
-                Some(plan) if state.status == TaskStatus::Completed => Some(self.build(
-                    "result",
-                    &plan.method,
-                    &plan.path,
-                    plan.query.as_ref(),
-                    None,
-                    None,
-                    &body,
-                    &vars,
-                )?),
-                _ => None,
-            };
-            (state, result_request)
-        };
-        if let (Some(plan), Some(request)) = (&self.result, result_request) {
-            let started = Instant::now();
-            state.urls = self.fetch_result(plan, request, call, upstream_id).await?;
-            return Ok((state, upstream_time + started.elapsed()));
-        }
-        Ok((state, upstream_time))
-    }
-
-    /// The second request of a completed task: its answer holds the result URLs.
-    async fn fetch_result(
-        &self,
-        plan: &ResultPlan,
-        request: Request<Full<Bytes>>,
-        call: Call<'_>,
-        upstream_id: &str,
-    ) -> Result<Vec<String>, ApiError> {
-        let answer = match self.client.call(request, self.query_timeout).await {
-            Ok(a) => a,
-            Err(e) => return Err(self.unanswered("result", e)),
-        };
-        self.check_answer("result", answer.status, &answer.headers)?;
-        let bad = |what: String| ApiError::upstream_bad_answer("result", what);
-        let vars = call.vars(Some(upstream_id));
-        let body = parse(&answer.body).map_err(|e| bad(format!("not JSON ({e})")))?;
-        let urls = match plan.urls.json(body, &vars) {
-            Ok(value) => urls_from(value),
-            Err(e) => return Err(bad(format!("`result.urls` failed: {e}"))),
-        };
-        if urls.is_empty() {
-            return Err(bad("it has no result URL".into()));
-        }
-        Ok(urls)
-    }
-
-    /// Open the upstream content of a task; the body is streamed by the caller.
-    /// `range` is the client's `Range` header, passed on so players can seek.
-    /// Redirects are followed (storage behind signed URLs); our headers, the key
-    /// among them, go only to the provider's own origin.
-    pub async fn content(
-        &self,
-        call: Call<'_>,
-        upstream_id: &str,
-        urls: &[String],
-        range: Option<HeaderValue>,
-    ) -> Result<http::Response<client::IdleTimeout<hyper::body::Incoming>>, ApiError> {
-        let Some(plan) = &self.content else {
-            return Err(ApiError::task_not_found());
-        };
-        let mut request = {
-            let vars = call.vars(Some(upstream_id));
-            let input = from_json(&serde_json::json!({ "urls": urls }));
-            self.build(
-                "content",
-                &plan.method,
-                &plan.path,
-                plan.query.as_ref(),
-                None,
-                None,
-                &input,
-                &vars,
-            )?
-        };
-        for _ in 0..=MAX_CONTENT_REDIRECTS {
-            if let Some(range) = &range {
-                request
-                    .headers_mut()
-                    .insert(http::header::RANGE, range.clone());
-            }
-            let at = request.uri().clone();
-            let response = match self.client.open(request, plan.timeout).await {
-                Ok(r) => r,
-                Err(e) => return Err(self.unanswered("content", e)),
-            };
-            let status = response.status();
-            if status.is_redirection() && status != StatusCode::NOT_MODIFIED {
-                let next = redirect_target(&at, response.headers()).ok_or_else(|| {
-                    ApiError::upstream_failed("content", "redirected without a usable Location")
-                })?;
-                if !self.may_reach(&next) {
-                    tracing::warn!(provider = %self.name, to = %next, "content redirect into a private network refused");
-                    return Err(ApiError::upstream_failed(
-                        "content",
-                        "redirected into a private network; refused",
-                    ));
-                }
-                request = self.follow(next);
-                continue;
-            }
-            if status == StatusCode::RANGE_NOT_SATISFIABLE {
-                return Err(ApiError::range_not_satisfiable());
-            }
-            self.check_answer("content", status, response.headers())?;
-            let idle = plan.timeout;
-            return Ok(response.map(|body| client::IdleTimeout::new(body, idle)));
-        }
-        Err(ApiError::upstream_failed("content", "too many redirects"))
-    }
-
-    /// A GET to where a content request was redirected; our headers only when it
-    /// stays on the provider's origin.
-    fn follow(&self, to: http::Uri) -> Request<Full<Bytes>> {
-        let mut request = Request::new(Full::new(Bytes::new()));
-        if self.same_origin(&to) {
-            *request.headers_mut() = self.headers.clone();
-        }
-        *request.uri_mut() = to;
-        request
-    }
-
     /// Whether `to` is on the provider's own scheme, host and port.
     fn same_origin(&self, to: &http::Uri) -> bool {
         self.origin.scheme() == to.scheme() && self.origin.authority() == to.authority()
@@ -953,29 +585,6 @@ fn is_internal(host: Option<&str>) -> bool {
     }
 }
 
-/// Redirects followed by a content request before giving up.
-const MAX_CONTENT_REDIRECTS: usize = 3;
-
-/// Where a redirect points: an absolute http(s) URL, or a path on the same origin.
-fn redirect_target(from: &http::Uri, headers: &HeaderMap) -> Option<http::Uri> {
-    let location = headers.get(http::header::LOCATION)?.to_str().ok()?;
-    let to = location.parse::<http::Uri>().ok()?;
-    if to.scheme().is_some() {
-        return matches!(to.scheme_str(), Some("http" | "https"))
-            .then_some(to)
-            .filter(|u| u.authority().is_some());
-    }
-    if !location.starts_with('/') || location.starts_with("//") {
-        return None;
-    }
-    http::Uri::builder()
-        .scheme(from.scheme()?.clone())
-        .authority(from.authority()?.clone())
-        .path_and_query(location)
-        .build()
-        .ok()
-}
-
 /// `Retry-After` in seconds from an upstream answer (HTTP dates are ignored).
 fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     headers
@@ -990,6 +599,7 @@ fn retry_after(headers: &HeaderMap) -> Option<Duration> {
 
 #[cfg(test)]
 mod tests {
+    use super::content::redirect_target;
     use super::*;
 
     fn headers(name: http::HeaderName, value: &str) -> HeaderMap {
