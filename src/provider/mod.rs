@@ -10,9 +10,9 @@
 //! docs/providers.md describes every key, the failover rule and the error mapping.
 
 pub mod client;
-mod content;
-mod query;
-mod submit;
+pub mod content;
+pub mod query;
+pub mod submit;
 pub mod transform;
 
 pub use self::submit::{SubmitError, Submitted};
