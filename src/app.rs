@@ -3,7 +3,6 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
@@ -16,7 +15,7 @@ use tower::{Service, ServiceBuilder};
 
 use crate::auth::AuthenticateLayer;
 use crate::body::TimedBody;
-use crate::body::{ResponseBody, full};
+use crate::body::{ResponseBody, ResponseFuture, full};
 use crate::cache::TaskCache;
 use crate::error::ApiError;
 use crate::handlers::Dispatch;
@@ -234,8 +233,6 @@ pub struct MetricsEndpoint<S> {
     gateway: Option<Arc<Gateway>>,
 }
 
-type BoxFuture = Pin<Box<dyn Future<Output = Result<Response<ResponseBody>, Infallible>> + Send>>;
-
 impl<S, B> Service<Request<B>> for MetricsEndpoint<S>
 where
     S: Service<Request<B>, Response = Response<ResponseBody>, Error = Infallible>
@@ -247,7 +244,7 @@ where
 {
     type Response = Response<ResponseBody>;
     type Error = Infallible;
-    type Future = BoxFuture;
+    type Future = ResponseFuture;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         self.inner.poll_ready(cx)

@@ -6,7 +6,6 @@
 
 use std::collections::HashSet;
 use std::convert::Infallible;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -16,7 +15,7 @@ use ring::digest::{SHA256, digest};
 use subtle::ConstantTimeEq;
 use tower::{Layer, Service};
 
-use crate::body::ResponseBody;
+use crate::body::{ResponseBody, ResponseFuture};
 use crate::error::ApiError;
 use crate::request_log::LogFields;
 use crate::routing::Route;
@@ -118,8 +117,6 @@ pub struct Authenticate<S> {
     inner: S,
 }
 
-type BoxFuture = Pin<Box<dyn Future<Output = Result<Response<ResponseBody>, Infallible>> + Send>>;
-
 impl<S, B> Service<Request<B>> for Authenticate<S>
 where
     S: Service<Request<B>, Response = Response<ResponseBody>, Error = Infallible>
@@ -131,7 +128,7 @@ where
 {
     type Response = Response<ResponseBody>;
     type Error = Infallible;
-    type Future = BoxFuture;
+    type Future = ResponseFuture;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         self.inner.poll_ready(cx)

@@ -19,6 +19,12 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// Body of every response the gateway sends.
 pub type ResponseBody = BoxBody<Bytes, BoxError>;
 
+/// Future of every layer of the stack: errors never escape it (`Infallible`), every
+/// failure is already an error response.
+pub type ResponseFuture = Pin<
+    Box<dyn Future<Output = Result<http::Response<ResponseBody>, std::convert::Infallible>> + Send>,
+>;
+
 /// A complete in-memory response body.
 pub fn full(bytes: impl Into<Bytes>) -> ResponseBody {
     Full::new(bytes.into())

@@ -1,8 +1,9 @@
-//! The innermost service: route by path, then run the submit or query steps.
-//! Each step lives in its own module; this file only puts them in order.
+//! The innermost service: route by path, then the handlers (submit, query,
+//! content), each a short sequence of steps that live in their own modules. What is
+//! here is only what those steps share: opening a task id for its owner, the results
+//! cache lookup, and how the content URL is formed.
 
 use std::convert::Infallible;
-use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -15,7 +16,7 @@ use tower::Service;
 
 use crate::app::Gateway;
 use crate::auth::ApiKey;
-use crate::body::{ResponseBody, full, read_json_body};
+use crate::body::{ResponseBody, ResponseFuture, full, read_json_body};
 use crate::cache::TaskCache;
 use crate::error::ApiError;
 use crate::provider::{Call, Provider, SubmitError};
@@ -37,8 +38,6 @@ impl Dispatch {
     }
 }
 
-type BoxFuture = Pin<Box<dyn Future<Output = Result<Response<ResponseBody>, Infallible>> + Send>>;
-
 impl<B> Service<Request<B>> for Dispatch
 where
     B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
@@ -46,7 +45,7 @@ where
 {
     type Response = Response<ResponseBody>;
     type Error = Infallible;
-    type Future = BoxFuture;
+    type Future = ResponseFuture;
 
     fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         Poll::Ready(Ok(()))

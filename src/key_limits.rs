@@ -25,7 +25,7 @@ use tower::{Layer, Service};
 
 use crate::app::Gateway;
 use crate::auth::ApiKey;
-use crate::body::ResponseBody;
+use crate::body::{ResponseBody, ResponseFuture};
 use crate::config::LimitsConfig;
 use crate::error::ApiError;
 use crate::routing::{Route, route};
@@ -314,8 +314,6 @@ pub struct KeyLimit<S> {
     gateway: Arc<Gateway>,
 }
 
-type BoxFuture = Pin<Box<dyn Future<Output = Result<Response<ResponseBody>, Infallible>> + Send>>;
-
 impl<S, B> Service<Request<B>> for KeyLimit<S>
 where
     S: Service<Request<B>, Response = Response<ResponseBody>, Error = Infallible>
@@ -327,7 +325,7 @@ where
 {
     type Response = Response<ResponseBody>;
     type Error = Infallible;
-    type Future = BoxFuture;
+    type Future = ResponseFuture;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         self.inner.poll_ready(cx)

@@ -3,7 +3,6 @@
 //! request will use throughout, and writes one access-log line per request.
 
 use std::convert::Infallible;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
@@ -14,7 +13,7 @@ use tower::{Layer, Service};
 use tracing::Instrument;
 
 use crate::app::Gateway;
-use crate::body::ResponseBody;
+use crate::body::{ResponseBody, ResponseFuture};
 use crate::error::ErrorCode;
 use crate::routing;
 
@@ -109,8 +108,6 @@ pub struct RequestLog<S> {
     layer: RequestLogLayer,
 }
 
-type BoxFuture = Pin<Box<dyn Future<Output = Result<Response<ResponseBody>, Infallible>> + Send>>;
-
 impl<S, B> Service<Request<B>> for RequestLog<S>
 where
     S: Service<Request<B>, Response = Response<ResponseBody>, Error = Infallible>
@@ -122,7 +119,7 @@ where
 {
     type Response = Response<ResponseBody>;
     type Error = Infallible;
-    type Future = BoxFuture;
+    type Future = ResponseFuture;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         self.inner.poll_ready(cx)
