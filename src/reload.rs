@@ -66,10 +66,7 @@ fn watched_files(gateway: &Gateway) -> Vec<PathBuf> {
     let path = gateway.config_path();
     let mut files = vec![path.to_path_buf()];
     if let Some(tls) = &gateway.snapshot().server.tls {
-        let dir = path
-            .parent()
-            .filter(|d| !d.as_os_str().is_empty())
-            .unwrap_or(std::path::Path::new("."));
+        let dir = crate::snapshot::config_dir(path);
         files.push(dir.join(&tls.cert_file));
         files.push(dir.join(&tls.key_file));
     }

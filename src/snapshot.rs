@@ -12,9 +12,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::auth::{ApiKey, KeyRing, key_digest};
+use crate::config::read_secret;
 use crate::config::{RoutesFile, ServerConfig, SimulatorConfig, TasksConfig};
 use crate::key_limits::{KeyLimiter, KeyLimits};
-use crate::provider::{Problems, Provider, read_secret};
+use crate::provider::{Problems, Provider};
 use crate::routing::Endpoint;
 use crate::task::MediaKind;
 use crate::task_id::TaskSealer;
@@ -114,11 +115,7 @@ impl Snapshot {
 
     /// Compile an already parsed routes file read from `path`.
     pub fn build(file: RoutesFile, path: &Path, ctx: &LoadContext) -> Result<Self, LoadError> {
-        let dir = path
-            .parent()
-            .filter(|d| !d.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        Self::compile(file, dir, ctx).map_err(|problems| LoadError {
+        Self::compile(file, config_dir(path), ctx).map_err(|problems| LoadError {
             file: path.to_path_buf(),
             problems,
         })
@@ -375,6 +372,13 @@ fn family_schema(
         }
     }
     Ok(schema)
+}
+
+/// The directory relative paths in a routes file are resolved against.
+pub fn config_dir(path: &Path) -> &Path {
+    path.parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
 }
 
 /// Parse a routes file without compiling it.

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
@@ -283,4 +283,28 @@ pub struct FamilyConfig {
 
 fn default_endpoints() -> Vec<crate::routing::Endpoint> {
     vec![crate::routing::Endpoint::ModelCenter]
+}
+
+/// Read a secret from an environment variable or a file (relative to `dir`).
+pub fn read_secret(
+    env: Option<&str>,
+    file: Option<&Path>,
+    dir: &Path,
+) -> Result<Option<String>, String> {
+    if let Some(var) = env
+        && let Ok(value) = std::env::var(var)
+        && !value.trim().is_empty()
+    {
+        return Ok(Some(value.trim().to_string()));
+    }
+    if let Some(file) = file {
+        let path = dir.join(file);
+        return std::fs::read_to_string(&path)
+            .map(|s| Some(s.trim().to_string()))
+            .map_err(|e| format!("cannot read secret file {}: {e}", path.display()));
+    }
+    match env {
+        Some(var) => Err(format!("environment variable {var} is not set")),
+        None => Ok(None),
+    }
 }

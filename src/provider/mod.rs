@@ -30,7 +30,9 @@ use serde_json::Value;
 
 use self::client::{CallError, UpstreamClient};
 use self::transform::{Jq, JqVars};
-use crate::config::{ContentConfig, ProviderConfig, QueryConfig, ResultConfig, SubmitConfig};
+use crate::config::{
+    ContentConfig, ProviderConfig, QueryConfig, ResultConfig, SubmitConfig, read_secret,
+};
 use crate::error::ApiError;
 use crate::normalize::{Redactor, StatusReader};
 use crate::task::MediaKind;
@@ -169,30 +171,6 @@ fn method(problems: &mut Problems, key: String, m: &str) -> Method {
         problems.push(key, format!("`{m}` is not an HTTP method"));
         Method::GET
     })
-}
-
-/// Read a secret from an environment variable or a file (relative to `dir`).
-pub fn read_secret(
-    env: Option<&str>,
-    file: Option<&Path>,
-    dir: &Path,
-) -> Result<Option<String>, String> {
-    if let Some(var) = env
-        && let Ok(value) = std::env::var(var)
-        && !value.trim().is_empty()
-    {
-        return Ok(Some(value.trim().to_string()));
-    }
-    if let Some(file) = file {
-        let path = dir.join(file);
-        return std::fs::read_to_string(&path)
-            .map(|s| Some(s.trim().to_string()))
-            .map_err(|e| format!("cannot read secret file {}: {e}", path.display()));
-    }
-    match env {
-        Some(var) => Err(format!("environment variable {var} is not set")),
-        None => Ok(None),
-    }
 }
 
 impl Provider {
