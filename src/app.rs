@@ -72,11 +72,12 @@ impl Gateway {
             Duration::from_millis(tasks.terminal_cache_ttl_ms),
             Duration::from_millis(tasks.poll_cache_ttl_ms),
         );
-        Ok(Arc::new_cyclic(|weak| Self {
+        let metrics = Metrics::new(&cache.stats);
+        Ok(Arc::new(Self {
             config_path: config_path.to_path_buf(),
             snapshot: ArcSwap::from_pointee(snapshot),
             cache,
-            metrics: Metrics::new(weak.clone()),
+            metrics,
             draining: AtomicBool::new(false),
             simulator_addr,
             reloading: std::sync::Mutex::new(()),

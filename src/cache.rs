@@ -2,20 +2,21 @@
 //! short poll interval, and concurrent queries of one task share one upstream call.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use moka::Expiry;
 use moka::future::Cache;
+use prometheus_client::metrics::counter::Counter;
 
 use crate::error::ApiError;
 use crate::task::TaskState;
 
-/// Cache hits and misses, for metrics.
+/// Cache hits and misses; the same counters are registered in the metrics.
 #[derive(Debug, Default)]
 pub struct CacheStats {
-    pub hits: AtomicU64,
-    pub misses: AtomicU64,
+    pub hits: Counter,
+    pub misses: Counter,
 }
 
 #[derive(Clone)]
@@ -84,7 +85,7 @@ impl TaskCache {
         F: Future<Output = Result<TaskState, ApiError>>,
     {
         if let Some(entry) = self.cache.get(&key).await {
-            self.stats.hits.fetch_add(1, Ordering::Relaxed);
+            self.stats.hits.inc();
             return Ok(entry.state);
         }
         let ran = std::sync::atomic::AtomicBool::new(false);
@@ -103,7 +104,7 @@ impl TaskCache {
         } else {
             &self.stats.hits
         };
-        counter.fetch_add(1, Ordering::Relaxed);
+        counter.inc();
         result.map(|e| e.state).map_err(|e| (*e).clone())
     }
 }
@@ -143,8 +144,8 @@ mod tests {
                 .all(|r| r.as_ref().unwrap().status == TaskStatus::Processing)
         );
         assert_eq!(calls.load(Ordering::SeqCst), 1);
-        assert_eq!(cache.stats.misses.load(Ordering::Relaxed), 1);
-        assert_eq!(cache.stats.hits.load(Ordering::Relaxed), 19);
+        assert_eq!(cache.stats.misses.get(), 1);
+        assert_eq!(cache.stats.hits.get(), 19);
     }
 
     #[tokio::test]

@@ -4,19 +4,16 @@
 //! configured model and provider names, fixed reason words. Names of every metric
 //! are listed in docs/operations.md.
 
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
-use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::app::Gateway;
+use crate::cache::CacheStats;
 
 /// Content type of the exposition (OpenMetrics text, which Prometheus reads).
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -71,8 +68,8 @@ fn upstream_histogram() -> Histogram {
 }
 
 impl Metrics {
-    /// `gateway` is read at scrape time for the counters kept elsewhere (cache).
-    pub fn new(gateway: Weak<Gateway>) -> Self {
+    /// `cache` counts hits and misses itself; its counters are registered here.
+    pub fn new(cache: &CacheStats) -> Self {
         let mut registry = Registry::with_prefix("mediagate");
         let requests = Family::<RequestLabels, Counter>::default();
         registry.register(
@@ -130,7 +127,21 @@ impl Metrics {
             "TLS handshakes that failed or timed out",
             tls_handshake_failures.clone(),
         );
-        registry.register_collector(Box::new(External { gateway }));
+        registry.register(
+            "cache_hits",
+            "Task queries answered from the results cache",
+            cache.hits.clone(),
+        );
+        registry.register(
+            "cache_misses",
+            "Task queries that needed the provider",
+            cache.misses.clone(),
+        );
+        registry.register(
+            "unmapped_upstream_statuses",
+            "Upstream status words missing from a provider's status_map (reported as processing)",
+            crate::normalize::UNMAPPED_STATUSES.clone(),
+        );
         // Series that exist from the start, so that rates and alerts see a zero.
         for reason in ["rate", "submit"] {
             let _ = rate_limited.get_or_create(&ReasonLabels { reason });
@@ -207,40 +218,5 @@ impl Metrics {
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
-    }
-}
-
-/// Counters kept by other modules, read at scrape time.
-#[derive(Debug)]
-struct External {
-    gateway: Weak<Gateway>,
-}
-
-impl Collector for External {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let mut counter = |name: &str, help: &str, value: u64| {
-            let c = ConstCounter::new(value);
-            let metric = encoder.encode_descriptor(name, help, None, c.metric_type())?;
-            c.encode(metric)
-        };
-        counter(
-            "unmapped_upstream_statuses",
-            "Upstream status words missing from a provider's status_map (reported as processing).",
-            crate::normalize::UNMAPPED_STATUSES.load(Ordering::Relaxed),
-        )?;
-        if let Some(gateway) = self.gateway.upgrade().map(|g: Arc<Gateway>| g) {
-            let stats = &gateway.cache.stats;
-            counter(
-                "cache_hits",
-                "Task queries answered from the results cache.",
-                stats.hits.load(Ordering::Relaxed),
-            )?;
-            counter(
-                "cache_misses",
-                "Task queries that needed the provider.",
-                stats.misses.load(Ordering::Relaxed),
-            )?;
-        }
-        Ok(())
     }
 }

@@ -2,7 +2,9 @@
 //! statuses, a progress, result URLs and a cleaned error.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::LazyLock;
+
+use prometheus_client::metrics::counter::Counter;
 
 use jaq_json::Val;
 
@@ -10,7 +12,7 @@ use crate::provider::transform::{Jq, JqVars, to_json, to_text};
 use crate::task::{TaskError, TaskState, TaskStatus};
 
 /// Upstream status words seen that the provider's `status_map` does not list.
-pub static UNMAPPED_STATUSES: AtomicU64 = AtomicU64::new(0);
+pub static UNMAPPED_STATUSES: LazyLock<Counter> = LazyLock::new(Counter::default);
 
 /// Longest error message passed on to clients.
 const MAX_MESSAGE_CHARS: usize = 500;
@@ -37,7 +39,7 @@ impl StatusReader {
         match self.status_map.get(word) {
             Some(s) => *s,
             None => {
-                UNMAPPED_STATUSES.fetch_add(1, Ordering::Relaxed);
+                UNMAPPED_STATUSES.inc();
                 tracing::warn!(
                     provider,
                     upstream_status = word,
@@ -208,10 +210,10 @@ mod tests {
 
     #[test]
     fn unmapped_word_is_processing_and_counted() {
-        let before = UNMAPPED_STATUSES.load(Ordering::Relaxed);
+        let before = UNMAPPED_STATUSES.get();
         let s = read(r#"{"data":{"task_status":"WEIRD"}}"#).unwrap();
         assert_eq!(s.status, TaskStatus::Processing);
-        assert!(UNMAPPED_STATUSES.load(Ordering::Relaxed) > before);
+        assert!(UNMAPPED_STATUSES.get() > before);
     }
 
     #[test]
