@@ -653,6 +653,22 @@ status_map = { ok = "completed" }
         assert_eq!(problems[0].0, "providers.p.connect_timeout_ms");
     }
 
+    /// A GET whose path is the jq program `code`.
+    fn get(p: &Provider, code: &str) -> Result<Request<Full<Bytes>>, ApiError> {
+        let vars = JqVars::new("m", "m", MediaKind::Video, Some("1"), None);
+        let jq = Jq::compile(code).unwrap();
+        p.build(
+            "query",
+            &Method::GET,
+            &jq,
+            None,
+            None,
+            None,
+            &Val::Null,
+            &vars,
+        )
+    }
+
     #[test]
     fn paths_may_be_absolute_and_keep_our_headers_on_our_origin() {
         let (p, _) = compile(&MINIMAL.replace(
@@ -660,20 +676,7 @@ status_map = { ok = "completed" }
             "base_url = \"https://api.example\"\nheaders = { \"x-k\" = \"v\" }",
         ));
         let p = p.unwrap();
-        let vars = JqVars::new("m", "m", MediaKind::Video, Some("1"), None);
-        let build = |code: &str| {
-            let jq = Jq::compile(code).unwrap();
-            p.build(
-                "query",
-                &Method::GET,
-                &jq,
-                None,
-                None,
-                None,
-                &Val::Null,
-                &vars,
-            )
-        };
+        let build = |code: &str| get(&p, code);
         let own = build(r#""https://api.example/files/1""#).unwrap();
         assert_eq!(own.uri(), "https://api.example/files/1");
         assert_eq!(own.headers()["x-k"], "v");
@@ -692,20 +695,7 @@ status_map = { ok = "completed" }
     fn a_public_upstream_cannot_steer_us_into_a_private_network() {
         let (p, _) = compile(MINIMAL);
         let p = p.unwrap();
-        let vars = JqVars::new("m", "m", MediaKind::Video, Some("1"), None);
-        let build = |code: &str| {
-            let jq = Jq::compile(code).unwrap();
-            p.build(
-                "result",
-                &Method::GET,
-                &jq,
-                None,
-                None,
-                None,
-                &Val::Null,
-                &vars,
-            )
-        };
+        let build = |code: &str| get(&p, code);
         for inside in [
             r#""http://169.254.169.254/latest/meta-data""#,
             r#""http://127.0.0.1:9090/metrics""#,
