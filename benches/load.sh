@@ -39,6 +39,8 @@ log() { printf '== %s\n' "$*" >&2; }
 
 cleanup() {
   for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  # Gateways are started inside command substitutions: their pids are in files.
+  for f in "$WORK"/mediagate*.pid; do [[ -f $f ]] && kill "$(cat "$f")" 2>/dev/null || true; done
   if [[ -f $WORK/nginx.pid ]]; then kill "$(cat "$WORK/nginx.pid")" 2>/dev/null || true; fi
   wait 2>/dev/null || true
 }
@@ -85,7 +87,8 @@ rss_kb() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
 
 # --- the fast upstream --------------------------------------------------------------
 $BIN/examples/fast_upstream --listen 127.0.0.1:0 >"$WORK/upstream.out" 2>&1 &
-PIDS+=($!)
+UP_PID=$!
+PIDS+=($UP_PID)
 UP_ADDR=$(wait_for "$WORK/upstream.out" "listening on" | awk '{print $3}')
 UP=http://$UP_ADDR
 upstream_requests() { curl -sf "$UP/_stats" | sed 's/.*"requests":\([0-9]*\).*/\1/'; }
@@ -159,7 +162,6 @@ start_gateway() { # $1 = name, $2 = poll ttl; prints the address
   ( cd "$WORK" && MEDIAGATE_TASK_SECRET=$SECRET RUST_LOG=${RUST_LOG:-info} \
       exec "$OLDPWD/$BIN/mediagate" serve --config "$WORK/$name.toml" ) \
       >/dev/null 2>"$WORK/$name.log" &
-  PIDS+=($!)
   echo $! >"$WORK/$name.pid"
   wait_for "$WORK/$name.log" "listening on http://" | sed 's/.*listening on http:\/\/\([0-9.:]*\).*/\1/'
 }
@@ -251,17 +253,36 @@ to_us() { # "1.23ms" → 1230
     printf "%d", n * f }'
 }
 
-# wrk: prints "rps p50_us p99_us errors"
+# CPU time (user + system, clock ticks) used so far by the processes serving a URL:
+# the upstream for direct runs, the nginx workers, or the gateway.
+CLK_TCK=$(getconf CLK_TCK)
+serving_pids() { # $1 = URL
+  case $1 in
+    *"//$UP_ADDR/"*) echo "$UP_PID" ;;
+    *"//$NG_ADDR/"*) pgrep -P "$(cat "$WORK/nginx.pid")" ;;
+    *"//$MG_ADDR/"*) cat "$WORK/mediagate.pid" ;;
+    *"//$MGF_ADDR/"*) cat "$WORK/mediagate-nocache.pid" ;;
+  esac
+}
+cpu_ticks() { # $@ = pids
+  for p in "$@"; do awk '{print $14 + $15}' "/proc/$p/stat"; done | awk '{s += $1} END {print s + 0}'
+}
+
+# wrk: prints "rps p50_us p99_us errors cpu_us_per_request"
 run_wrk() { # $1 = conns, $2 = script, $3 = url
-  local out
+  local out pids t0 t1
+  pids=$(serving_pids "$3")
+  t0=$(cpu_ticks $pids)
   out=$(wrk -t2 -c"$1" -d"${DURATION}s" --timeout 5s --latency -s "$2" "$3" 2>&1)
+  t1=$(cpu_ticks $pids)
   echo "$out" >>"$WORK/wrk.log"
-  local rps p50 p99 errs
+  local rps p50 p99 errs n
   rps=$(echo "$out" | awk '/^Requests\/sec/ {printf "%d", $2}')
   p50=$(to_us "$(echo "$out" | awk '$1 == "50%" {print $2}')")
   p99=$(to_us "$(echo "$out" | awk '$1 == "99%" {print $2}')")
   errs=$(echo "$out" | awk '/Non-2xx/ {n += $NF} /Socket errors/ {gsub(",", ""); n += $4 + $6 + $8 + $10} END {printf "%d", n}')
-  echo "$rps $p50 $p99 $errs"
+  n=$(echo "$out" | awk '/requests in/ {print $1}')
+  echo "$rps $p50 $p99 $errs $(awk -v t=$(( t1 - t0 )) -v n="$n" -v hz="$CLK_TCK" 'BEGIN { if (n > 0) printf "%.1f", t * 1e6 / hz / n; else print "-" }')"
 }
 
 ROWS=()
@@ -274,7 +295,7 @@ throughput() { # $1 = label, $2 = script, $3..5 = direct, nginx, mediagate URLs
   d=($(run_wrk "$CONNS" "$script" "$3"))
   n=($(run_wrk "$CONNS" "$script" "$4"))
   m=($(run_wrk "$CONNS" "$script" "$5"))
-  row "| $label | ${d[0]} | ${n[0]} | ${m[0]} | $(ratio "${m[0]}" "${n[0]}") | $(ratio "${m[0]}" "${d[0]}") | ${d[1]} / ${d[2]} | ${n[1]} / ${n[2]} | ${m[1]} / ${m[2]} | ${d[3]}/${n[3]}/${m[3]} |"
+  row "| $label | ${d[0]} | ${n[0]} | ${m[0]} | $(ratio "${m[0]}" "${n[0]}") | $(ratio "${m[0]}" "${d[0]}") | ${d[1]} / ${d[2]} | ${n[1]} / ${n[2]} | ${m[1]} / ${m[2]} | ${d[4]} / ${n[4]} / ${m[4]} | $(ratio "${m[4]}" "${n[4]}") | ${d[3]}/${n[3]}/${m[3]} |"
 }
 
 LAT_ROWS=()
@@ -336,15 +357,15 @@ for _ in $(seq 1 "$STORM_TASKS"); do
 done
 storm_lua "${up_paths[@]}" >"$WORK/storm-up.lua"
 storm_lua "${mg_paths[@]}" >"$WORK/storm-mg.lua"
-storm() { # $1 = script, $2 = base URL; prints "rps p50 p99 errors upstream_requests"
+storm() { # $1 = script, $2 = base URL; prints "rps p50 p99 errors cpu_us upstream_requests"
   local before r
   before=$(upstream_requests)
   r=$(run_wrk "$STORM_CONNS" "$1" "$2")
   echo "$r $(( $(upstream_requests) - before ))"
 }
-sd=($(storm "$WORK/storm-up.lua" "http://$UP_ADDR"))
-sn=($(storm "$WORK/storm-up.lua" "http://$NG_ADDR"))
-sm=($(storm "$WORK/storm-mg.lua" "http://$MG_ADDR"))
+sd=($(storm "$WORK/storm-up.lua" "http://$UP_ADDR/"))
+sn=($(storm "$WORK/storm-up.lua" "http://$NG_ADDR/"))
+sm=($(storm "$WORK/storm-mg.lua" "http://$MG_ADDR/"))
 # At most one upstream request per task per cache interval (+1 per task for the
 # interval in progress when the run starts).
 STORM_LIMIT=$(( STORM_TASKS * (DURATION * 1000 / POLL_TTL_MS + 1) ))
@@ -373,8 +394,8 @@ wait "$HOLD_PID" 2>/dev/null || true
   echo
   echo "### Throughput (wrk -t2 -c$CONNS, ${DURATION} s per run; latency in µs)"
   echo
-  echo "| workload | direct req/s | nginx req/s | mediagate req/s | mg/nginx | mg/direct | direct p50 / p99 | nginx p50 / p99 | mediagate p50 / p99 | errors d/n/m |"
-  echo "|---|---|---|---|---|---|---|---|---|---|"
+  echo "| workload | direct req/s | nginx req/s | mediagate req/s | mg/nginx | mg/direct | direct p50 / p99 | nginx p50 / p99 | mediagate p50 / p99 | CPU µs/req upstream / nginx / mediagate | CPU mg/nginx | errors d/n/m |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
   printf '%s\n' "${ROWS[@]}"
   echo
   echo "### Latency at a constant $RATE req/s (loadgen, 50 connections, ${DURATION} s; µs)"
@@ -385,11 +406,11 @@ wait "$HOLD_PID" 2>/dev/null || true
   echo
   echo "### Polling storm ($STORM_CONNS connections, $STORM_TASKS unfinished tasks, ${DURATION} s, poll cache ${POLL_TTL_MS} ms)"
   echo
-  echo "| target | req/s | p50 / p99 µs | errors | upstream requests |"
-  echo "|---|---|---|---|---|"
-  echo "| direct | ${sd[0]} | ${sd[1]} / ${sd[2]} | ${sd[3]} | ${sd[4]} |"
-  echo "| nginx | ${sn[0]} | ${sn[1]} / ${sn[2]} | ${sn[3]} | ${sn[4]} |"
-  echo "| mediagate | ${sm[0]} | ${sm[1]} / ${sm[2]} | ${sm[3]} | ${sm[4]} (limit $STORM_LIMIT) |"
+  echo "| target | req/s | p50 / p99 µs | CPU µs/req of the target | errors | upstream requests |"
+  echo "|---|---|---|---|---|---|"
+  echo "| direct | ${sd[0]} | ${sd[1]} / ${sd[2]} | ${sd[4]} | ${sd[3]} | ${sd[5]} |"
+  echo "| nginx | ${sn[0]} | ${sn[1]} / ${sn[2]} | ${sn[4]} | ${sn[3]} | ${sn[5]} |"
+  echo "| mediagate | ${sm[0]} | ${sm[1]} / ${sm[2]} | ${sm[4]} | ${sm[3]} | ${sm[5]} (limit $STORM_LIMIT) |"
   echo
   echo "mediagate/nginx in the storm: $(ratio "${sm[0]}" "${sn[0]}"); mediagate/direct: $(ratio "${sm[0]}" "${sd[0]}")."
   echo "Upstream requests caused by 2 s of queries of a finished task through mediagate: $FINISHED_UPSTREAM."
