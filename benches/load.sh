@@ -24,6 +24,8 @@ STORM_CONNS=${STORM_CONNS:-1000}
 STORM_TASKS=${STORM_TASKS:-100}
 IDLE_CONNS=${IDLE_CONNS:-10000}
 POLL_TTL_MS=${POLL_TTL_MS:-1000}
+LAT_SECONDS=${LAT_SECONDS:-5}  # per constant-rate run
+LAT_REPEAT=${LAT_REPEAT:-3}    # constant-rate runs per cell (median reported)
 OUT=target/load
 mkdir -p "$OUT"
 WORK=$(mktemp -d /tmp/mediagate-load.XXXXXX)
@@ -56,7 +58,7 @@ NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 
 log "building (release)"
 cargo build --release --quiet --bin mediagate --example fast_upstream --example loadgen
-BIN=target/release
+BIN=${CARGO_TARGET_DIR:-target}/release
 LOADGEN=$BIN/examples/loadgen
 
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
@@ -159,9 +161,8 @@ EOF
 start_gateway() { # $1 = name, $2 = poll ttl; prints the address
   local name=$1
   routes "$2" >"$WORK/$name.toml"
-  ( cd "$WORK" && MEDIAGATE_TASK_SECRET=$SECRET RUST_LOG=${RUST_LOG:-info} \
-      exec "$OLDPWD/$BIN/mediagate" serve --config "$WORK/$name.toml" ) \
-      >/dev/null 2>"$WORK/$name.log" &
+  MEDIAGATE_TASK_SECRET=$SECRET RUST_LOG=${RUST_LOG:-info} \
+    "$BIN/mediagate" serve --config "$WORK/$name.toml" >/dev/null 2>"$WORK/$name.log" &
   echo $! >"$WORK/$name.pid"
   wait_for "$WORK/$name.log" "listening on http://" | sed 's/.*listening on http:\/\/\([0-9.:]*\).*/\1/'
 }
@@ -299,15 +300,21 @@ throughput() { # $1 = label, $2 = script, $3..5 = direct, nginx, mediagate URLs
 }
 
 LAT_ROWS=()
-# loadgen rate: prints "p50 p99 failed"
+# loadgen rate, LAT_REPEAT times: prints the median p50, the median p99 and the
+# total of failed requests. The median of several p99s keeps one scheduling hiccup
+# of a shared machine from deciding the figure.
 run_rate() { # $1 = addr, $2 = path, rest = extra args
   local addr=$1 path=$2; shift 2
-  local out
-  out=$($LOADGEN rate --addr "$addr" --rate "$RATE" --seconds "$DURATION" --conns 50 \
-        --path "$path" --header "$AUTH" "$@")
-  echo "$addr $path $out" >>"$WORK/rate.log"
-  echo "$out" | awk '{ for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] } }
-    END { print v["p50_us"], v["p99_us"], v["failed"] }'
+  local out all=""
+  for _ in $(seq 1 "$LAT_REPEAT"); do
+    out=$($LOADGEN rate --addr "$addr" --rate "$RATE" --seconds "$LAT_SECONDS" --conns 50 \
+          --path "$path" --header "$AUTH" "$@")
+    echo "$addr $path $out" >>"$WORK/rate.log"
+    all+="$out"$'\n'
+  done
+  field() { echo -n "$all" | sed -n "s/.* $1=\([0-9]*\).*/\1/p"; }
+  median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+  echo "$(field p50_us | median) $(field p99_us | median) $(field failed | awk '{ s += $1 } END { print s }')"
 }
 
 latency() { # $1 = label, $2..4 = direct, nginx, mediagate paths, rest = extra args
@@ -378,7 +385,7 @@ $LOADGEN hold --addr "$MG_ADDR" --conns "$IDLE_CONNS" --path /healthz --seconds 
 HOLD_PID=$!
 PIDS+=($HOLD_PID)
 HELD=$(wait_for "$WORK/hold.out" holding)
-sleep 1
+# At once: the gateway closes a keep-alive connection idle for 10 s (server.rs).
 RSS_HELD=$(rss_kb "$MG_PID")
 ESTABLISHED=$(ss -Htn state established "( sport = :${MG_ADDR##*:} )" | wc -l)
 kill "$HOLD_PID" 2>/dev/null || true
@@ -390,7 +397,7 @@ wait "$HOLD_PID" 2>/dev/null || true
   echo
   echo "Machine: $(nproc) CPUs, $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo) RAM, Linux $(uname -r)."
   echo "Versions: mediagate $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(rustc --version), nginx $("$NGINX" -v 2>&1 | cut -d/ -f2), wrk $(wrk -v 2>&1 | head -1 | awk '{print $2}')."
-  echo "Command: \`DURATION=$DURATION CONNS=$CONNS RATE=$RATE benches/load.sh\`"
+  echo "Command: \`benches/load.sh\` (DURATION=$DURATION CONNS=$CONNS RATE=$RATE LAT_SECONDS=$LAT_SECONDS LAT_REPEAT=$LAT_REPEAT STORM_CONNS=$STORM_CONNS STORM_TASKS=$STORM_TASKS IDLE_CONNS=$IDLE_CONNS POLL_TTL_MS=$POLL_TTL_MS)"
   echo
   echo "### Throughput (wrk -t2 -c$CONNS, ${DURATION} s per run; latency in µs)"
   echo
@@ -398,7 +405,7 @@ wait "$HOLD_PID" 2>/dev/null || true
   echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
   printf '%s\n' "${ROWS[@]}"
   echo
-  echo "### Latency at a constant $RATE req/s (loadgen, 50 connections, ${DURATION} s; µs)"
+  echo "### Latency at a constant $RATE req/s (loadgen, 50 connections; median of $LAT_REPEAT runs of ${LAT_SECONDS} s; µs)"
   echo
   echo "| workload | direct p50 / p99 | nginx p50 / p99 | mediagate p50 / p99 | p99 added vs direct | p99 added vs nginx | failed d/n/m |"
   echo "|---|---|---|---|---|---|---|"
@@ -422,5 +429,7 @@ wait "$HOLD_PID" 2>/dev/null || true
   echo "| idle, after start | $(( RSS_IDLE / 1024 )) MiB ($RSS_IDLE kB) |"
   echo "| idle, after the runs above | $(( RSS_AFTER / 1024 )) MiB ($RSS_AFTER kB) |"
   echo "| $HELD; $ESTABLISHED established at the gateway port | $(( RSS_HELD / 1024 )) MiB ($RSS_HELD kB) |"
+  echo
+  echo "Per held connection: $(( (RSS_HELD - RSS_AFTER) * 1024 / (ESTABLISHED > 0 ? ESTABLISHED : 1) )) bytes."
 } | tee "$OUT/report.md"
 cp "$WORK/wrk.log" "$WORK/rate.log" "$OUT/" 2>/dev/null || true

@@ -4,7 +4,7 @@
 //! ```text
 //! loadgen rate --addr 127.0.0.1:8080 --rate 1000 --seconds 10 --conns 50 \
 //!     --path /a --path /b [--method POST --body-file f.json] [--header 'k: v']
-//! loadgen hold --addr 127.0.0.1:8080 --conns 10000 --path /healthz --seconds 30
+//! loadgen hold --addr 127.0.0.1:8080 --conns 10000 --path /healthz --seconds 30 [--batch 1000]
 //! loadgen seal --secret S --provider P --upstream-id ID --model M --owner O [--kind video]
 //! ```
 //!
@@ -323,11 +323,14 @@ async fn hold(args: &Args) {
     let seconds = args.num("--seconds", 30).clamp(1, MAX_SECONDS);
     let requests = requests(args, addr);
     let request = Arc::new(requests[0].clone());
-    // Open in batches so the listener's accept queue never overflows.
+    // Open in batches so the listener's accept queue never overflows, but quickly:
+    // a server may close connections that stay idle (mediagate after 10 s).
+    let batch_size = (args.num("--batch", 1000) as usize).clamp(1, 4096);
+    let started = Instant::now();
     let mut held = Vec::with_capacity(conns);
     let mut failed = 0usize;
     let deadline = Instant::now() + Duration::from_secs(60);
-    for batch in (0..conns).collect::<Vec<_>>().chunks(250) {
+    for batch in (0..conns).collect::<Vec<_>>().chunks(batch_size) {
         if Instant::now() > deadline {
             failed += conns - held.len() - failed;
             break;
@@ -355,7 +358,11 @@ async fn hold(args: &Args) {
             }
         }
     }
-    println!("holding {} failed {failed}", held.len());
+    println!(
+        "holding {} failed {failed} opened_in_ms {}",
+        held.len(),
+        started.elapsed().as_millis()
+    );
     tokio::time::sleep(Duration::from_secs(seconds)).await;
     drop(held);
 }
