@@ -48,7 +48,6 @@ pub struct TaskId {
 pub struct TaskSealer {
     current: LessSafeKey,
     previous: Vec<LessSafeKey>,
-    rng: SystemRandom,
 }
 
 impl std::fmt::Debug for TaskSealer {
@@ -76,13 +75,49 @@ fn derive_key(secret: &[u8]) -> LessSafeKey {
     )
 }
 
+/// Nonces fetched from the system random source at once, per thread.
+const NONCES_PER_FILL: usize = 64;
+
+struct NoncePool {
+    bytes: [u8; NONCE_LEN * NONCES_PER_FILL],
+    next: usize,
+}
+
+thread_local! {
+    static NONCES: std::cell::RefCell<NoncePool> = const {
+        std::cell::RefCell::new(NoncePool {
+            bytes: [0; NONCE_LEN * NONCES_PER_FILL],
+            next: NONCES_PER_FILL,
+        })
+    };
+}
+
+/// A fresh random nonce. Every nonce still comes from the system random source, but
+/// 64 are read per system call instead of one per id; each is handed out once.
+fn random_nonce() -> [u8; NONCE_LEN] {
+    NONCES.with_borrow_mut(|pool| {
+        if pool.next == NONCES_PER_FILL {
+            SystemRandom::new()
+                .fill(&mut pool.bytes)
+                .expect("the system random source is available");
+            pool.next = 0;
+        }
+        let at = pool.next * NONCE_LEN;
+        pool.next += 1;
+        let mut nonce = [0u8; NONCE_LEN];
+        nonce.copy_from_slice(&pool.bytes[at..at + NONCE_LEN]);
+        // Never reuse a handed-out nonce, even if it stayed in memory.
+        pool.bytes[at..at + NONCE_LEN].fill(0);
+        nonce
+    })
+}
+
 impl TaskSealer {
     /// `current` seals new ids; `previous` secrets still open old ones.
     pub fn new(current: &[u8], previous: &[Vec<u8>]) -> Self {
         Self {
             current: derive_key(current),
             previous: previous.iter().map(|s| derive_key(s)).collect(),
-            rng: SystemRandom::new(),
         }
     }
 
@@ -106,10 +141,7 @@ impl TaskSealer {
             plain.extend_from_slice(&len.to_be_bytes());
             plain.extend_from_slice(field.as_bytes());
         }
-        let mut nonce = [0u8; NONCE_LEN];
-        self.rng
-            .fill(&mut nonce)
-            .expect("the system random source is available");
+        let nonce = random_nonce();
         self.current
             .seal_in_place_append_tag(
                 Nonce::assume_unique_for_key(nonce),
@@ -219,6 +251,13 @@ mod tests {
         let (a, b) = (s.seal(&task()).unwrap(), s.seal(&task()).unwrap());
         assert_ne!(a, b);
         assert!(!a.contains("simulator"));
+    }
+
+    #[test]
+    fn nonces_stay_unique_across_refills() {
+        let nonces: std::collections::HashSet<[u8; NONCE_LEN]> =
+            (0..NONCES_PER_FILL * 5).map(|_| random_nonce()).collect();
+        assert_eq!(nonces.len(), NONCES_PER_FILL * 5);
     }
 
     #[test]

@@ -1,0 +1,242 @@
+//! Micro-benchmarks of the steps every request goes through, on the shipped
+//! routes.toml: auth lookup, parameter validation, the jq programs of the simulator
+//! provider (submit body, request path, status answer), task id seal and open,
+//! the results cache, and response serialisation.
+//!
+//! `cargo bench --bench hot_path`
+
+use std::hint::black_box;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use http::header::AUTHORIZATION;
+use http::{HeaderMap, HeaderValue};
+use mediagate::auth::{ApiKey, KeyRing, key_digest};
+use mediagate::cache::TaskCache;
+use mediagate::config::ProviderConfig;
+use mediagate::normalize::{Redactor, StatusReader};
+use mediagate::provider::transform::{Jq, JqVars, from_json, parse};
+use mediagate::snapshot::{LoadContext, Snapshot, read_routes};
+use mediagate::task::{MediaKind, SubmitResponse, TaskState, TaskStatus, TaskView};
+use mediagate::task_id::{TaskId, TaskSealer};
+use serde_json::Value;
+
+const ROUTES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/routes.toml");
+const MODEL: &str = "sd_2.0_special";
+const BODY: &[u8] = br#"{"model":"sd_2.0_special","prompt":"a red fox running through fresh snow at dawn, cinematic","duration":5,"aspect_ratio":"16:9","resolution":"720p","reference_images":["https://example.com/a.png","https://example.com/b.png"]}"#;
+const COMPLETED: &[u8] = br#"{"id":"sim-1763700000000-vo-0123456789ab","object":"video","status":"completed","created":1763700000,"progress":100,"urls":["https://media.example.com/mediagate-sim/sim-1763700000000-vo-0123456789ab.mp4"],"error":null,"video_url":"https://media.example.com/mediagate-sim/sim-1763700000000-vo-0123456789ab.mp4"}"#;
+const PROCESSING: &[u8] = br#"{"id":"sim-1763700000000-vo-0123456789ab","object":"video","status":"processing","created":1763700000,"progress":42,"urls":[],"error":null}"#;
+
+fn snapshot() -> Snapshot {
+    Snapshot::load(Path::new(ROUTES), &LoadContext::default()).expect("shipped routes.toml loads")
+}
+
+fn simulator_config() -> ProviderConfig {
+    read_routes(Path::new(ROUTES))
+        .expect("shipped routes.toml parses")
+        .providers
+        .remove("simulator")
+        .expect("the shipped file has the simulator provider")
+}
+
+fn params() -> Value {
+    let mut v: Value = serde_json::from_slice(BODY).unwrap();
+    v.as_object_mut().unwrap().remove("model");
+    v
+}
+
+fn auth(c: &mut Criterion) {
+    let snap = snapshot();
+    let mut headers = HeaderMap::new();
+    headers.insert(AUTHORIZATION, HeaderValue::from_static("Bearer sk-demo-2"));
+    c.bench_function("auth/shipped_keys", |b| {
+        b.iter(|| snap.keys.authenticate(black_box(&headers)).unwrap())
+    });
+    let many = KeyRing::new(
+        (0..100)
+            .map(|i| ApiKey::new(&format!("k{i}"), key_digest(&format!("sk-{i}")), None))
+            .collect(),
+    );
+    headers.insert(AUTHORIZATION, HeaderValue::from_static("Bearer sk-99"));
+    c.bench_function("auth/100_keys", |b| {
+        b.iter(|| many.authenticate(black_box(&headers)).unwrap())
+    });
+}
+
+fn validate(c: &mut Criterion) {
+    let snap = snapshot();
+    let model = snap.models.get(MODEL).unwrap().clone();
+    let params = params();
+    c.bench_function("validate/typical_video_body", |b| {
+        b.iter(|| model.validator.check(MODEL, black_box(&params)).unwrap())
+    });
+    c.bench_function("validate/parse_and_check", |b| {
+        b.iter(|| {
+            let mut v: Value = serde_json::from_slice(black_box(BODY)).unwrap();
+            v.as_object_mut().unwrap().remove("model");
+            model.validator.check(MODEL, &v).unwrap()
+        })
+    });
+}
+
+fn transform(c: &mut Criterion) {
+    let cfg = simulator_config();
+    let body = Jq::compile(cfg.submit.body.as_deref().unwrap()).unwrap();
+    let query = Jq::compile(cfg.submit.query.as_deref().unwrap()).unwrap();
+    let submit_path = Jq::compile(&cfg.submit.path).unwrap();
+    let params = params();
+    // What `Provider::submit` does before sending: parameters into jq, the body,
+    // path and query string programs, and the body back to JSON text.
+    c.bench_function("jq/submit_request", |b| {
+        b.iter(|| {
+            let input = from_json(black_box(&params));
+            let vars = JqVars::new(MODEL, MODEL, MediaKind::Video, None, Some(input.clone()));
+            let out = body.json(input.clone(), &vars).unwrap();
+            let path = submit_path.json(input.clone(), &vars).unwrap();
+            let qs = query.json(input, &vars).unwrap();
+            (serde_json::to_vec(&out).unwrap(), path, qs)
+        })
+    });
+    let query_path = Jq::compile(&cfg.query.path).unwrap();
+    c.bench_function("jq/query_path", |b| {
+        b.iter(|| {
+            let vars = JqVars::new(
+                MODEL,
+                MODEL,
+                MediaKind::Video,
+                Some(black_box("sim-1763700000000-vo-0123456789ab")),
+                None,
+            );
+            query_path.json(jaq_json::Val::Null, &vars).unwrap()
+        })
+    });
+
+    let q = &cfg.query;
+    let opt = |s: &Option<String>| s.as_deref().map(|s| Jq::compile(s).unwrap());
+    let reader = StatusReader {
+        status: Jq::compile(&q.status).unwrap(),
+        status_map: q.status_map.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+        progress: opt(&q.progress),
+        urls: opt(&q.urls),
+        error_code: opt(&q.error_code),
+        error_message: opt(&q.error_message),
+    };
+    let redactor = Redactor::new(["127.0.0.1".to_string(), "simulator".to_string()]);
+    let vars = JqVars::new(
+        MODEL,
+        MODEL,
+        MediaKind::Video,
+        Some("sim-1763700000000-vo-0123456789ab"),
+        None,
+    );
+    for (name, answer) in [
+        ("jq/read_completed_answer", COMPLETED),
+        ("jq/read_processing_answer", PROCESSING),
+    ] {
+        c.bench_function(name, |b| {
+            b.iter(|| {
+                let v = parse(black_box(answer)).unwrap();
+                reader.read("simulator", v, &vars, &redactor).unwrap()
+            })
+        });
+    }
+}
+
+fn task() -> TaskId {
+    TaskId {
+        provider: "simulator".into(),
+        upstream_id: "sim-1763700000000-vo-0123456789ab".into(),
+        model: MODEL.into(),
+        kind: MediaKind::Video,
+        owner: "demo".into(),
+        created: 1_763_700_000,
+    }
+}
+
+fn task_id(c: &mut Criterion) {
+    let sealer = TaskSealer::new(b"a benchmark secret", &[]);
+    let t = task();
+    c.bench_function("task_id/seal", |b| b.iter(|| sealer.seal(black_box(&t))));
+    let id = sealer.seal(&t);
+    c.bench_function("task_id/open", |b| {
+        b.iter(|| sealer.open(black_box(&id)).unwrap())
+    });
+}
+
+fn completed() -> TaskState {
+    TaskState {
+        status: TaskStatus::Completed,
+        progress: Some(100),
+        urls: vec![
+            "https://media.example.com/mediagate-sim/sim-1763700000000-vo-0123456789ab.mp4".into(),
+        ],
+        error: None,
+    }
+}
+
+fn cache(c: &mut Criterion) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let cache = TaskCache::new(100_000, Duration::from_secs(3600), Duration::from_secs(1));
+    let key = TaskCache::key("simulator", "sim-1763700000000-vo-0123456789ab");
+    runtime.block_on(async {
+        cache
+            .get_or_fetch(key.clone(), async { Ok(completed()) })
+            .await
+            .unwrap()
+    });
+    c.bench_function("cache/hit", |b| {
+        b.iter(|| {
+            runtime.block_on(async {
+                let key = TaskCache::key("simulator", "sim-1763700000000-vo-0123456789ab");
+                let state: Arc<TaskState> = cache
+                    .get_or_fetch(key, async { unreachable!("cached") })
+                    .await
+                    .unwrap();
+                state
+            })
+        })
+    });
+}
+
+fn serialise(c: &mut Criterion) {
+    let sealer = TaskSealer::new(b"a benchmark secret", &[]);
+    let id = sealer.seal(&task());
+    let state = completed();
+    c.bench_function("serialise/query_response", |b| {
+        b.iter(|| {
+            let view = TaskView::new(
+                black_box(&id),
+                MediaKind::Video,
+                MODEL,
+                1_763_700_000,
+                &state,
+            );
+            serde_json::to_vec(&view).unwrap()
+        })
+    });
+    c.bench_function("serialise/submit_response", |b| {
+        b.iter(|| {
+            serde_json::to_vec(&SubmitResponse {
+                id: black_box(&id),
+                object: MediaKind::Video,
+                model: MODEL,
+                status: TaskStatus::Queued,
+                created: 1_763_700_000,
+            })
+            .unwrap()
+        })
+    });
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+    targets = auth, validate, transform, task_id, cache, serialise
+}
+criterion_main!(benches);

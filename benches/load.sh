@@ -1,0 +1,435 @@
+#!/usr/bin/env bash
+# Load benchmark: the same load through mediagate, through nginx (plain proxy_pass with
+# upstream keep-alive) and straight at a fast upstream, all on 127.0.0.1.
+#
+#   benches/load.sh                 # everything, ~6 minutes
+#   DURATION=5 benches/load.sh      # shorter runs
+#
+# Installs nginx and wrk with apt-get when missing (needs root), builds the release
+# binary and the two helpers in examples/ (fast_upstream, loadgen), and prints a
+# Markdown report (also written to target/load/report.md).
+#
+# Workloads: submit; query of an unfinished task; query of a finished task; a polling
+# storm (1,000 connections polling 100 unfinished tasks). For each: throughput with
+# wrk (closed loop, 64 connections), latency at a constant 1,000 req/s with
+# `loadgen rate` (open loop), and the upstream's own request count. Then the RSS of
+# mediagate idle and holding 10,000 idle keep-alive connections.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DURATION=${DURATION:-10}       # seconds per run
+CONNS=${CONNS:-64}             # wrk connections for throughput runs
+RATE=${RATE:-1000}             # constant-rate latency runs
+STORM_CONNS=${STORM_CONNS:-1000}
+STORM_TASKS=${STORM_TASKS:-100}
+IDLE_CONNS=${IDLE_CONNS:-10000}
+POLL_TTL_MS=${POLL_TTL_MS:-1000}
+LAT_SECONDS=${LAT_SECONDS:-5}  # per constant-rate run
+LAT_REPEAT=${LAT_REPEAT:-3}    # constant-rate runs per cell (median reported)
+OUT=target/load
+mkdir -p "$OUT"
+WORK=$(mktemp -d /tmp/mediagate-load.XXXXXX)
+KEY=sk-bench
+SECRET=bench-secret-$$
+AUTH="Authorization: Bearer $KEY"
+MODEL=bench-video
+TASKS=/v2/model-center/tasks
+BODY='{"model":"bench-video","prompt":"a red fox running through fresh snow at dawn, cinematic","duration":5,"aspect_ratio":"16:9","resolution":"720p"}'
+PIDS=()
+
+log() { printf '== %s\n' "$*" >&2; }
+
+cleanup() {
+  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  # Gateways are started inside command substitutions: their pids are in files.
+  for f in "$WORK"/mediagate*.pid; do [[ -f $f ]] && kill "$(cat "$f")" 2>/dev/null || true; done
+  if [[ -f $WORK/nginx.pid ]]; then kill "$(cat "$WORK/nginx.pid")" 2>/dev/null || true; fi
+  wait 2>/dev/null || true
+}
+trap cleanup EXIT
+
+# --- tools --------------------------------------------------------------------------
+if ! command -v nginx >/dev/null || ! command -v wrk >/dev/null; then
+  log "installing nginx and wrk"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx wrk >/dev/null
+fi
+NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+
+log "building (release)"
+cargo build --release --quiet --bin mediagate --example fast_upstream --example loadgen
+BIN=${CARGO_TARGET_DIR:-target}/release
+LOADGEN=$BIN/examples/loadgen
+
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+if (( $(ulimit -n) < IDLE_CONNS + 1000 )); then
+  log "ulimit -n is $(ulimit -n): fewer than $IDLE_CONNS idle connections can be held"
+fi
+
+free_port() {
+  local p
+  for _ in $(seq 1 50); do
+    p=$(( 20000 + RANDOM % 20000 ))
+    if ! ss -Htln "sport = :$p" | grep -q .; then echo "$p"; return; fi
+  done
+  echo "no free port" >&2; exit 1
+}
+
+# Wait (bounded) until FILE contains PATTERN; print the first matching line.
+wait_for() {
+  local file=$1 pattern=$2
+  for _ in $(seq 1 200); do
+    if grep -q "$pattern" "$file" 2>/dev/null; then grep -m1 "$pattern" "$file"; return; fi
+    sleep 0.1
+  done
+  echo "timed out waiting for '$pattern' in $file" >&2; cat "$file" >&2; exit 1
+}
+
+rss_kb() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
+
+# --- the fast upstream --------------------------------------------------------------
+$BIN/examples/fast_upstream --listen 127.0.0.1:0 >"$WORK/upstream.out" 2>&1 &
+UP_PID=$!
+PIDS+=($UP_PID)
+UP_ADDR=$(wait_for "$WORK/upstream.out" "listening on" | awk '{print $3}')
+UP=http://$UP_ADDR
+upstream_requests() { curl -sf "$UP/_stats" | sed 's/.*"requests":\([0-9]*\).*/\1/'; }
+log "fast upstream on $UP_ADDR"
+
+# --- mediagate ----------------------------------------------------------------------
+key_sha=$(printf %s "$KEY" | sha256sum | cut -d' ' -f1)
+routes() { # $1 = poll cache ttl (ms)
+  cat <<EOF
+[server]
+listen = "127.0.0.1:0"
+max_body_bytes = 4194304
+request_timeout_ms = 120000
+shutdown_grace_ms = 1000
+log_format = "text"
+
+[tasks]
+secret_env = "MEDIAGATE_TASK_SECRET"
+terminal_cache_ttl_ms = 3600000
+poll_cache_ttl_ms = $1
+
+[[keys]]
+name = "bench"
+sha256 = "$key_sha"
+
+[providers.fast]
+base_url = "$UP"
+connect_timeout_ms = 1000
+submit_timeout_ms = 10000
+query_timeout_ms = 5000
+
+[providers.fast.submit]
+path = '"/v2/model-center/tasks"'
+query = '{kind: \$kind}'
+body = '{model: \$upstream_model} + .'
+id = '.id'
+status = '.status'
+
+[providers.fast.query]
+path = '"/v2/model-center/tasks/\(\$id | @uri)"'
+status = '.status'
+status_map = { queued = "queued", processing = "processing", completed = "completed", failed = "failed" }
+progress = '.progress'
+urls = '.urls'
+error_code = '.error.code'
+error_message = '.error.message'
+
+[schemas.video]
+required = ["prompt"]
+[schemas.video.properties]
+prompt = { type = "string", minLength = 1, maxLength = 10000 }
+duration = { type = "integer", minimum = 1 }
+aspect_ratio = { type = "string", pattern = "^[1-9][0-9]*:[1-9][0-9]*\$" }
+resolution = { type = "string", minLength = 1 }
+generate_audio = { type = "boolean" }
+first_image = { type = "string", pattern = "^(https?://|data:)" }
+last_image = { type = "string", pattern = "^(https?://|data:)" }
+reference_images = { type = "array", items = { type = "string", pattern = "^(https?://|data:)" } }
+
+[families.bench]
+kind = "video"
+providers = ["fast"]
+models = ["$MODEL"]
+schema = "video"
+EOF
+}
+
+start_gateway() { # $1 = name, $2 = poll ttl; prints the address
+  local name=$1
+  routes "$2" >"$WORK/$name.toml"
+  MEDIAGATE_TASK_SECRET=$SECRET RUST_LOG=${RUST_LOG:-info} \
+    "$BIN/mediagate" serve --config "$WORK/$name.toml" >/dev/null 2>"$WORK/$name.log" &
+  echo $! >"$WORK/$name.pid"
+  wait_for "$WORK/$name.log" "listening on http://" | sed 's/.*listening on http:\/\/\([0-9.:]*\).*/\1/'
+}
+MG_ADDR=$(start_gateway mediagate "$POLL_TTL_MS")
+MG_PID=$(cat "$WORK/mediagate.pid")
+# The same gateway with the poll cache off: every query of an unfinished task is
+# forwarded, which is the fair comparison with a proxy that caches nothing.
+MGF_ADDR=$(start_gateway mediagate-nocache 0)
+log "mediagate on $MG_ADDR (poll cache ${POLL_TTL_MS} ms), $MGF_ADDR (poll cache off)"
+sleep 1
+RSS_IDLE=$(rss_kb "$MG_PID")
+
+# --- nginx --------------------------------------------------------------------------
+NG_PORT=$(free_port)
+mkdir -p "$WORK/nginx"
+cat >"$WORK/nginx.conf" <<EOF
+worker_processes auto;
+pid $WORK/nginx.pid;
+error_log $WORK/nginx-error.log warn;
+worker_rlimit_nofile 20000;
+events { worker_connections 10000; }
+http {
+  access_log $WORK/nginx-access.log;
+  client_body_temp_path $WORK/nginx/body;
+  proxy_temp_path $WORK/nginx/proxy;
+  fastcgi_temp_path $WORK/nginx/fastcgi;
+  uwsgi_temp_path $WORK/nginx/uwsgi;
+  scgi_temp_path $WORK/nginx/scgi;
+  upstream fast {
+    server $UP_ADDR;
+    keepalive 256;
+  }
+  server {
+    listen 127.0.0.1:$NG_PORT;
+    location / {
+      proxy_pass http://fast;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+    }
+  }
+}
+EOF
+"$NGINX" -c "$WORK/nginx.conf" -p "$WORK/nginx" -g 'daemon on;'
+NG_ADDR=127.0.0.1:$NG_PORT
+for _ in $(seq 1 50); do curl -sf "http://$NG_ADDR/_stats" >/dev/null && break; sleep 0.1; done
+log "nginx $("$NGINX" -v 2>&1 | cut -d/ -f2) on $NG_ADDR"
+
+# --- tasks to query -----------------------------------------------------------------
+submit_to() { # $1 = address; prints the id
+  curl -sf -X POST "http://$1$TASKS" -H "$AUTH" -H 'Content-Type: application/json' \
+    -d "$BODY" | sed 's/.*"id":"\([^"]*\)".*/\1/'
+}
+UNFINISHED_UP=$(submit_to "$UP_ADDR")
+UNFINISHED_MG=$(submit_to "$MG_ADDR")
+UNFINISHED_MGF=$(submit_to "$MGF_ADDR")
+FINISHED_UP=sim-1000-vo-000000000000
+seal() { $LOADGEN seal --secret "$SECRET" --provider fast --upstream-id "$1" --model "$MODEL" --owner bench; }
+FINISHED_MG=$(seal "$FINISHED_UP")
+curl -sf "http://$MG_ADDR$TASKS/$FINISHED_MG" -H "$AUTH" | grep -q '"completed"' \
+  || { echo "the finished task does not read as completed through mediagate" >&2; exit 1; }
+curl -sf "http://$MG_ADDR$TASKS/$UNFINISHED_MG" -H "$AUTH" | grep -q '"queued"' \
+  || { echo "the unfinished task does not read as queued through mediagate" >&2; exit 1; }
+
+# --- wrk ----------------------------------------------------------------------------
+cat >"$WORK/submit.lua" <<EOF
+wrk.method = "POST"
+wrk.body = '$BODY'
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Authorization"] = "Bearer $KEY"
+EOF
+cat >"$WORK/get.lua" <<EOF
+wrk.headers["Authorization"] = "Bearer $KEY"
+EOF
+storm_lua() { # $@ = paths
+  {
+    echo 'wrk.headers["Authorization"] = "Bearer '"$KEY"'"'
+    echo 'local paths = {'
+    for p in "$@"; do echo "  \"$p\","; done
+    echo '}'
+    echo 'local i = math.random(#paths)'
+    echo 'request = function() i = i % #paths + 1; return wrk.format(nil, paths[i]) end'
+  }
+}
+
+to_us() { # "1.23ms" → 1230
+  awk -v v="$1" 'BEGIN {
+    n = v + 0; u = v; sub(/^[0-9.]+/, "", u);
+    if (u == "us") f = 1; else if (u == "ms") f = 1000; else if (u == "s") f = 1000000; else f = 1;
+    printf "%d", n * f }'
+}
+
+# CPU time (user + system, clock ticks) used so far by the processes serving a URL:
+# the upstream for direct runs, the nginx workers, or the gateway.
+CLK_TCK=$(getconf CLK_TCK)
+serving_pids() { # $1 = URL
+  case $1 in
+    *"//$UP_ADDR/"*) echo "$UP_PID" ;;
+    *"//$NG_ADDR/"*) pgrep -P "$(cat "$WORK/nginx.pid")" ;;
+    *"//$MG_ADDR/"*) cat "$WORK/mediagate.pid" ;;
+    *"//$MGF_ADDR/"*) cat "$WORK/mediagate-nocache.pid" ;;
+  esac
+}
+cpu_ticks() { # $@ = pids
+  for p in "$@"; do awk '{print $14 + $15}' "/proc/$p/stat"; done | awk '{s += $1} END {print s + 0}'
+}
+
+# wrk: prints "rps p50_us p99_us errors cpu_us_per_request"
+run_wrk() { # $1 = conns, $2 = script, $3 = url
+  local out pids t0 t1
+  pids=$(serving_pids "$3")
+  t0=$(cpu_ticks $pids)
+  out=$(wrk -t2 -c"$1" -d"${DURATION}s" --timeout 5s --latency -s "$2" "$3" 2>&1)
+  t1=$(cpu_ticks $pids)
+  echo "$out" >>"$WORK/wrk.log"
+  local rps p50 p99 errs n
+  rps=$(echo "$out" | awk '/^Requests\/sec/ {printf "%d", $2}')
+  p50=$(to_us "$(echo "$out" | awk '$1 == "50%" {print $2}')")
+  p99=$(to_us "$(echo "$out" | awk '$1 == "99%" {print $2}')")
+  errs=$(echo "$out" | awk '/Non-2xx/ {n += $NF} /Socket errors/ {gsub(",", ""); n += $4 + $6 + $8 + $10} END {printf "%d", n}')
+  n=$(echo "$out" | awk '/requests in/ {print $1}')
+  echo "$rps $p50 $p99 $errs $(awk -v t=$(( t1 - t0 )) -v n="$n" -v hz="$CLK_TCK" 'BEGIN { if (n > 0) printf "%.1f", t * 1e6 / hz / n; else print "-" }')"
+}
+
+ROWS=()
+row() { ROWS+=("$*"); }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
+
+throughput() { # $1 = label, $2 = script, $3..5 = direct, nginx, mediagate URLs
+  local label=$1 script=$2 d n m
+  log "throughput: $label"
+  d=($(run_wrk "$CONNS" "$script" "$3"))
+  n=($(run_wrk "$CONNS" "$script" "$4"))
+  m=($(run_wrk "$CONNS" "$script" "$5"))
+  row "| $label | ${d[0]} | ${n[0]} | ${m[0]} | $(ratio "${m[0]}" "${n[0]}") | $(ratio "${m[0]}" "${d[0]}") | ${d[1]} / ${d[2]} | ${n[1]} / ${n[2]} | ${m[1]} / ${m[2]} | ${d[4]} / ${n[4]} / ${m[4]} | $(ratio "${m[4]}" "${n[4]}") | ${d[3]}/${n[3]}/${m[3]} |"
+}
+
+LAT_ROWS=()
+# loadgen rate, LAT_REPEAT times: prints the median p50, the median p99 and the
+# total of failed requests. The median of several p99s keeps one scheduling hiccup
+# of a shared machine from deciding the figure.
+run_rate() { # $1 = addr, $2 = path, rest = extra args
+  local addr=$1 path=$2; shift 2
+  local out all=""
+  for _ in $(seq 1 "$LAT_REPEAT"); do
+    out=$($LOADGEN rate --addr "$addr" --rate "$RATE" --seconds "$LAT_SECONDS" --conns 50 \
+          --path "$path" --header "$AUTH" "$@")
+    echo "$addr $path $out" >>"$WORK/rate.log"
+    all+="$out"$'\n'
+  done
+  field() { echo -n "$all" | sed -n "s/.* $1=\([0-9]*\).*/\1/p"; }
+  median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+  echo "$(field p50_us | median) $(field p99_us | median) $(field failed | awk '{ s += $1 } END { print s }')"
+}
+
+latency() { # $1 = label, $2..4 = direct, nginx, mediagate paths, rest = extra args
+  local label=$1 dp=$2 np=$3 mp=$4 d n m; shift 4
+  log "latency at $RATE req/s: $label"
+  d=($(run_rate "$UP_ADDR" "$dp" "$@"))
+  n=($(run_rate "$NG_ADDR" "$np" "$@"))
+  m=($(run_rate "$MG_ADDR_FOR_LAT" "$mp" "$@"))
+  LAT_ROWS+=("| $label | ${d[0]} / ${d[1]} | ${n[0]} / ${n[1]} | ${m[0]} / ${m[1]} | $(( m[1] - d[1] )) | $(( m[1] - n[1] )) | ${d[2]}/${n[2]}/${m[2]} |")
+}
+
+echo "$BODY" >"$WORK/body.json"
+SUBMIT_ARGS=(--method POST --body-file "$WORK/body.json" --header "Content-Type: application/json")
+
+# --- throughput ---------------------------------------------------------------------
+throughput "submit" "$WORK/submit.lua" \
+  "http://$UP_ADDR$TASKS" "http://$NG_ADDR$TASKS" "http://$MG_ADDR$TASKS"
+throughput "query, unfinished (poll cache ${POLL_TTL_MS} ms)" "$WORK/get.lua" \
+  "http://$UP_ADDR$TASKS/$UNFINISHED_UP" "http://$NG_ADDR$TASKS/$UNFINISHED_UP" "http://$MG_ADDR$TASKS/$UNFINISHED_MG"
+throughput "query, unfinished (poll cache off)" "$WORK/get.lua" \
+  "http://$UP_ADDR$TASKS/$UNFINISHED_UP" "http://$NG_ADDR$TASKS/$UNFINISHED_UP" "http://$MGF_ADDR$TASKS/$UNFINISHED_MGF"
+throughput "query, finished" "$WORK/get.lua" \
+  "http://$UP_ADDR$TASKS/$FINISHED_UP" "http://$NG_ADDR$TASKS/$FINISHED_UP" "http://$MG_ADDR$TASKS/$FINISHED_MG"
+
+# Finished tasks must never reach the upstream once cached.
+before=$(upstream_requests)
+wrk -t1 -c8 -d2s -s "$WORK/get.lua" "http://$MG_ADDR$TASKS/$FINISHED_MG" >/dev/null 2>&1
+FINISHED_UPSTREAM=$(( $(upstream_requests) - before ))
+
+# --- latency at a constant rate -----------------------------------------------------
+MG_ADDR_FOR_LAT=$MG_ADDR
+latency "submit" "$TASKS" "$TASKS" "$TASKS" "${SUBMIT_ARGS[@]}"
+latency "query, unfinished (poll cache ${POLL_TTL_MS} ms)" \
+  "$TASKS/$UNFINISHED_UP" "$TASKS/$UNFINISHED_UP" "$TASKS/$UNFINISHED_MG"
+MG_ADDR_FOR_LAT=$MGF_ADDR
+latency "query, unfinished (poll cache off)" \
+  "$TASKS/$UNFINISHED_UP" "$TASKS/$UNFINISHED_UP" "$TASKS/$UNFINISHED_MGF"
+MG_ADDR_FOR_LAT=$MG_ADDR
+latency "query, finished" "$TASKS/$FINISHED_UP" "$TASKS/$FINISHED_UP" "$TASKS/$FINISHED_MG"
+
+# --- polling storm ------------------------------------------------------------------
+log "polling storm: $STORM_CONNS connections, $STORM_TASKS tasks"
+up_paths=(); mg_paths=()
+for _ in $(seq 1 "$STORM_TASKS"); do
+  up_paths+=("$TASKS/$(submit_to "$UP_ADDR")")
+  mg_paths+=("$TASKS/$(submit_to "$MG_ADDR")")
+done
+storm_lua "${up_paths[@]}" >"$WORK/storm-up.lua"
+storm_lua "${mg_paths[@]}" >"$WORK/storm-mg.lua"
+storm() { # $1 = script, $2 = base URL; prints "rps p50 p99 errors cpu_us upstream_requests"
+  local before r
+  before=$(upstream_requests)
+  r=$(run_wrk "$STORM_CONNS" "$1" "$2")
+  echo "$r $(( $(upstream_requests) - before ))"
+}
+sd=($(storm "$WORK/storm-up.lua" "http://$UP_ADDR/"))
+sn=($(storm "$WORK/storm-up.lua" "http://$NG_ADDR/"))
+sm=($(storm "$WORK/storm-mg.lua" "http://$MG_ADDR/"))
+# At most one upstream request per task per cache interval (+1 per task for the
+# interval in progress when the run starts).
+STORM_LIMIT=$(( STORM_TASKS * (DURATION * 1000 / POLL_TTL_MS + 1) ))
+
+# --- memory -------------------------------------------------------------------------
+sleep 1
+RSS_AFTER=$(rss_kb "$MG_PID")
+log "holding $IDLE_CONNS idle keep-alive connections"
+$LOADGEN hold --addr "$MG_ADDR" --conns "$IDLE_CONNS" --path /healthz --seconds 20 >"$WORK/hold.out" &
+HOLD_PID=$!
+PIDS+=($HOLD_PID)
+HELD=$(wait_for "$WORK/hold.out" holding)
+# At once: the gateway closes a keep-alive connection idle for 10 s (server.rs).
+RSS_HELD=$(rss_kb "$MG_PID")
+ESTABLISHED=$(ss -Htn state established "( sport = :${MG_ADDR##*:} )" | wc -l)
+kill "$HOLD_PID" 2>/dev/null || true
+wait "$HOLD_PID" 2>/dev/null || true
+
+# --- report -------------------------------------------------------------------------
+{
+  echo "## Run of $(date -u '+%Y-%m-%d %H:%M UTC')"
+  echo
+  echo "Machine: $(nproc) CPUs, $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo) RAM, Linux $(uname -r)."
+  echo "Versions: mediagate $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(rustc --version), nginx $("$NGINX" -v 2>&1 | cut -d/ -f2), wrk $(wrk -v 2>&1 | head -1 | awk '{print $2}')."
+  echo "Command: \`benches/load.sh\` (DURATION=$DURATION CONNS=$CONNS RATE=$RATE LAT_SECONDS=$LAT_SECONDS LAT_REPEAT=$LAT_REPEAT STORM_CONNS=$STORM_CONNS STORM_TASKS=$STORM_TASKS IDLE_CONNS=$IDLE_CONNS POLL_TTL_MS=$POLL_TTL_MS)"
+  echo
+  echo "### Throughput (wrk -t2 -c$CONNS, ${DURATION} s per run; latency in µs)"
+  echo
+  echo "| workload | direct req/s | nginx req/s | mediagate req/s | mg/nginx | mg/direct | direct p50 / p99 | nginx p50 / p99 | mediagate p50 / p99 | CPU µs/req upstream / nginx / mediagate | CPU mg/nginx | errors d/n/m |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+  printf '%s\n' "${ROWS[@]}"
+  echo
+  echo "### Latency at a constant $RATE req/s (loadgen, 50 connections; median of $LAT_REPEAT runs of ${LAT_SECONDS} s; µs)"
+  echo
+  echo "| workload | direct p50 / p99 | nginx p50 / p99 | mediagate p50 / p99 | p99 added vs direct | p99 added vs nginx | failed d/n/m |"
+  echo "|---|---|---|---|---|---|---|"
+  printf '%s\n' "${LAT_ROWS[@]}"
+  echo
+  echo "### Polling storm ($STORM_CONNS connections, $STORM_TASKS unfinished tasks, ${DURATION} s, poll cache ${POLL_TTL_MS} ms)"
+  echo
+  echo "| target | req/s | p50 / p99 µs | CPU µs/req of the target | errors | upstream requests |"
+  echo "|---|---|---|---|---|---|"
+  echo "| direct | ${sd[0]} | ${sd[1]} / ${sd[2]} | ${sd[4]} | ${sd[3]} | ${sd[5]} |"
+  echo "| nginx | ${sn[0]} | ${sn[1]} / ${sn[2]} | ${sn[4]} | ${sn[3]} | ${sn[5]} |"
+  echo "| mediagate | ${sm[0]} | ${sm[1]} / ${sm[2]} | ${sm[4]} | ${sm[3]} | ${sm[5]} (limit $STORM_LIMIT) |"
+  echo
+  echo "mediagate/nginx in the storm: $(ratio "${sm[0]}" "${sn[0]}"); mediagate/direct: $(ratio "${sm[0]}" "${sd[0]}")."
+  echo "Upstream requests caused by 2 s of queries of a finished task through mediagate: $FINISHED_UPSTREAM."
+  echo
+  echo "### Memory (mediagate VmRSS)"
+  echo
+  echo "| state | RSS |"
+  echo "|---|---|"
+  echo "| idle, after start | $(( RSS_IDLE / 1024 )) MiB ($RSS_IDLE kB) |"
+  echo "| idle, after the runs above | $(( RSS_AFTER / 1024 )) MiB ($RSS_AFTER kB) |"
+  echo "| $HELD; $ESTABLISHED established at the gateway port | $(( RSS_HELD / 1024 )) MiB ($RSS_HELD kB) |"
+  echo
+  echo "Per held connection: $(( (RSS_HELD - RSS_AFTER) * 1024 / (ESTABLISHED > 0 ? ESTABLISHED : 1) )) bytes."
+} | tee "$OUT/report.md"
+cp "$WORK/wrk.log" "$WORK/rate.log" "$OUT/" 2>/dev/null || true
