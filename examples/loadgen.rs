@@ -113,14 +113,16 @@ fn seal(args: &Args) {
         .map_or(0, |d| d.as_secs());
     println!(
         "{}",
-        sealer.seal(&TaskId {
-            provider: args.need("--provider").into(),
-            upstream_id: args.need("--upstream-id").into(),
-            model: args.need("--model").into(),
-            kind,
-            owner: args.need("--owner").into(),
-            created,
-        })
+        sealer
+            .seal(&TaskId {
+                provider: args.need("--provider").into(),
+                upstream_id: args.need("--upstream-id").into(),
+                model: args.need("--model").into(),
+                kind,
+                owner: args.need("--owner").into(),
+                created,
+            })
+            .expect("id fields short enough to seal")
     );
 }
 
