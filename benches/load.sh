@@ -30,7 +30,7 @@ OUT=target/load
 mkdir -p "$OUT"
 WORK=$(mktemp -d /tmp/mediagate-load.XXXXXX)
 KEY=sk-bench
-SECRET=bench-secret-$$
+SECRET=bench-task-secret-of-at-least-32-characters-$$
 AUTH="Authorization: Bearer $KEY"
 MODEL=bench-video
 TASKS=/v2/model-center/tasks
