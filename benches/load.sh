@@ -115,8 +115,8 @@ poll_cache_ttl_ms = $1
 # The per-key limiters stay in the path (their cost is measured) but far above the
 # offered load: the default 100 req/s would turn the runs into 429s.
 [limits]
-rate_per_second = 10000000
-burst = 10000000
+rate_per_second = 1000000
+burst = 1000000
 max_concurrent_requests = 100000
 
 [[keys]]
