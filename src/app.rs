@@ -5,7 +5,6 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -13,19 +12,20 @@ use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use tower::Layer;
 use tower::{Service, ServiceBuilder};
 
-use crate::auth::AuthenticateLayer;
+use crate::auth::Authenticate;
 use crate::body::TimedBody;
 use crate::body::{ResponseBody, ResponseFuture, full};
 use crate::cache::TaskCache;
 use crate::error::ApiError;
 use crate::handlers::Dispatch;
-use crate::key_limits::KeyLimitLayer;
+use crate::key_limits::KeyLimit;
 use crate::metrics::Metrics;
-use crate::request_log::RequestLogLayer;
+use crate::request_log::RequestLog;
 use crate::simulator;
 use crate::snapshot::{
     LoadContext, LoadError, SIMULATOR_URL, SecretFileMode, Snapshot, read_routes,
 };
+use crate::stack::{Next, Step, StepLayer};
 
 /// State shared by every connection: the current config snapshot, the results cache,
 /// the metrics, and whether the gateway is draining.
@@ -168,12 +168,12 @@ where
 {
     let metrics_here = gateway.snapshot().server.metrics_listen.is_none();
     ServiceBuilder::new()
-        .layer(RequestLogLayer::new(gateway.clone()))
-        .layer(MetricsEndpointLayer {
+        .layer(StepLayer(RequestLog::new(gateway.clone())))
+        .layer(StepLayer(MetricsEndpoint {
             gateway: metrics_here.then(|| gateway.clone()),
-        })
-        .layer(AuthenticateLayer)
-        .layer(KeyLimitLayer::new(gateway.clone()))
+        }))
+        .layer(StepLayer(Authenticate))
+        .layer(StepLayer(KeyLimit::new(gateway.clone())))
         .map_request(|req: Request<B>| {
             let timeout = req
                 .extensions()
@@ -194,64 +194,33 @@ pub fn admin_service<B>(
 where
     B: Send + 'static,
 {
-    MetricsEndpoint {
-        inner: tower::service_fn(|req: Request<B>| async move {
-            Ok::<_, Infallible>(match req.uri().path() {
-                "/healthz" => {
-                    let mut resp = Response::new(full(&b"{\"status\":\"ok\"}"[..]));
-                    resp.headers_mut().insert(
-                        header::CONTENT_TYPE,
-                        HeaderValue::from_static("application/json"),
-                    );
-                    resp
-                }
-                _ => ApiError::path_not_found().into_response(),
-            })
-        }),
+    let rest = tower::service_fn(|req: Request<B>| async move {
+        Ok::<_, Infallible>(match req.uri().path() {
+            "/healthz" => {
+                let mut resp = Response::new(full(&b"{\"status\":\"ok\"}"[..]));
+                resp.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                );
+                resp
+            }
+            _ => ApiError::path_not_found().into_response(),
+        })
+    });
+    StepLayer(MetricsEndpoint {
         gateway: Some(gateway),
-    }
+    })
+    .layer(rest)
 }
 
 /// Answers `GET /metrics` (no client auth) when it holds the gateway.
 #[derive(Clone)]
-pub struct MetricsEndpointLayer {
+pub struct MetricsEndpoint {
     gateway: Option<Arc<Gateway>>,
 }
 
-impl<S> Layer<S> for MetricsEndpointLayer {
-    type Service = MetricsEndpoint<S>;
-    fn layer(&self, inner: S) -> Self::Service {
-        MetricsEndpoint {
-            inner,
-            gateway: self.gateway.clone(),
-        }
-    }
-}
-
-#[derive(Clone)]
-pub struct MetricsEndpoint<S> {
-    inner: S,
-    gateway: Option<Arc<Gateway>>,
-}
-
-impl<S, B> Service<Request<B>> for MetricsEndpoint<S>
-where
-    S: Service<Request<B>, Response = Response<ResponseBody>, Error = Infallible>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send,
-    B: Send + 'static,
-{
-    type Response = Response<ResponseBody>;
-    type Error = Infallible;
-    type Future = ResponseFuture;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: Request<B>) -> Self::Future {
+impl Step for MetricsEndpoint {
+    fn call<S: Next<B>, B: Send + 'static>(&self, req: Request<B>, mut next: S) -> ResponseFuture {
         match &self.gateway {
             Some(gateway) if req.uri().path() == "/metrics" => {
                 let resp = if req.method() == Method::GET || req.method() == Method::HEAD {
@@ -267,11 +236,7 @@ where
                 };
                 Box::pin(async move { Ok(resp) })
             }
-            _ => {
-                let clone = self.inner.clone();
-                let mut inner = std::mem::replace(&mut self.inner, clone);
-                Box::pin(inner.call(req))
-            }
+            _ => Box::pin(next.call(req)),
         }
     }
 }

@@ -5,21 +5,19 @@
 //! position nor a partial match shows in the timing.
 
 use std::collections::HashSet;
-use std::convert::Infallible;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use http::header::AUTHORIZATION;
-use http::{HeaderMap, Request, Response};
+use http::{HeaderMap, Request};
 use ring::digest::{SHA256, digest};
 use subtle::ConstantTimeEq;
-use tower::{Layer, Service};
 
-use crate::body::{ResponseBody, ResponseFuture};
+use crate::body::ResponseFuture;
 use crate::error::ApiError;
 use crate::request_log::LogFields;
 use crate::routing::Route;
 use crate::snapshot::Snapshot;
+use crate::stack::{Next, Step};
 
 /// An authenticated client key.
 #[derive(Debug)]
@@ -100,45 +98,19 @@ impl KeyRing {
     }
 }
 
-/// The auth layer: every route except the public allowlist needs a valid key; the
-/// key is put into request extensions for the layers after it.
+/// The auth step: every route except the public allowlist needs a valid key; the
+/// key is put into request extensions for the steps after it.
 #[derive(Clone, Default)]
-pub struct AuthenticateLayer;
+pub struct Authenticate;
 
-impl<S> Layer<S> for AuthenticateLayer {
-    type Service = Authenticate<S>;
-    fn layer(&self, inner: S) -> Self::Service {
-        Authenticate { inner }
-    }
-}
-
-#[derive(Clone)]
-pub struct Authenticate<S> {
-    inner: S,
-}
-
-impl<S, B> Service<Request<B>> for Authenticate<S>
-where
-    S: Service<Request<B>, Response = Response<ResponseBody>, Error = Infallible>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send,
-    B: Send + 'static,
-{
-    type Response = Response<ResponseBody>;
-    type Error = Infallible;
-    type Future = ResponseFuture;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, mut req: Request<B>) -> Self::Future {
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
+impl Step for Authenticate {
+    fn call<S: Next<B>, B: Send + 'static>(
+        &self,
+        mut req: Request<B>,
+        mut next: S,
+    ) -> ResponseFuture {
         if Route::is_public(req.uri().path()) {
-            return Box::pin(inner.call(req));
+            return Box::pin(next.call(req));
         }
         let checked = match req.extensions().get::<Arc<Snapshot>>() {
             Some(snapshot) => snapshot.keys.authenticate(req.headers()),
@@ -149,7 +121,7 @@ where
                 let name = key.name.clone();
                 req.extensions_mut().insert(key);
                 Box::pin(async move {
-                    let Ok(mut resp) = inner.call(req).await;
+                    let Ok(mut resp) = next.call(req).await;
                     LogFields {
                         key: Some(name),
                         ..Default::default()

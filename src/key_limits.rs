@@ -7,7 +7,6 @@
 //! state of every key whose limits did not change.
 
 use std::collections::HashMap;
-use std::convert::Infallible;
 use std::num::NonZeroU32;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -18,10 +17,9 @@ use governor::clock::{Clock, DefaultClock};
 use governor::middleware::{StateInformationMiddleware, StateSnapshot};
 use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
-use http::{HeaderMap, HeaderValue, Method, Request, Response};
+use http::{HeaderMap, HeaderValue, Method, Request};
 use http_body_util::BodyExt;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tower::{Layer, Service};
 
 use crate::app::Gateway;
 use crate::auth::ApiKey;
@@ -30,6 +28,7 @@ use crate::config::LimitsConfig;
 use crate::error::ApiError;
 use crate::routing::{Route, route};
 use crate::snapshot::Snapshot;
+use crate::stack::{Next, Step};
 
 pub const LIMIT: &str = "x-ratelimit-limit";
 pub const REMAINING: &str = "x-ratelimit-remaining";
@@ -285,55 +284,21 @@ impl KeyLimits {
     }
 }
 
-/// The layer: needs the key that [`crate::auth`] put into request extensions; public
-/// routes (no key) pass through.
+/// The per-key limits step: needs the key that [`crate::auth`] put into request
+/// extensions; public routes (no key) pass through.
 #[derive(Clone)]
-pub struct KeyLimitLayer {
+pub struct KeyLimit {
     gateway: Arc<Gateway>,
 }
 
-impl KeyLimitLayer {
+impl KeyLimit {
     pub fn new(gateway: Arc<Gateway>) -> Self {
         Self { gateway }
     }
 }
 
-impl<S> Layer<S> for KeyLimitLayer {
-    type Service = KeyLimit<S>;
-    fn layer(&self, inner: S) -> Self::Service {
-        KeyLimit {
-            inner,
-            gateway: self.gateway.clone(),
-        }
-    }
-}
-
-#[derive(Clone)]
-pub struct KeyLimit<S> {
-    inner: S,
-    gateway: Arc<Gateway>,
-}
-
-impl<S, B> Service<Request<B>> for KeyLimit<S>
-where
-    S: Service<Request<B>, Response = Response<ResponseBody>, Error = Infallible>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send,
-    B: Send + 'static,
-{
-    type Response = Response<ResponseBody>;
-    type Error = Infallible;
-    type Future = ResponseFuture;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: Request<B>) -> Self::Future {
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
+impl Step for KeyLimit {
+    fn call<S: Next<B>, B: Send + 'static>(&self, req: Request<B>, mut next: S) -> ResponseFuture {
         let limiter = match (
             req.extensions().get::<Arc<ApiKey>>(),
             req.extensions().get::<Arc<Snapshot>>(),
@@ -342,13 +307,13 @@ where
             _ => None,
         };
         let Some(limiter) = limiter else {
-            return Box::pin(inner.call(req));
+            return Box::pin(next.call(req));
         };
         let is_submit = req.method() == Method::POST
             && matches!(route(req.method(), req.uri().path()), Ok(Route::Submit(_)));
         match limiter.admit(is_submit) {
             Ok((headers, permit)) => Box::pin(async move {
-                let Ok(mut resp) = inner.call(req).await;
+                let Ok(mut resp) = next.call(req).await;
                 if let Some(h) = headers {
                     h.write(resp.headers_mut());
                 }

@@ -27,7 +27,7 @@
 //! 12. [`task_id`]: the sealed, self-contained task id; [`cache`] for query results.
 //! 13. [`task`]: the public response shapes; [`error`] for every refusal.
 //!
-//! [`handlers`] puts steps 6–13 in order; [`app`] assembles the tower stack and holds
+//! Steps 2–5 are [`stack::Step`]s; [`handlers`] puts steps 6–13 in order; [`app`] assembles the tower stack and holds
 //! the snapshot that [`reload`] swaps on SIGHUP.
 //! [`config`] is the routes.toml file format; [`simulator`] is the built-in
 //! simulated provider used by the shipped configuration.
@@ -49,6 +49,7 @@ pub mod routing;
 pub mod server;
 pub mod simulator;
 pub mod snapshot;
+pub mod stack;
 pub mod task;
 pub mod task_id;
 pub mod tls;

@@ -2,20 +2,18 @@
 //! `x-request-id` when the client sent a sane one), pins the config snapshot the
 //! request will use throughout, and writes one access-log line per request.
 
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use http::{HeaderValue, Request, Response};
-use tower::{Layer, Service};
 use tracing::Instrument;
 
 use crate::app::Gateway;
-use crate::body::{ResponseBody, ResponseFuture};
+use crate::body::ResponseFuture;
 use crate::error::ErrorCode;
 use crate::routing;
+use crate::stack::{Next, Step};
 
 pub const REQUEST_ID: &str = "x-request-id";
 
@@ -77,13 +75,15 @@ fn usable(v: &HeaderValue) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || b"-_.:/+=".contains(c))
 }
 
+/// The first step of every request: its id, the pinned snapshot, the access log line
+/// and the request metrics.
 #[derive(Clone)]
-pub struct RequestLogLayer {
+pub struct RequestLog {
     gateway: Arc<Gateway>,
     ids: Arc<IdSource>,
 }
 
-impl RequestLogLayer {
+impl RequestLog {
     pub fn new(gateway: Arc<Gateway>) -> Self {
         Self {
             gateway,
@@ -92,49 +92,21 @@ impl RequestLogLayer {
     }
 }
 
-impl<S> Layer<S> for RequestLogLayer {
-    type Service = RequestLog<S>;
-    fn layer(&self, inner: S) -> Self::Service {
-        RequestLog {
-            inner,
-            layer: self.clone(),
-        }
-    }
-}
-
-#[derive(Clone)]
-pub struct RequestLog<S> {
-    inner: S,
-    layer: RequestLogLayer,
-}
-
-impl<S, B> Service<Request<B>> for RequestLog<S>
-where
-    S: Service<Request<B>, Response = Response<ResponseBody>, Error = Infallible>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send,
-    B: Send + 'static,
-{
-    type Response = Response<ResponseBody>;
-    type Error = Infallible;
-    type Future = ResponseFuture;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, mut req: Request<B>) -> Self::Future {
+impl Step for RequestLog {
+    fn call<S: Next<B>, B: Send + 'static>(
+        &self,
+        mut req: Request<B>,
+        mut next: S,
+    ) -> ResponseFuture {
         let started = Instant::now();
         let id = req
             .headers()
             .get(REQUEST_ID)
             .filter(|v| usable(v))
             .cloned()
-            .unwrap_or_else(|| self.layer.ids.make());
+            .unwrap_or_else(|| self.ids.make());
         req.extensions_mut().insert(RequestId(id.clone()));
-        req.extensions_mut().insert(self.layer.gateway.snapshot());
+        req.extensions_mut().insert(self.gateway.snapshot());
         let method = req.method().clone();
         let route = match req.uri().path() {
             "/metrics" => "GET /metrics",
@@ -142,15 +114,12 @@ where
                 .map(|r| r.label())
                 .unwrap_or("-"),
         };
-        let gateway = self.layer.gateway.clone();
+        let gateway = self.gateway.clone();
         let span =
             tracing::info_span!("request", request_id = %String::from_utf8_lossy(id.as_bytes()));
-        // Take the service that was driven to readiness; leave a fresh clone behind.
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
         Box::pin(
             async move {
-                let Ok(mut resp) = inner.call(req).await;
+                let Ok(mut resp) = next.call(req).await;
                 resp.headers_mut().insert(REQUEST_ID, id);
                 let fields = resp
                     .extensions()
