@@ -10,11 +10,11 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use tower::Layer;
-use tower::{Service, ServiceBuilder};
+use tower::ServiceBuilder;
 
 use crate::auth::Authenticate;
 use crate::body::TimedBody;
-use crate::body::{ResponseBody, ResponseFuture, full};
+use crate::body::{ResponseFuture, full};
 use crate::cache::TaskCache;
 use crate::error::ApiError;
 use crate::handlers::Dispatch;
@@ -156,12 +156,7 @@ impl Gateway {
 /// request id + tracing → `/metrics` (unless on its own listener) → Bearer auth →
 /// per-key limits → body read deadline → dispatch (route, body, model, validation,
 /// provider, normalisation, sealed id).
-pub fn service<B>(
-    gateway: Arc<Gateway>,
-) -> impl Service<Request<B>, Response = Response<ResponseBody>, Error = Infallible, Future: Send>
-+ Clone
-+ Send
-+ 'static
+pub fn service<B>(gateway: Arc<Gateway>) -> impl Next<B>
 where
     B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
     B::Error: Into<crate::body::BoxError>,
@@ -185,25 +180,13 @@ where
 }
 
 /// The admin listener's service: `/metrics` and `/healthz`, nothing else.
-pub fn admin_service<B>(
-    gateway: Arc<Gateway>,
-) -> impl Service<Request<B>, Response = Response<ResponseBody>, Error = Infallible, Future: Send>
-+ Clone
-+ Send
-+ 'static
+pub fn admin_service<B>(gateway: Arc<Gateway>) -> impl Next<B>
 where
     B: Send + 'static,
 {
     let rest = tower::service_fn(|req: Request<B>| async move {
         Ok::<_, Infallible>(match req.uri().path() {
-            "/healthz" => {
-                let mut resp = Response::new(full(&b"{\"status\":\"ok\"}"[..]));
-                resp.headers_mut().insert(
-                    header::CONTENT_TYPE,
-                    HeaderValue::from_static("application/json"),
-                );
-                resp
-            }
+            "/healthz" => crate::handlers::healthy(),
             _ => ApiError::path_not_found().into_response(),
         })
     });

@@ -93,7 +93,7 @@ where
     let path = req.uri().path().to_owned();
     let route = route(req.method(), &path).map_err(no_fields)?;
     match (route, key) {
-        (Route::Health, _) => Ok(json(StatusCode::OK, &serde_json::json!({"status": "ok"}))),
+        (Route::Health, _) => Ok(healthy()),
         (Route::Ready, _) if gateway.is_draining() => Err(no_fields(ApiError::shutting_down())),
         (Route::Ready, _) => Ok(json(
             StatusCode::OK,
@@ -111,6 +111,11 @@ where
         // The auth layer lets no unauthenticated request through to these routes.
         (_, None) => Err(no_fields(ApiError::invalid_key())),
     }
+}
+
+/// `GET /healthz`: the process is up (also served by the admin listener).
+pub fn healthy() -> Response<ResponseBody> {
+    json(StatusCode::OK, &serde_json::json!({"status": "ok"}))
 }
 
 fn json(status: StatusCode, value: &impl Serialize) -> Response<ResponseBody> {
@@ -282,12 +287,32 @@ fn open_task<'s>(
 /// no `content.public_base_url`: `X-Forwarded-Proto` (`http`/`https`, default `http`)
 /// and the `Host` header (or the HTTP/2 authority). Only the asking client sees the
 /// result, so what it sends is only reflected back to itself.
-struct PublicBase(Option<String>);
+struct PublicBase<'r> {
+    headers: &'r http::HeaderMap,
+    authority: Option<&'r http::uri::Authority>,
+}
 
-impl PublicBase {
-    fn of<B>(req: &Request<B>) -> Self {
-        let proto = match req
-            .headers()
+impl<'r> PublicBase<'r> {
+    /// Borrows the request; nothing is parsed unless a content URL is formed.
+    fn of<B>(req: &'r Request<B>) -> Self {
+        Self {
+            headers: req.headers(),
+            authority: req.uri().authority(),
+        }
+    }
+
+    /// `{base}{collection}/{id}/content`; relative when nothing names the gateway.
+    fn content_url(&self, configured: Option<&str>, endpoint: Endpoint, id: &str) -> String {
+        let base = match configured {
+            Some(base) => base.to_string(),
+            None => self.as_seen_by_client().unwrap_or_default(),
+        };
+        format!("{base}{}/{id}/content", endpoint.path())
+    }
+
+    fn as_seen_by_client(&self) -> Option<String> {
+        let proto = match self
+            .headers
             .get("x-forwarded-proto")
             .and_then(|v| v.to_str().ok())
             // The first proxy's view: `https, http` means the client used https.
@@ -296,20 +321,14 @@ impl PublicBase {
             Some(p) if p.trim().eq_ignore_ascii_case("https") => "https",
             _ => "http",
         };
-        let host = req
-            .headers()
+        let host = self
+            .headers
             .get(header::HOST)
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned)
-            .or_else(|| req.uri().authority().map(|a| a.to_string()))
-            .filter(|h| h.parse::<http::uri::Authority>().is_ok());
-        Self(host.map(|h| format!("{proto}://{h}")))
-    }
-
-    /// `{base}{collection}/{id}/content`; relative when nothing names the gateway.
-    fn content_url(&self, configured: Option<&str>, endpoint: Endpoint, id: &str) -> String {
-        let base = configured.or(self.0.as_deref()).unwrap_or("");
-        format!("{base}{}/{id}/content", endpoint.path())
+            .or_else(|| self.authority.map(|a| a.to_string()))
+            .filter(|h| h.parse::<http::uri::Authority>().is_ok())?;
+        Some(format!("{proto}://{host}"))
     }
 }
 
@@ -340,7 +359,7 @@ async fn query(
     key: &ApiKey,
     endpoint: Endpoint,
     id: &str,
-    public: &PublicBase,
+    public: &PublicBase<'_>,
 ) -> Handled {
     let mut fields = LogFields::default();
     let open = match open_task(snapshot, key, endpoint, id, &mut fields) {
