@@ -26,6 +26,7 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::TokioIo;
+use mediagate::simulator::SimTask;
 use tokio::net::TcpListener;
 
 const TASKS: &str = "/v2/model-center/tasks";
@@ -160,38 +161,14 @@ async fn handle(req: Request<Incoming>, stats: &Stats, timing: Timing) -> Respon
 }
 
 fn query(id: &str, timing: Timing, now_ms: u64) -> Response<Full<Bytes>> {
-    let parsed = id.strip_prefix("sim-").and_then(|rest| {
-        let mut parts = rest.splitn(3, '-');
-        let created: u64 = parts.next()?.parse().ok()?;
-        let flags = parts.next()?.as_bytes();
-        let nonce = parts.next()?;
-        let valid = flags.len() == 2
-            && matches!(flags[0], b'v' | b'i')
-            && matches!(flags[1], b'o' | b'f')
-            && nonce.len() == 12
-            && nonce.bytes().all(|b| b.is_ascii_hexdigit());
-        valid.then_some((created, flags[0] == b'i', flags[1] == b'f'))
-    });
-    let Some((created, image, fail)) = parsed else {
+    let Some(task) = SimTask::parse(id) else {
         return reply(
             StatusCode::NOT_FOUND,
             r#"{"error":{"message":"task not found"}}"#.into(),
         );
     };
-    let elapsed = now_ms.saturating_sub(created);
-    let (status, progress) = if elapsed < timing.queued_ms {
-        ("queued", 0)
-    } else if elapsed < timing.queued_ms + timing.processing_ms {
-        let into = elapsed - timing.queued_ms;
-        (
-            "processing",
-            (1 + into * 98 / timing.processing_ms.max(1)).min(99),
-        )
-    } else if fail {
-        ("failed", 100)
-    } else {
-        ("completed", 100)
-    };
+    let (status, progress) = task.state_at(timing.queued_ms, timing.processing_ms, now_ms);
+    let (created, image) = (task.created_ms, task.image);
     let object = if image { "image" } else { "video" };
     let created_s = created / 1000;
     let body = match status {

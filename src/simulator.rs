@@ -143,11 +143,20 @@ fn submit(body: &[u8], kind: &str) -> Response<Full<Bytes>> {
     )
 }
 
-/// Status of a simulated task `now_ms` milliseconds after the epoch.
-fn query(id: &str, timing: Timing, now_ms: u64) -> Response<Full<Bytes>> {
-    let parsed = id.strip_prefix("sim-").and_then(|rest| {
-        let mut parts = rest.splitn(3, '-');
-        let created: u64 = parts.next()?.parse().ok()?;
+/// What a simulated task id says: the simulator keeps no state, its ids carry it all.
+/// (The load benchmark's fast upstream speaks the same ids.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SimTask {
+    pub created_ms: u64,
+    pub image: bool,
+    pub fail: bool,
+}
+
+impl SimTask {
+    /// `sim-{created_ms}-{v|i}{o|f}-{12 hex digits}`; anything else is no task.
+    pub fn parse(id: &str) -> Option<Self> {
+        let mut parts = id.strip_prefix("sim-")?.splitn(3, '-');
+        let created_ms: u64 = parts.next()?.parse().ok()?;
         let flags = parts.next()?.as_bytes();
         let nonce = parts.next()?;
         let valid = flags.len() == 2
@@ -155,27 +164,43 @@ fn query(id: &str, timing: Timing, now_ms: u64) -> Response<Full<Bytes>> {
             && matches!(flags[1], b'o' | b'f')
             && nonce.len() == 12
             && nonce.bytes().all(|b| b.is_ascii_hexdigit());
-        valid.then_some((created, flags[0] == b'i', flags[1] == b'f'))
-    });
-    let Some((created, image, fail)) = parsed else {
+        valid.then_some(Self {
+            created_ms,
+            image: flags[0] == b'i',
+            fail: flags[1] == b'f',
+        })
+    }
+
+    /// Status word and progress at `now_ms`: queued, then processing, then done.
+    pub fn state_at(&self, queued_ms: u64, processing_ms: u64, now_ms: u64) -> (&'static str, u64) {
+        let elapsed = now_ms.saturating_sub(self.created_ms);
+        if elapsed < queued_ms {
+            ("queued", 0)
+        } else if elapsed < queued_ms.saturating_add(processing_ms) {
+            let into = elapsed - queued_ms;
+            ("processing", (1 + into * 98 / processing_ms.max(1)).min(99))
+        } else if self.fail {
+            ("failed", 100)
+        } else {
+            ("completed", 100)
+        }
+    }
+}
+
+/// Status of a simulated task `now_ms` milliseconds after the epoch.
+fn query(id: &str, timing: Timing, now_ms: u64) -> Response<Full<Bytes>> {
+    let Some(task) = SimTask::parse(id) else {
         return reply(
             StatusCode::NOT_FOUND,
             json!({"error": {"message": "task not found"}}),
         );
     };
-    let elapsed = Duration::from_millis(now_ms.saturating_sub(created));
-    let done_at = timing.queued + timing.processing;
-    let (status, progress) = if elapsed < timing.queued {
-        ("queued", 0)
-    } else if elapsed < done_at {
-        let into = (elapsed - timing.queued).as_millis() as u64;
-        let span = timing.processing.as_millis().max(1) as u64;
-        ("processing", (1 + into * 98 / span).min(99))
-    } else if fail {
-        ("failed", 100)
-    } else {
-        ("completed", 100)
-    };
+    let (status, progress) = task.state_at(
+        timing.queued.as_millis() as u64,
+        timing.processing.as_millis() as u64,
+        now_ms,
+    );
+    let (created, image) = (task.created_ms, task.image);
     let object = if image { "image" } else { "video" };
     let mut body = json!({
         "id": id,
