@@ -46,6 +46,7 @@ pub mod provider;
 pub mod reload;
 pub mod request_log;
 pub mod routing;
+mod running;
 pub mod server;
 pub mod simulator;
 pub mod snapshot;
@@ -54,3 +55,5 @@ pub mod task;
 pub mod task_id;
 pub mod tls;
 pub mod validate;
+
+pub use running::{Running, StartError, start};

@@ -4,9 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use mediagate::app::Gateway;
 use mediagate::config::LogFormat;
-use mediagate::server::Listeners;
 use mediagate::snapshot::{LoadContext, Snapshot, read_routes};
 
 #[derive(Parser)]
@@ -110,54 +108,20 @@ fn serve(path: &Path, log_format: Option<LogFormat>) -> ExitCode {
         }
     };
     runtime.block_on(async {
-        let gateway = match Gateway::start(path).await {
-            Ok(g) => g,
+        // SIGHUP is taken over before the gateway is announced (it would end the process).
+        let hangups = mediagate::reload::hangups();
+        let running = match mediagate::start(path).await {
+            Ok(r) => r,
             Err(e) => {
                 eprintln!("{e}");
                 return ExitCode::FAILURE;
             }
         };
-        let snapshot = gateway.snapshot();
-        for name in &snapshot.demo_keys {
-            tracing::warn!(
-                key = %name,
-                "demo API key enabled: its secret is published in the README; for local use only, remove it before exposing the gateway"
-            );
-        }
-        // Reload triggers are in place before the gateway is announced.
-        tokio::spawn(mediagate::reload::on_sighup(gateway.clone()));
-        tokio::spawn(mediagate::reload::watch_files(gateway.clone()));
-        let listeners = match Listeners::bind(&snapshot.server).await {
-            Ok(l) => l,
-            Err((addr, e)) => {
-                eprintln!("cannot listen on {addr}: {e}");
-                return ExitCode::FAILURE;
-            }
-        };
-        let local = |l: &tokio::net::TcpListener| {
-            l.local_addr().map(|a| a.to_string()).unwrap_or_default()
-        };
-        // The plain listener is announced last: once it is, every listener is up.
-        if let Some(l) = &listeners.admin {
-            let addr = local(l);
-            tracing::info!(%addr, "metrics listener on http://{addr}/metrics");
-        }
-        if let Some(l) = &listeners.tls {
-            let addr = local(l);
-            tracing::info!(%addr, "mediagate listening on https://{addr}");
-        }
-        let addr = local(&listeners.plain);
-        tracing::info!(
-            %addr,
-            models = snapshot.models.len(),
-            providers = snapshot.providers.len(),
-            "mediagate listening on http://{addr}"
-        );
-        drop(snapshot);
-
-        match mediagate::server::serve(listeners, gateway, mediagate::server::shutdown_signal())
-            .await
-        {
+        tokio::spawn(mediagate::reload::on_sighup(
+            hangups,
+            running.gateway().clone(),
+        ));
+        match running.until(mediagate::server::shutdown_signal()).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("server error: {e}");

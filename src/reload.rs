@@ -8,39 +8,43 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::app::Gateway;
+use crate::snapshot::LoadError;
 
-/// Reload on every SIGHUP until the process ends. The handler is installed when this
-/// is called (SIGHUP would otherwise end the process), so call it before serving.
-pub fn on_sighup(gateway: Arc<Gateway>) -> impl Future<Output = ()> + Send + 'static {
-    #[cfg(unix)]
-    let hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup());
-    async move {
-        #[cfg(unix)]
-        {
-            let mut hangups = match hangups {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot listen for SIGHUP; hot reload is off");
-                    return;
-                }
-            };
-            while hangups.recv().await.is_some() {
-                reload(&gateway).await;
-            }
+/// SIGHUP, taken over from its default action (ending the process). Call it before
+/// the gateway is announced, so that no SIGHUP sent after that can end it.
+pub fn hangups() -> Option<tokio::signal::unix::Signal> {
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot listen for SIGHUP; hot reload is off");
+            None
         }
-        #[cfg(not(unix))]
-        let _ = gateway;
+    }
+}
+
+/// Reload on every SIGHUP until the process ends.
+pub async fn on_sighup(hangups: Option<tokio::signal::unix::Signal>, gateway: Arc<Gateway>) {
+    let Some(mut hangups) = hangups else { return };
+    while hangups.recv().await.is_some() {
+        let _ = reload(&gateway).await;
     }
 }
 
 /// Reload once, off the async workers (compiling the file is CPU work), and log the
 /// outcome.
-pub async fn reload(gateway: &Arc<Gateway>) {
+pub async fn reload(gateway: &Arc<Gateway>) -> Result<(), LoadError> {
     let g = gateway.clone();
-    let outcome = tokio::task::spawn_blocking(move || g.reload()).await;
+    let outcome = tokio::task::spawn_blocking(move || g.reload())
+        .await
+        .unwrap_or_else(|e| {
+            Err(LoadError {
+                file: gateway.config_path().to_path_buf(),
+                problems: vec![(String::new(), format!("the reload failed: {e}"))],
+            })
+        });
     let file = gateway.config_path().display().to_string();
-    match outcome {
-        Ok(Ok(())) => {
+    match &outcome {
+        Ok(()) => {
             let s = gateway.snapshot();
             tracing::info!(
                 %file,
@@ -50,13 +54,13 @@ pub async fn reload(gateway: &Arc<Gateway>) {
                 "configuration reloaded"
             );
         }
-        Ok(Err(e)) => tracing::error!(
+        Err(e) => tracing::error!(
             %file,
             problems = %e.to_string().replace('\n', "; "),
             "configuration NOT reloaded; the previous one stays in force"
         ),
-        Err(e) => tracing::error!(%file, error = %e, "configuration reload failed"),
     }
+    outcome
 }
 
 /// What identifies a version of a file: modification time and length.
@@ -103,7 +107,7 @@ pub fn watch_files(gateway: Arc<Gateway>) -> impl Future<Output = ()> + Send + '
             let now = stamps(&files);
             if now != seen {
                 tracing::info!("routes or certificate file changed; reloading");
-                reload(&gateway).await;
+                let _ = reload(&gateway).await;
                 files = watched_files(&gateway);
                 seen = stamps(&files);
             }

@@ -1,0 +1,130 @@
+//! A gateway running in this process: what `mediagate serve` runs, and what
+//! integration tests start in-process. Loading, the listeners, the file watch and the
+//! serve loop are started here, in that order; signals stay with the caller.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::app::Gateway;
+use crate::server::Listeners;
+use crate::snapshot::LoadError;
+
+/// Why the gateway did not start.
+#[derive(Debug)]
+pub enum StartError {
+    /// The routes file does not load: every problem, with its key path.
+    Config(LoadError),
+    /// A listener could not be bound.
+    Listen(SocketAddr, std::io::Error),
+}
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Config(e) => write!(f, "{e}"),
+            Self::Listen(addr, e) => write!(f, "cannot listen on {addr}: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for StartError {}
+
+/// A started gateway. Dropping it stops accepting at once; [`Running::stop`] drains.
+pub struct Running {
+    /// The plain HTTP listener.
+    pub addr: SocketAddr,
+    /// The TLS listener, when `[server.tls]` is set.
+    pub tls_addr: Option<SocketAddr>,
+    /// The admin (metrics) listener, when `server.metrics_listen` is set.
+    pub admin_addr: Option<SocketAddr>,
+    gateway: Arc<Gateway>,
+    stop: Option<oneshot::Sender<()>>,
+    served: JoinHandle<std::io::Result<()>>,
+}
+
+/// Load `config`, bind every listener and serve until stopped. The listening
+/// addresses are logged (the plain one last: once it is, every listener is up).
+pub async fn start(config: &Path) -> Result<Running, StartError> {
+    let gateway = Gateway::start(config).await.map_err(StartError::Config)?;
+    let snapshot = gateway.snapshot();
+    for name in &snapshot.demo_keys {
+        tracing::warn!(
+            key = %name,
+            "demo API key enabled: its secret is published in the README; for local use only, remove it before exposing the gateway"
+        );
+    }
+    tokio::spawn(crate::reload::watch_files(gateway.clone()));
+    let listeners = Listeners::bind(&snapshot.server)
+        .await
+        .map_err(|(addr, e)| StartError::Listen(addr, e))?;
+    let local = |l: &tokio::net::TcpListener| l.local_addr().ok();
+    let (addr, tls_addr, admin_addr) = (
+        local(&listeners.plain).unwrap_or(snapshot.server.listen),
+        listeners.tls.as_ref().and_then(local),
+        listeners.admin.as_ref().and_then(local),
+    );
+    if let Some(addr) = admin_addr {
+        tracing::info!(%addr, "metrics listener on http://{addr}/metrics");
+    }
+    if let Some(addr) = tls_addr {
+        tracing::info!(%addr, "mediagate listening on https://{addr}");
+    }
+    tracing::info!(
+        %addr,
+        models = snapshot.models.len(),
+        providers = snapshot.providers.len(),
+        "mediagate listening on http://{addr}"
+    );
+    drop(snapshot);
+    let (stop, stopped) = oneshot::channel::<()>();
+    let served = tokio::spawn(crate::server::serve(listeners, gateway.clone(), async {
+        let _ = stopped.await;
+    }));
+    Ok(Running {
+        addr,
+        tls_addr,
+        admin_addr,
+        gateway,
+        stop: Some(stop),
+        served,
+    })
+}
+
+impl Running {
+    /// Read the routes file again, as SIGHUP does; the outcome is logged too.
+    pub async fn reload(&self) -> Result<(), LoadError> {
+        crate::reload::reload(&self.gateway).await
+    }
+
+    /// Stop as on SIGTERM: `/readyz` answers 503, the listeners close after
+    /// `server.shutdown_delay_ms`, in-flight requests get `server.shutdown_grace_ms`.
+    pub async fn stop(mut self) -> std::io::Result<()> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        (&mut self.served)
+            .await
+            .unwrap_or_else(|e| Err(std::io::Error::other(e)))
+    }
+
+    /// Serve until `signal` resolves, then stop as [`Running::stop`] does.
+    pub async fn until(self, signal: impl Future<Output = ()>) -> std::io::Result<()> {
+        signal.await;
+        self.stop().await
+    }
+
+    /// The shared state (snapshot, cache, metrics), for the caller's own triggers.
+    pub fn gateway(&self) -> &Arc<Gateway> {
+        &self.gateway
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.served.abort();
+    }
+}
