@@ -13,14 +13,16 @@ use std::time::Duration;
 use criterion::{Criterion, criterion_group, criterion_main};
 use http::header::AUTHORIZATION;
 use http::{HeaderMap, HeaderValue};
-use mediagate::auth::{ApiKey, KeyRing, key_digest};
-use mediagate::cache::TaskCache;
-use mediagate::config::ProviderConfig;
-use mediagate::normalize::{Redactor, StatusReader};
-use mediagate::provider::transform::{Jq, JqVars, from_json, parse};
-use mediagate::snapshot::{LoadContext, Snapshot, read_routes};
-use mediagate::task::{MediaKind, SubmitResponse, TaskState, TaskStatus, TaskView};
-use mediagate::task_id::{TaskId, TaskSealer};
+use mediagate::access::{ApiKey, KeyRing, key_digest};
+use mediagate::api::shapes::{SubmitResponse, TaskView};
+use mediagate::config::{Problems, ProviderConfig, read_routes};
+use mediagate::providers::jq::{Jq, JqVars, from_json, parse};
+use mediagate::providers::redact::Redactor;
+use mediagate::providers::status::StatusReader;
+use mediagate::snapshot::{LoadContext, Snapshot};
+use mediagate::tasks::{
+    CacheStats, MediaKind, TaskCache, TaskId, TaskSealer, TaskState, TaskStatus,
+};
 use serde_json::Value;
 
 const ROUTES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/routes.toml");
@@ -113,16 +115,9 @@ fn transform(c: &mut Criterion) {
         })
     });
 
-    let q = &cfg.query;
-    let opt = |s: &Option<String>| s.as_deref().map(|s| Jq::compile(s).unwrap());
-    let reader = StatusReader {
-        status: Jq::compile(&q.status).unwrap(),
-        status_map: q.status_map.iter().map(|(k, v)| (k.clone(), *v)).collect(),
-        progress: opt(&q.progress),
-        urls: opt(&q.urls),
-        error_code: opt(&q.error_code),
-        error_message: opt(&q.error_message),
-    };
+    let mut problems = Problems::default();
+    let reader = StatusReader::compile(&cfg.query, &mut problems.at("query"), &Default::default())
+        .expect("the shipped query block compiles");
     let redactor = Redactor::new(["127.0.0.1".to_string(), "simulator".to_string()]);
     let vars = JqVars::new(
         MODEL,
@@ -180,7 +175,12 @@ fn cache(c: &mut Criterion) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
-    let cache = TaskCache::new(100_000, Duration::from_secs(3600), Duration::from_secs(1));
+    let cache = TaskCache::new(
+        100_000,
+        Duration::from_secs(3600),
+        Duration::from_secs(1),
+        CacheStats::default(),
+    );
     let key = TaskCache::key("simulator", "sim-1763700000000-vo-0123456789ab");
     runtime.block_on(async {
         cache

@@ -24,8 +24,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use mediagate::task::MediaKind;
-use mediagate::task_id::{TaskId, TaskSealer};
+use mediagate::tasks::{MediaKind, TaskId, TaskSealer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 use http::{HeaderValue, Response, StatusCode, header};
 use serde::Serialize;
 
-use crate::body::{ResponseBody, full};
+use crate::response::{ResponseBody, json};
 
 /// One refusal from the catalogue.
 #[derive(Debug, Clone)]
@@ -291,22 +291,18 @@ impl ApiError {
             code: &'a str,
             param: Option<&'a str>,
         }
-        let body = serde_json::to_vec(&Envelope {
-            error: Inner {
-                message: &self.message,
-                kind: self.kind,
-                code: self.code,
-                param: self.param.as_deref(),
+        let mut resp = json(
+            self.status,
+            &Envelope {
+                error: Inner {
+                    message: &self.message,
+                    kind: self.kind,
+                    code: self.code,
+                    param: self.param.as_deref(),
+                },
             },
-        })
-        .unwrap_or_default();
-        let mut resp = Response::new(full(body));
-        *resp.status_mut() = self.status;
-        let h = resp.headers_mut();
-        h.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
         );
+        let h = resp.headers_mut();
         if self.status == StatusCode::UNAUTHORIZED {
             h.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }

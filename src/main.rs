@@ -5,7 +5,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use mediagate::config::LogFormat;
-use mediagate::snapshot::{LoadContext, Snapshot, read_routes};
+use mediagate::config::read_routes;
+use mediagate::snapshot::{LoadContext, Snapshot};
 
 #[derive(Parser)]
 #[command(
@@ -109,7 +110,7 @@ fn serve(path: &Path, log_format: Option<LogFormat>) -> ExitCode {
     };
     runtime.block_on(async {
         // SIGHUP is taken over before the gateway is announced (it would end the process).
-        let hangups = mediagate::reload::hangups();
+        let hangups = mediagate::gateway::reload::hangups();
         let running = match mediagate::start(path).await {
             Ok(r) => r,
             Err(e) => {
@@ -117,11 +118,11 @@ fn serve(path: &Path, log_format: Option<LogFormat>) -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        tokio::spawn(mediagate::reload::on_sighup(
+        tokio::spawn(mediagate::gateway::reload::on_sighup(
             hangups,
             running.gateway().clone(),
         ));
-        match running.until(mediagate::server::shutdown_signal()).await {
+        match running.until(mediagate::edge::shutdown_signal()).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("server error: {e}");

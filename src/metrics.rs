@@ -13,8 +13,6 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::cache::CacheStats;
-
 /// Content type of the exposition (OpenMetrics text, which Prometheus reads).
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
@@ -54,6 +52,11 @@ pub struct Metrics {
     pub connections_open: Gauge,
     pub connections_refused: Counter,
     pub tls_handshake_failures: Counter,
+    /// Handed to the results cache, which counts its own hits and misses.
+    pub cache_hits: Counter,
+    pub cache_misses: Counter,
+    /// Handed to every provider's status reader.
+    pub unmapped_statuses: Counter,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -67,9 +70,14 @@ fn upstream_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.005, 2.0, 15))
 }
 
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl Metrics {
-    /// `cache` counts hits and misses itself; its counters are registered here.
-    pub fn new(cache: &CacheStats) -> Self {
+    pub fn new() -> Self {
         let mut registry = Registry::with_prefix("mediagate");
         let requests = Family::<RequestLabels, Counter>::default();
         registry.register(
@@ -127,20 +135,23 @@ impl Metrics {
             "TLS handshakes that failed or timed out",
             tls_handshake_failures.clone(),
         );
+        let cache_hits = Counter::default();
         registry.register(
             "cache_hits",
             "Task queries answered from the results cache",
-            cache.hits.clone(),
+            cache_hits.clone(),
         );
+        let cache_misses = Counter::default();
         registry.register(
             "cache_misses",
             "Task queries that needed the provider",
-            cache.misses.clone(),
+            cache_misses.clone(),
         );
+        let unmapped_statuses = Counter::default();
         registry.register(
             "unmapped_upstream_statuses",
             "Upstream status words missing from a provider's status_map (reported as processing)",
-            crate::normalize::UNMAPPED_STATUSES.clone(),
+            unmapped_statuses.clone(),
         );
         // Series that exist from the start, so that rates and alerts see a zero.
         for reason in ["rate", "submit"] {
@@ -163,6 +174,9 @@ impl Metrics {
             connections_open,
             connections_refused,
             tls_handshake_failures,
+            cache_hits,
+            cache_misses,
+            unmapped_statuses,
         }
     }
 

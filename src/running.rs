@@ -9,9 +9,9 @@ use std::sync::Arc;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use crate::app::Gateway;
-use crate::server::Listeners;
-use crate::snapshot::LoadError;
+use crate::config::LoadError;
+use crate::edge::{Listeners, Services};
+use crate::gateway::Gateway;
 
 /// Why the gateway did not start.
 #[derive(Debug)]
@@ -57,7 +57,7 @@ pub async fn start(config: &Path) -> Result<Running, StartError> {
             "demo API key enabled: its secret is published in the README; for local use only, remove it before exposing the gateway"
         );
     }
-    tokio::spawn(crate::reload::watch_files(gateway.clone()));
+    tokio::spawn(crate::gateway::reload::watch_files(gateway.clone()));
     let listeners = Listeners::bind(&snapshot.server)
         .await
         .map_err(|(addr, e)| StartError::Listen(addr, e))?;
@@ -81,9 +81,18 @@ pub async fn start(config: &Path) -> Result<Running, StartError> {
     );
     drop(snapshot);
     let (stop, stopped) = oneshot::channel::<()>();
-    let served = tokio::spawn(crate::server::serve(listeners, gateway.clone(), async {
-        let _ = stopped.await;
-    }));
+    let services = Services {
+        main: crate::api::service(gateway.clone()),
+        admin: crate::api::admin_service(gateway.clone()),
+    };
+    let served = tokio::spawn(crate::edge::serve(
+        listeners,
+        gateway.clone(),
+        services,
+        async {
+            let _ = stopped.await;
+        },
+    ));
     Ok(Running {
         addr,
         tls_addr,
@@ -97,7 +106,7 @@ pub async fn start(config: &Path) -> Result<Running, StartError> {
 impl Running {
     /// Read the routes file again, as SIGHUP does; the outcome is logged too.
     pub async fn reload(&self) -> Result<(), LoadError> {
-        crate::reload::reload(&self.gateway).await
+        crate::gateway::reload::reload(&self.gateway).await
     }
 
     /// Stop as on SIGTERM: `/readyz` answers 503, the listeners close after

@@ -75,7 +75,7 @@ fn default_auth_scheme() -> String {
 }
 
 /// The submit call. jq programs see the validated parameters as `.`; the variables
-/// are listed in [`crate::provider::transform::VARIABLES`].
+/// are listed in [`crate::providers::jq::VARIABLES`].
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SubmitConfig {
@@ -118,7 +118,7 @@ fn default_get() -> String {
 }
 
 /// The status query. jq programs see the upstream answer as `.` and `$id` (the
-/// upstream id) among the variables of [`crate::provider::transform::VARIABLES`].
+/// upstream id) among the variables of [`crate::providers::jq::VARIABLES`].
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct QueryConfig {
@@ -132,7 +132,7 @@ pub struct QueryConfig {
     /// jq extracting the upstream status word.
     pub status: String,
     /// Every upstream status word, exactly as written, mapped to one of ours.
-    pub status_map: BTreeMap<String, crate::task::TaskStatus>,
+    pub status_map: BTreeMap<String, crate::tasks::TaskStatus>,
     /// jq extracting progress (0–100), if the upstream reports one.
     #[serde(default)]
     pub progress: Option<String>,

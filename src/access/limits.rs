@@ -1,0 +1,373 @@
+//! Per-key limits: a request rate with a burst (governor), an optional separate rate
+//! for submits, and a cap on requests in progress with load shedding.
+//!
+//! Limiters exist only for configured keys, never for presented ones, so their memory
+//! is bounded by the routes file. They live in the config snapshot; a reload keeps the
+//! state of every key whose limits did not change.
+
+use std::collections::HashMap;
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::Duration;
+
+use governor::clock::{Clock, DefaultClock};
+use governor::middleware::{StateInformationMiddleware, StateSnapshot};
+use governor::state::{InMemoryState, NotKeyed};
+use governor::{Quota, RateLimiter};
+use http::{HeaderMap, HeaderValue};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::config::{LimitsConfig, Scope};
+
+pub const LIMIT: &str = "x-ratelimit-limit";
+pub const REMAINING: &str = "x-ratelimit-remaining";
+pub const RESET: &str = "x-ratelimit-reset";
+
+const YEAR_SECS: f64 = 365.0 * 24.0 * 3600.0;
+
+type Limiter = RateLimiter<NotKeyed, InMemoryState, DefaultClock, StateInformationMiddleware>;
+
+/// One token bucket.
+struct Bucket {
+    quota: Quota,
+    limiter: Limiter,
+}
+
+impl Bucket {
+    fn new(rate_per_second: f64, burst: u32) -> Option<Self> {
+        let period = Duration::from_secs_f64(1.0 / rate_per_second);
+        let quota = Quota::with_period(period)?.allow_burst(NonZeroU32::new(burst)?);
+        Some(Self {
+            quota,
+            limiter: RateLimiter::direct(quota).with_middleware::<StateInformationMiddleware>(),
+        })
+    }
+
+    /// Take one cell: the headers to send, or the refusal with its wait.
+    fn take(&self) -> Result<RateHeaders, (RateHeaders, Duration)> {
+        let burst = self.quota.burst_size().get();
+        let interval = self.quota.replenish_interval();
+        match self.limiter.check() {
+            Ok(state) => Ok(RateHeaders::allowed(&state, interval)),
+            Err(not_until) => {
+                let wait = not_until.wait_time_from(self.limiter.clock().now());
+                let headers = RateHeaders {
+                    limit: burst,
+                    remaining: 0,
+                    // The next cell after `wait`, then the rest of the burst.
+                    reset: wait.saturating_add(interval.saturating_mul(burst - 1)),
+                };
+                Err((headers, wait))
+            }
+        }
+    }
+}
+
+/// `x-ratelimit-*`: the burst, what is left of it, and when it is whole again.
+#[derive(Debug, Clone, Copy)]
+pub struct RateHeaders {
+    limit: u32,
+    remaining: u32,
+    reset: Duration,
+}
+
+impl RateHeaders {
+    fn allowed(state: &StateSnapshot, interval: Duration) -> Self {
+        let limit = state.quota().burst_size().get();
+        let remaining = state.remaining_burst_capacity();
+        Self {
+            limit,
+            remaining,
+            reset: interval.saturating_mul(limit.saturating_sub(remaining)),
+        }
+    }
+
+    pub fn write(&self, headers: &mut HeaderMap) {
+        let reset = self.reset.as_secs() + u64::from(self.reset.subsec_nanos() > 0);
+        headers.insert(LIMIT, HeaderValue::from(self.limit));
+        headers.insert(REMAINING, HeaderValue::from(self.remaining));
+        headers.insert(RESET, HeaderValue::from(reset));
+    }
+}
+
+/// The limits of one key.
+pub struct KeyLimiter {
+    settings: LimitsConfig,
+    all: Option<Bucket>,
+    submit: Option<Bucket>,
+    in_progress: Option<Arc<Semaphore>>,
+}
+
+impl std::fmt::Debug for KeyLimiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyLimiter")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a request was refused.
+pub enum Refusal {
+    /// 429, with the bucket's headers.
+    Rate {
+        which: &'static str,
+        headers: RateHeaders,
+        wait: Duration,
+    },
+    /// 503: too many requests of this key in progress.
+    Busy(usize),
+}
+
+impl KeyLimiter {
+    /// Check the settings; problems are recorded under `at` (the limits table).
+    pub fn check(settings: &LimitsConfig, at: &mut Scope) {
+        // Bounds keep the refill period between 1 µs and about 11 days.
+        let rate_ok = |r: f64| r == 0.0 || (1e-6..=1e6).contains(&r);
+        if !rate_ok(settings.rate_per_second) {
+            at.push(
+                "rate_per_second",
+                "must be 0 (off) or between 0.000001 and 1000000",
+            );
+        }
+        if settings.rate_per_second > 0.0 && settings.burst == 0 {
+            at.push("burst", "must be at least 1");
+        }
+        // The time a whole burst takes to refill, kept within a year.
+        let refill_ok = |rate: f64, burst: u32| f64::from(burst) / rate <= YEAR_SECS;
+        if settings.rate_per_second > 0.0 && !refill_ok(settings.rate_per_second, settings.burst) {
+            at.push(
+                "burst",
+                "takes more than a year to refill at rate_per_second",
+            );
+        }
+        if let (Some(rate), Some(burst)) = (settings.submit_rate_per_second, settings.submit_burst)
+            && rate > 0.0
+            && !refill_ok(rate, burst)
+        {
+            at.push(
+                "submit_burst",
+                "takes more than a year to refill at submit_rate_per_second",
+            );
+        }
+        if let Some(r) = settings.submit_rate_per_second
+            && (!rate_ok(r) || r == 0.0)
+        {
+            at.push(
+                "submit_rate_per_second",
+                "must be between 0.000001 and 1000000",
+            );
+        }
+        if settings.max_concurrent_requests > Semaphore::MAX_PERMITS {
+            at.push("max_concurrent_requests", "is too large");
+        }
+        if settings.submit_burst == Some(0) {
+            at.push("submit_burst", "must be at least 1");
+        }
+        if settings.submit_burst.is_some() && settings.submit_rate_per_second.is_none() {
+            at.push("submit_burst", "needs submit_rate_per_second as well");
+        }
+    }
+
+    /// Build from settings that passed [`KeyLimiter::check`].
+    pub fn new(settings: LimitsConfig) -> Self {
+        let all = (settings.rate_per_second > 0.0)
+            .then(|| Bucket::new(settings.rate_per_second, settings.burst))
+            .flatten();
+        let submit = settings.submit_rate_per_second.and_then(|rate| {
+            let burst = settings
+                .submit_burst
+                .unwrap_or_else(|| rate.ceil().clamp(1.0, u32::MAX as f64) as u32);
+            Bucket::new(rate, burst)
+        });
+        let in_progress = (settings.max_concurrent_requests > 0)
+            .then(|| Arc::new(Semaphore::new(settings.max_concurrent_requests)));
+        Self {
+            settings,
+            all,
+            submit,
+            in_progress,
+        }
+    }
+
+    /// Admit one request: the rate headers to send and the in-progress permit to hold.
+    pub fn admit(
+        &self,
+        is_submit: bool,
+    ) -> Result<(Option<RateHeaders>, Option<OwnedSemaphorePermit>), Refusal> {
+        let mut shown = None;
+        if let Some(bucket) = &self.all {
+            match bucket.take() {
+                Ok(h) => shown = Some(h),
+                Err((headers, wait)) => {
+                    return Err(Refusal::Rate {
+                        which: "rate",
+                        headers,
+                        wait,
+                    });
+                }
+            }
+        }
+        if is_submit && let Some(bucket) = &self.submit {
+            match bucket.take() {
+                // Show whichever bucket is closer to refusing.
+                Ok(h) => {
+                    if shown.is_none_or(|s| h.remaining <= s.remaining) {
+                        shown = Some(h);
+                    }
+                }
+                Err((headers, wait)) => {
+                    return Err(Refusal::Rate {
+                        which: "submit",
+                        headers,
+                        wait,
+                    });
+                }
+            }
+        }
+        let permit = match &self.in_progress {
+            Some(sem) => match sem.clone().try_acquire_owned() {
+                Ok(p) => Some(p),
+                Err(_) => return Err(Refusal::Busy(self.settings.max_concurrent_requests)),
+            },
+            None => None,
+        };
+        Ok((shown, permit))
+    }
+}
+
+/// The limiters of every configured key.
+#[derive(Debug, Default)]
+pub struct KeyLimits {
+    by_key: HashMap<Arc<str>, Arc<KeyLimiter>>,
+}
+
+impl KeyLimits {
+    pub fn new(by_key: impl IntoIterator<Item = (Arc<str>, LimitsConfig)>) -> Self {
+        Self {
+            by_key: by_key
+                .into_iter()
+                .map(|(k, s)| (k, Arc::new(KeyLimiter::new(s))))
+                .collect(),
+        }
+    }
+
+    pub fn get(&self, key: &str) -> Option<&Arc<KeyLimiter>> {
+        self.by_key.get(key)
+    }
+
+    /// Keep the running state of keys whose limits are unchanged (used on reload), so
+    /// a reload neither refills buckets nor forgets requests in progress.
+    pub fn inherit(&mut self, old: &KeyLimits) {
+        for (name, limiter) in &mut self.by_key {
+            if let Some(previous) = old.by_key.get(name)
+                && previous.settings == limiter.settings
+            {
+                *limiter = previous.clone();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(rate: f64, burst: u32) -> LimitsConfig {
+        LimitsConfig {
+            rate_per_second: rate,
+            burst,
+            submit_rate_per_second: None,
+            submit_burst: None,
+            max_concurrent_requests: 0,
+        }
+    }
+
+    #[test]
+    fn burst_then_refusal_with_headers() {
+        let l = KeyLimiter::new(settings(0.01, 3));
+        for left in [2, 1, 0] {
+            let (h, _) = l.admit(false).ok().unwrap();
+            let h = h.unwrap();
+            assert_eq!((h.limit, h.remaining), (3, left));
+        }
+        match l.admit(false) {
+            Err(Refusal::Rate { headers, wait, .. }) => {
+                assert_eq!(headers.remaining, 0);
+                assert!(wait > Duration::ZERO && wait <= Duration::from_secs(100));
+                assert!(headers.reset >= wait);
+            }
+            _ => panic!("fourth request must be refused"),
+        }
+    }
+
+    fn problems(s: &LimitsConfig) -> usize {
+        let mut p = crate::config::Problems::default();
+        KeyLimiter::check(s, &mut p.at("limits"));
+        p.len()
+    }
+
+    #[test]
+    fn extreme_accepted_settings_work() {
+        assert_ne!(problems(&settings(1e-6, 32)), 0);
+        for (rate, burst) in [(1e-6, 31), (1e6, u32::MAX), (1e6, 1)] {
+            let s = settings(rate, burst);
+            assert_eq!(problems(&s), 0, "{rate} {burst}");
+            let l = KeyLimiter::new(s);
+            let (h, _) = l.admit(false).ok().unwrap();
+            assert_eq!(h.unwrap().limit, burst);
+        }
+        let l = KeyLimiter::new(settings(1e-6, 1));
+        assert!(l.admit(false).is_ok());
+        assert!(matches!(l.admit(false), Err(Refusal::Rate { .. })));
+    }
+
+    #[test]
+    fn submit_bucket_applies_to_submits_only() {
+        let mut s = settings(0.0, 0);
+        s.submit_rate_per_second = Some(0.01);
+        s.submit_burst = Some(1);
+        let l = KeyLimiter::new(s);
+        assert!(l.admit(true).is_ok());
+        assert!(matches!(
+            l.admit(true),
+            Err(Refusal::Rate {
+                which: "submit",
+                ..
+            })
+        ));
+        assert!(l.admit(false).is_ok());
+    }
+
+    #[test]
+    fn concurrency_cap_sheds() {
+        let mut s = settings(0.0, 0);
+        s.max_concurrent_requests = 1;
+        let l = KeyLimiter::new(s);
+        let held = l.admit(false).ok().unwrap();
+        assert!(matches!(l.admit(false), Err(Refusal::Busy(1))));
+        drop(held);
+        assert!(l.admit(false).is_ok());
+    }
+
+    #[test]
+    fn bad_settings_are_named() {
+        let keys = |s: &LimitsConfig| {
+            let mut p = crate::config::Problems::default();
+            KeyLimiter::check(s, &mut p.at("limits"));
+            let e = p.into_error(std::path::Path::new("r"));
+            e.problems.into_iter().map(|(k, _)| k).collect::<Vec<_>>()
+        };
+        assert!(keys(&settings(f64::NAN, 0)).contains(&"limits.rate_per_second".into()));
+        assert!(keys(&settings(5.0, 0)).contains(&"limits.burst".into()));
+        assert!(keys(&settings(5.0, 10)).is_empty());
+    }
+
+    #[test]
+    fn reload_keeps_state_of_unchanged_keys() {
+        let old = KeyLimits::new([("a".into(), settings(0.01, 1))]);
+        assert!(old.get("a").unwrap().admit(false).is_ok());
+        let mut new = KeyLimits::new([("a".into(), settings(0.01, 1))]);
+        new.inherit(&old);
+        assert!(new.get("a").unwrap().admit(false).is_err());
+    }
+}

@@ -1,0 +1,8 @@
+//! Who may call: client keys (Bearer authentication, model permissions) and the
+//! per-key limits. The layers that apply them to a request are in `api`.
+
+pub mod keys;
+pub mod limits;
+
+pub use self::keys::{ApiKey, KeyRing, key_digest};
+pub use self::limits::{KeyLimiter, KeyLimits, RateHeaders, Refusal};

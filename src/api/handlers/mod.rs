@@ -1,0 +1,94 @@
+//! The innermost service: the handler of the request's route, under the overall
+//! request timeout, with the body read deadline. One module per endpoint; each handler
+//! is a short sequence of steps and returns `Result<Response, ApiError>`.
+
+mod content;
+mod ops;
+mod public_url;
+mod query;
+mod submit;
+mod task_ref;
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http::{Request, Response};
+use tower::Service;
+
+pub use self::ops::{healthy, metrics};
+use super::context::{Ctx, RequestContext};
+use super::routing::Route;
+use crate::edge::body::TimedBody;
+use crate::error::ApiError;
+use crate::gateway::Gateway;
+use crate::response::{BoxError, ResponseBody, ResponseFuture};
+
+/// Runs the route's handler.
+#[derive(Clone)]
+pub struct Dispatch {
+    gateway: Arc<Gateway>,
+}
+
+impl Dispatch {
+    pub fn new(gateway: Arc<Gateway>) -> Self {
+        Self { gateway }
+    }
+}
+
+impl<B> Service<(Ctx, Request<B>)> for Dispatch
+where
+    B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    type Response = Response<ResponseBody>;
+    type Error = Infallible;
+    type Future = ResponseFuture;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, (ctx, req): (Ctx, Request<B>)) -> Self::Future {
+        let gateway = self.gateway.clone();
+        Box::pin(async move {
+            let server = &ctx.snapshot.server;
+            let body_deadline = Duration::from_millis(server.body_read_timeout_ms);
+            let req = req.map(|body| TimedBody::new(body, body_deadline));
+            let timeout = Duration::from_millis(server.request_timeout_ms);
+            let handled = tokio::time::timeout(timeout, handle(&gateway, &ctx, req)).await;
+            Ok(match handled {
+                Ok(Ok(resp)) => resp,
+                Ok(Err(e)) => e.into_response(),
+                Err(_) => ApiError::request_timeout().into_response(),
+            })
+        })
+    }
+}
+
+async fn handle<B>(
+    gateway: &Gateway,
+    ctx: &RequestContext,
+    req: Request<TimedBody<B>>,
+) -> Result<Response<ResponseBody>, ApiError>
+where
+    B: http_body::Body<Data = bytes::Bytes>,
+    B::Error: Into<BoxError>,
+{
+    match &ctx.route {
+        Route::Health => Ok(healthy()),
+        Route::Ready => ops::ready(gateway),
+        Route::Metrics => Ok(metrics(gateway, req.method())),
+        Route::Refused { error, .. } => Err(error.clone()),
+        Route::Submit(endpoint) => submit::submit(ctx, *endpoint, req).await,
+        Route::Query(endpoint, id) => {
+            let (parts, _) = req.into_parts();
+            query::query(gateway, ctx, *endpoint, id, &parts).await
+        }
+        Route::Content(endpoint, id) => {
+            let range = req.headers().get(http::header::RANGE).cloned();
+            content::content(gateway, ctx, *endpoint, id, range).await
+        }
+    }
+}

@@ -1,0 +1,36 @@
+//! Operational answers: liveness, readiness, the metrics exposition.
+
+use http::{HeaderValue, Method, Response, StatusCode, header};
+
+use crate::error::ApiError;
+use crate::gateway::Gateway;
+use crate::response::{ResponseBody, full, json};
+
+/// `GET /healthz`: the process is up (also served by the admin listener).
+pub fn healthy() -> Response<ResponseBody> {
+    json(StatusCode::OK, &serde_json::json!({"status": "ok"}))
+}
+
+/// `GET /readyz`: 503 once a stop was requested, so load balancers take us out.
+pub(super) fn ready(gateway: &Gateway) -> Result<Response<ResponseBody>, ApiError> {
+    if gateway.is_draining() {
+        return Err(ApiError::shutting_down());
+    }
+    Ok(json(
+        StatusCode::OK,
+        &serde_json::json!({"status": "ready"}),
+    ))
+}
+
+/// `GET /metrics`: the Prometheus exposition (no client auth).
+pub fn metrics(gateway: &Gateway, method: &Method) -> Response<ResponseBody> {
+    if method != Method::GET && method != Method::HEAD {
+        return ApiError::method_not_allowed("GET, HEAD").into_response();
+    }
+    let mut resp = Response::new(full(gateway.metrics.render()));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(crate::metrics::CONTENT_TYPE),
+    );
+    resp
+}

@@ -1,0 +1,96 @@
+//! How the client reached us, to form absolute content URLs when the provider sets no
+//! `content.public_base_url`: `X-Forwarded-Proto` (`http`/`https`, default `http`) and
+//! the `Host` header (or the HTTP/2 authority). Only the asking client sees the result,
+//! so what it sends is only reflected back to itself.
+
+use http::request::Parts;
+use http::{HeaderMap, header};
+
+use crate::config::Endpoint;
+
+pub(super) struct PublicBase<'r> {
+    headers: &'r HeaderMap,
+    authority: Option<&'r http::uri::Authority>,
+}
+
+impl<'r> PublicBase<'r> {
+    /// Borrows the request; nothing is parsed unless a content URL is formed.
+    pub(super) fn of(req: &'r Parts) -> Self {
+        Self {
+            headers: &req.headers,
+            authority: req.uri.authority(),
+        }
+    }
+
+    /// `{base}{collection}/{id}/content`; relative when nothing names the gateway.
+    pub(super) fn content_url(
+        &self,
+        configured: Option<&str>,
+        endpoint: Endpoint,
+        id: &str,
+    ) -> String {
+        let base = match configured {
+            Some(base) => base.to_string(),
+            None => self.as_seen_by_client().unwrap_or_default(),
+        };
+        format!("{base}{}/{id}/content", endpoint.path())
+    }
+
+    fn as_seen_by_client(&self) -> Option<String> {
+        let proto = match self
+            .headers
+            .get("x-forwarded-proto")
+            .and_then(|v| v.to_str().ok())
+            // The first proxy's view: `https, http` means the client used https.
+            .and_then(|v| v.split(',').next())
+        {
+            Some(p) if p.trim().eq_ignore_ascii_case("https") => "https",
+            _ => "http",
+        };
+        let host = self
+            .headers
+            .get(header::HOST)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+            .or_else(|| self.authority.map(|a| a.to_string()))
+            .filter(|h| h.parse::<http::uri::Authority>().is_ok())?;
+        Some(format!("{proto}://{host}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn url(headers: &[(&str, &str)], configured: Option<&str>) -> String {
+        let mut req = http::Request::builder().uri("/v1/alpha/videos/t");
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let (parts, ()) = req.body(()).unwrap().into_parts();
+        PublicBase::of(&parts).content_url(configured, Endpoint::AlphaVideos, "t")
+    }
+
+    #[test]
+    fn formed_from_what_the_client_sent() {
+        assert_eq!(
+            url(&[("host", "gw.example:8080")], None),
+            "http://gw.example:8080/v1/alpha/videos/t/content"
+        );
+        assert_eq!(
+            url(
+                &[("host", "gw.example"), ("x-forwarded-proto", "https, http")],
+                None
+            ),
+            "https://gw.example/v1/alpha/videos/t/content"
+        );
+        assert_eq!(
+            url(&[("host", "bad host")], None),
+            "/v1/alpha/videos/t/content"
+        );
+        assert_eq!(
+            url(&[("host", "ignored")], Some("https://media.example")),
+            "https://media.example/v1/alpha/videos/t/content"
+        );
+    }
+}

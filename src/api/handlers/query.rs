@@ -1,0 +1,40 @@
+//! `GET {collection}/{id}`: open the id (owner checked) → cached or upstream state →
+//! the public task shape.
+
+use std::sync::Arc;
+
+use http::request::Parts;
+use http::{Response, StatusCode};
+
+use super::public_url::PublicBase;
+use super::task_ref::OpenTask;
+use crate::api::context::RequestContext;
+use crate::api::shapes::TaskView;
+use crate::config::Endpoint;
+use crate::error::ApiError;
+use crate::gateway::Gateway;
+use crate::response::{ResponseBody, json};
+use crate::tasks::TaskStatus;
+
+pub(super) async fn query(
+    gateway: &Gateway,
+    ctx: &RequestContext,
+    endpoint: Endpoint,
+    id: &str,
+    req: &Parts,
+) -> Result<Response<ResponseBody>, ApiError> {
+    let open = OpenTask::open(ctx, endpoint, id)?;
+    let mut state = open.state(gateway, ctx).await?;
+    // A result only the upstream key can download is served by our content route.
+    if state.status == TaskStatus::Completed
+        && let Some(configured) = open.provider.content_url_base()
+    {
+        let url = PublicBase::of(req).content_url(configured, endpoint, id);
+        Arc::make_mut(&mut state).urls = vec![url];
+    }
+    let task = &open.task;
+    Ok(json(
+        StatusCode::OK,
+        &TaskView::new(id, task.kind, &task.model, task.created, &state),
+    ))
+}

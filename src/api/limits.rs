@@ -1,0 +1,103 @@
+//! The per-key limits layer: the authenticated key's request rate, submit rate and
+//! requests in progress (`access::limits`), with `x-ratelimit-*` on every answer.
+//! Public routes (no key) pass.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::Request;
+use http_body_util::BodyExt;
+use tokio::sync::OwnedSemaphorePermit;
+
+use super::context::Ctx;
+use super::routing::Route;
+use super::stack::{Next, Step};
+use crate::access::Refusal;
+use crate::error::ApiError;
+use crate::gateway::Gateway;
+use crate::response::{BoxError, ResponseBody, ResponseFuture};
+
+#[derive(Clone)]
+pub struct KeyLimit {
+    gateway: Arc<Gateway>,
+}
+
+impl KeyLimit {
+    pub fn new(gateway: Arc<Gateway>) -> Self {
+        Self { gateway }
+    }
+}
+
+impl Step for KeyLimit {
+    fn call<S: Next<B>, B: Send + 'static>(
+        &self,
+        ctx: Ctx,
+        req: Request<B>,
+        mut next: S,
+    ) -> ResponseFuture {
+        let limiter = ctx
+            .key_if_any()
+            .and_then(|key| ctx.snapshot.limits.get(&key.name))
+            .cloned();
+        let Some(limiter) = limiter else {
+            return Box::pin(next.call((ctx, req)));
+        };
+        let metrics = &self.gateway.metrics;
+        match limiter.admit(matches!(ctx.route, Route::Submit(_))) {
+            Ok((headers, permit)) => Box::pin(async move {
+                let Ok(mut resp) = next.call((ctx, req)).await;
+                if let Some(h) = headers {
+                    h.write(resp.headers_mut());
+                }
+                // A streamed download is in progress for as long as it streams: the
+                // slot goes with the body and is released when the body ends.
+                Ok(match permit {
+                    Some(slot) => resp.map(|body| HoldSlot { body, _slot: slot }.boxed()),
+                    None => resp,
+                })
+            }),
+            Err(Refusal::Rate {
+                which,
+                headers,
+                wait,
+            }) => {
+                metrics.rate_limited(which);
+                let mut resp = ApiError::rate_limited(wait).into_response();
+                headers.write(resp.headers_mut());
+                Box::pin(async move { Ok(resp) })
+            }
+            Err(Refusal::Busy(max)) => {
+                metrics.shed("key_concurrency");
+                let resp = ApiError::key_overloaded(max).into_response();
+                Box::pin(async move { Ok(resp) })
+            }
+        }
+    }
+}
+
+/// A response body that keeps the key's in-progress slot until it is dropped.
+struct HoldSlot {
+    body: ResponseBody,
+    _slot: OwnedSemaphorePermit,
+}
+
+impl http_body::Body for HoldSlot {
+    type Data = bytes::Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}

@@ -1,0 +1,182 @@
+//! The outermost layer: it gives every request an id (kept from `x-request-id` when
+//! the client sent a sane one), routes it once, pins the configuration snapshot into
+//! the [`RequestContext`], and writes one access-log line and the request metrics when
+//! the answer is ready.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use http::{HeaderValue, Request, Response};
+use tower::{Layer, Service};
+use tracing::Instrument;
+
+use super::context::{Ctx, RequestContext};
+use super::routing::route;
+use super::stack::Next;
+use crate::error::ErrorCode;
+use crate::gateway::Gateway;
+use crate::response::{ResponseBody, ResponseFuture};
+
+pub const REQUEST_ID: &str = "x-request-id";
+
+/// Ids the gateway makes: a random per-process prefix and a counter, unique and cheap.
+struct IdSource {
+    prefix: u32,
+    next: AtomicU64,
+}
+
+impl IdSource {
+    fn new() -> Self {
+        use ring::rand::SecureRandom;
+        let mut b = [0u8; 4];
+        let _ = ring::rand::SystemRandom::new().fill(&mut b);
+        Self {
+            prefix: u32::from_be_bytes(b),
+            next: AtomicU64::new(1),
+        }
+    }
+
+    fn make(&self) -> HeaderValue {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        HeaderValue::try_from(format!("{:08x}{:012x}", self.prefix, n))
+            .expect("hex digits are a valid header value")
+    }
+}
+
+/// A client-sent id is kept only if it is short and printable, so logs stay clean.
+fn usable(v: &HeaderValue) -> bool {
+    let b = v.as_bytes();
+    !b.is_empty()
+        && b.len() <= 128
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || b"-_.:/+=".contains(c))
+}
+
+/// The outermost layer, as a tower layer in front of the context-taking stack.
+#[derive(Clone)]
+pub struct RequestLogLayer {
+    gateway: Arc<Gateway>,
+    ids: Arc<IdSource>,
+}
+
+impl RequestLogLayer {
+    pub fn new(gateway: Arc<Gateway>) -> Self {
+        Self {
+            gateway,
+            ids: Arc::new(IdSource::new()),
+        }
+    }
+}
+
+impl<S> Layer<S> for RequestLogLayer {
+    type Service = RequestLog<S>;
+
+    fn layer(&self, inner: S) -> RequestLog<S> {
+        RequestLog {
+            layer: self.clone(),
+            inner,
+        }
+    }
+}
+
+/// The first step of every request.
+#[derive(Clone)]
+pub struct RequestLog<S> {
+    layer: RequestLogLayer,
+    inner: S,
+}
+
+impl<S: Next<B>, B: Send + 'static> Service<Request<B>> for RequestLog<S> {
+    type Response = Response<ResponseBody>;
+    type Error = Infallible;
+    type Future = ResponseFuture;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<B>) -> ResponseFuture {
+        let started = Instant::now();
+        let id = req
+            .headers()
+            .get(REQUEST_ID)
+            .filter(|v| usable(v))
+            .cloned()
+            .unwrap_or_else(|| self.layer.ids.make());
+        let snapshot = self.layer.gateway.snapshot();
+        let metrics_here = snapshot.server.metrics_listen.is_none();
+        let route = route(req.method(), req.uri().path(), metrics_here);
+        let ctx: Ctx = Arc::new(RequestContext::new(id, route, snapshot));
+        let method = req.method().clone();
+        let gateway = self.layer.gateway.clone();
+        let span = tracing::info_span!("request", request_id = %String::from_utf8_lossy(ctx.id.as_bytes()));
+        let clone = self.inner.clone();
+        let mut ready = std::mem::replace(&mut self.inner, clone);
+        Box::pin(
+            async move {
+                let Ok(mut resp) = ready.call((ctx.clone(), req)).await;
+                resp.headers_mut().insert(REQUEST_ID, ctx.id.clone());
+                log(&gateway, &ctx, &method, &resp, started);
+                Ok(resp)
+            }
+            .instrument(span),
+        )
+    }
+}
+
+/// The access-log line and the request metrics of an answered request.
+fn log<B>(
+    gateway: &Gateway,
+    ctx: &RequestContext,
+    method: &http::Method,
+    resp: &Response<B>,
+    started: Instant,
+) {
+    let fields = ctx.log_fields();
+    let route = ctx.route.label();
+    let code = resp.extensions().get::<ErrorCode>().map(|c| c.0);
+    let latency = started.elapsed();
+    gateway.metrics.request(
+        route,
+        resp.status().as_u16(),
+        fields.model.as_deref(),
+        fields.provider.as_deref(),
+        latency,
+        fields.upstream,
+    );
+    tracing::info!(
+        target: "mediagate::access",
+        method = %method,
+        route,
+        status = resp.status().as_u16(),
+        key = ctx.key_if_any().map(|k| &*k.name),
+        model = fields.model.as_deref(),
+        provider = fields.provider.as_deref(),
+        latency_ms = latency.as_secs_f64() * 1e3,
+        upstream_ms = fields.upstream.map(|d| d.as_secs_f64() * 1e3),
+        error = code,
+        "request"
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeps_sane_client_ids_only() {
+        assert!(usable(&HeaderValue::from_static("abc-123_x.y")));
+        assert!(!usable(&HeaderValue::from_static("")));
+        assert!(!usable(&HeaderValue::from_static("has space")));
+        assert!(!usable(&HeaderValue::try_from("a".repeat(200)).unwrap()));
+    }
+
+    #[test]
+    fn made_ids_are_unique() {
+        let s = IdSource::new();
+        assert_ne!(s.make(), s.make());
+    }
+}

@@ -1,0 +1,83 @@
+//! The tower plumbing every layer of the stack shares. A layer is a [`Step`]: it sees
+//! the request with its [`RequestContext`](super::context::RequestContext) and the rest
+//! of the stack ([`Next`]), and returns the response. Errors never escape
+//! (`Infallible`): a refusal is already an error response.
+
+use std::convert::Infallible;
+use std::task::{Context, Poll};
+
+use http::{Request, Response};
+use tower::{Layer, Service};
+
+use super::context::Ctx;
+use crate::response::{ResponseBody, ResponseFuture};
+
+/// The rest of the stack, as a step sees it.
+pub trait Next<B>:
+    Service<(Ctx, Request<B>), Response = Response<ResponseBody>, Error = Infallible, Future: Send>
+    + Clone
+    + Send
+    + 'static
+{
+}
+
+impl<T, B> Next<B> for T where
+    T: Service<
+            (Ctx, Request<B>),
+            Response = Response<ResponseBody>,
+            Error = Infallible,
+            Future: Send,
+        > + Clone
+        + Send
+        + 'static
+{
+}
+
+/// One step of the request path.
+pub trait Step: Clone + Send + 'static {
+    fn call<S: Next<B>, B: Send + 'static>(
+        &self,
+        ctx: Ctx,
+        req: Request<B>,
+        next: S,
+    ) -> ResponseFuture;
+}
+
+/// A step as a tower layer.
+#[derive(Clone)]
+pub struct StepLayer<T>(pub T);
+
+impl<T: Clone, S> Layer<S> for StepLayer<T> {
+    type Service = Stepped<T, S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Stepped {
+            step: self.0.clone(),
+            inner,
+        }
+    }
+}
+
+/// A step in front of the rest of the stack.
+#[derive(Clone)]
+pub struct Stepped<T, S> {
+    step: T,
+    inner: S,
+}
+
+impl<T: Step, S: Next<B>, B: Send + 'static> Service<(Ctx, Request<B>)> for Stepped<T, S> {
+    type Response = Response<ResponseBody>;
+    type Error = Infallible;
+    type Future = ResponseFuture;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, (ctx, req): (Ctx, Request<B>)) -> ResponseFuture {
+        // Hand on the service that was driven to readiness; keep a fresh clone.
+        let clone = self.inner.clone();
+        let ready = std::mem::replace(&mut self.inner, clone);
+        self.step.call(ctx, req, ready)
+    }
+}

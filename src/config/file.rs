@@ -1,0 +1,302 @@
+//! The top-level tables of `routes.toml`, exactly as an operator writes them.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use super::provider::ProviderConfig;
+use crate::tasks::MediaKind;
+
+/// The whole routes file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RoutesFile {
+    #[serde(default)]
+    pub server: ServerConfig,
+    #[serde(default)]
+    pub tasks: TasksConfig,
+    #[serde(default)]
+    pub simulator: SimulatorConfig,
+    /// Per-key limits every key gets unless its own `limits` says otherwise.
+    #[serde(default)]
+    pub limits: LimitsConfig,
+    /// Client API keys.
+    #[serde(default, rename = "keys")]
+    pub keys: Vec<KeyConfig>,
+    /// Upstream providers by name.
+    #[serde(default)]
+    pub providers: BTreeMap<String, ProviderConfig>,
+    /// Named JSON Schemas that families build on.
+    #[serde(default)]
+    pub schemas: BTreeMap<String, toml::Table>,
+    /// Model families by name: a shared parameter schema and the models that use it.
+    #[serde(default)]
+    pub families: BTreeMap<String, FamilyConfig>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Plain HTTP listener (HTTP/1.1 and cleartext HTTP/2).
+    pub listen: SocketAddr,
+    /// TLS listener, beside the plain one.
+    pub tls: Option<TlsConfig>,
+    /// Separate listener for `/metrics`; when unset, `/metrics` is on the main listeners.
+    pub metrics_listen: Option<SocketAddr>,
+    /// Largest request body accepted, in bytes.
+    pub max_body_bytes: usize,
+    /// How long in-flight requests may take to finish after SIGTERM or Ctrl-C.
+    pub shutdown_grace_ms: u64,
+    /// After SIGTERM, keep accepting (with `/readyz` answering 503) this long, so that
+    /// load balancers take the instance out before its listeners close.
+    pub shutdown_delay_ms: u64,
+    /// Upper bound on one whole request, upstream calls included.
+    pub request_timeout_ms: u64,
+    /// Time a client has to send the request headers (slow-header protection).
+    pub header_read_timeout_ms: u64,
+    /// Time a client has to send the whole request body (slow-body protection): 408.
+    pub body_read_timeout_ms: u64,
+    /// Open client connections at most, all listeners together; more are closed at once.
+    pub max_connections: usize,
+    /// Log format: "text" or "json".
+    pub log_format: LogFormat,
+    /// Check the routes file and the certificate files for changes this often and
+    /// reload when they changed; 0 turns the watch off (SIGHUP always works).
+    pub reload_poll_ms: u64,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            tls: None,
+            metrics_listen: None,
+            max_body_bytes: 4 * 1024 * 1024,
+            shutdown_grace_ms: 30_000,
+            shutdown_delay_ms: 0,
+            request_timeout_ms: 120_000,
+            header_read_timeout_ms: 10_000,
+            body_read_timeout_ms: 30_000,
+            max_connections: 10_000,
+            log_format: LogFormat::Text,
+            reload_poll_ms: 0,
+        }
+    }
+}
+
+/// TLS termination: a certificate chain and its key, PEM files, read again on reload.
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// Address of the TLS listener (HTTP/1.1 and HTTP/2 by ALPN).
+    pub listen: SocketAddr,
+    /// PEM certificate chain, leaf first.
+    pub cert_file: PathBuf,
+    /// PEM private key (PKCS#8, PKCS#1 or SEC1).
+    pub key_file: PathBuf,
+    /// Time a client has to complete the TLS handshake.
+    #[serde(default = "default_handshake_timeout_ms")]
+    pub handshake_timeout_ms: u64,
+}
+
+fn default_handshake_timeout_ms() -> u64 {
+    10_000
+}
+
+/// Per-key limits. A rate of 0 or a concurrency of 0 turns that limit off.
+#[derive(Debug, Deserialize, Clone, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    /// Sustained requests per second, all routes together.
+    pub rate_per_second: f64,
+    /// Requests let through at once above the sustained rate.
+    pub burst: u32,
+    /// Separate sustained rate for submits (`POST`), on top of the general one.
+    pub submit_rate_per_second: Option<f64>,
+    /// Burst for submits; defaults to the submit rate rounded up.
+    pub submit_burst: Option<u32>,
+    /// Requests of one key in progress at once; more are refused with 503.
+    pub max_concurrent_requests: usize,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        Self {
+            rate_per_second: 100.0,
+            burst: 200,
+            submit_rate_per_second: None,
+            submit_burst: None,
+            max_concurrent_requests: 256,
+        }
+    }
+}
+
+/// A key's own limits: each setting given replaces the default from `[limits]`.
+#[derive(Debug, Deserialize, Clone, Default)]
+#[serde(deny_unknown_fields)]
+pub struct KeyLimitsConfig {
+    pub rate_per_second: Option<f64>,
+    pub burst: Option<u32>,
+    pub submit_rate_per_second: Option<f64>,
+    pub submit_burst: Option<u32>,
+    pub max_concurrent_requests: Option<usize>,
+}
+
+impl LimitsConfig {
+    /// These defaults with a key's own settings laid over them.
+    pub fn with(&self, own: Option<&KeyLimitsConfig>) -> LimitsConfig {
+        let Some(own) = own else {
+            return self.clone();
+        };
+        LimitsConfig {
+            rate_per_second: own.rate_per_second.unwrap_or(self.rate_per_second),
+            burst: own.burst.unwrap_or(self.burst),
+            submit_rate_per_second: own.submit_rate_per_second.or(self.submit_rate_per_second),
+            submit_burst: own.submit_burst.or(self.submit_burst),
+            max_concurrent_requests: own
+                .max_concurrent_requests
+                .unwrap_or(self.max_concurrent_requests),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+/// Where the task-id secret comes from, and how long results are cached.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TasksConfig {
+    /// Environment variable holding the current secret (takes precedence over the file).
+    pub secret_env: Option<String>,
+    /// File holding the current secret.
+    pub secret_file: Option<PathBuf>,
+    /// Create `secret_file` with a random secret when it does not exist (demo setups).
+    pub create_secret_file: bool,
+    /// Environment variable with older secrets, comma separated, still accepted to open ids.
+    pub previous_secrets_env: Option<String>,
+    /// File with older secrets, one per line.
+    pub previous_secrets_file: Option<PathBuf>,
+    /// How long a finished (completed/failed) result stays cached.
+    pub terminal_cache_ttl_ms: u64,
+    /// How long an unfinished status is reused for other queries of the same task.
+    pub poll_cache_ttl_ms: u64,
+    /// Most task results kept in the cache.
+    pub cache_capacity: u64,
+}
+
+impl Default for TasksConfig {
+    fn default() -> Self {
+        Self {
+            secret_env: Some("MEDIAGATE_TASK_SECRET".into()),
+            secret_file: None,
+            create_secret_file: false,
+            previous_secrets_env: Some("MEDIAGATE_TASK_SECRETS_PREVIOUS".into()),
+            previous_secrets_file: None,
+            terminal_cache_ttl_ms: 3_600_000,
+            poll_cache_ttl_ms: 1_000,
+            cache_capacity: 100_000,
+        }
+    }
+}
+
+/// The built-in simulated provider, reached as `base_url = "builtin:simulator"`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SimulatorConfig {
+    /// Loopback address it listens on; port 0 picks a free one.
+    pub listen: SocketAddr,
+    /// Time a task spends `queued`.
+    pub queued_ms: u64,
+    /// Time a task spends `processing` before it completes or fails.
+    pub processing_ms: u64,
+}
+
+impl Default for SimulatorConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            queued_ms: 1_000,
+            processing_ms: 2_000,
+        }
+    }
+}
+
+/// One client API key.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyConfig {
+    /// Name shown in logs and used as the owner of the key's tasks.
+    pub name: String,
+    /// Hex SHA-256 of the key (`printf %s KEY | sha256sum`).
+    pub sha256: Option<String>,
+    /// Environment variable holding the key itself.
+    pub env: Option<String>,
+    /// Models this key may use; all models when absent.
+    pub models: Option<Vec<String>>,
+    /// This key's own limits, laid over `[limits]`.
+    #[serde(default)]
+    pub limits: Option<KeyLimitsConfig>,
+}
+
+/// A family of models sharing a kind, an endpoint, providers and a parameter schema.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FamilyConfig {
+    pub kind: MediaKind,
+    /// Endpoints that accept the family's models.
+    #[serde(default = "default_endpoints")]
+    pub endpoints: Vec<Endpoint>,
+    /// Providers in failover order.
+    pub providers: Vec<String>,
+    /// Model identifiers, matched exactly.
+    pub models: Vec<String>,
+    /// Upstream model names, where they differ from ours.
+    #[serde(default)]
+    pub upstream_models: BTreeMap<String, String>,
+    /// Named schema from `[schemas]` that `params` is laid over.
+    #[serde(default)]
+    pub schema: Option<String>,
+    /// JSON Schema of the parameters (everything but `model`). Laid over `schema`:
+    /// each entry of `properties` adds or replaces one parameter, other keywords
+    /// replace the base's.
+    #[serde(default)]
+    pub params: Option<toml::Table>,
+    /// Accept parameters the schema does not list.
+    #[serde(default)]
+    pub allow_unknown_params: bool,
+}
+
+fn default_endpoints() -> Vec<Endpoint> {
+    vec![Endpoint::ModelCenter]
+}
+
+/// A submission family of the service interface: the collection a model is served on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+pub enum Endpoint {
+    /// `/v2/model-center/tasks`
+    #[serde(rename = "model-center")]
+    ModelCenter,
+    /// `/v1/alpha/videos`
+    #[serde(rename = "alpha-videos")]
+    AlphaVideos,
+}
+
+impl Endpoint {
+    pub const ALL: [Endpoint; 2] = [Endpoint::ModelCenter, Endpoint::AlphaVideos];
+
+    /// The collection path clients submit to.
+    pub fn path(self) -> &'static str {
+        match self {
+            Self::ModelCenter => "/v2/model-center/tasks",
+            Self::AlphaVideos => "/v1/alpha/videos",
+        }
+    }
+}

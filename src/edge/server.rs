@@ -1,0 +1,433 @@
+//! Listeners and connections: the plain listener, the TLS listener beside it, the
+//! optional admin listener for `/metrics`; HTTP/1.1 and HTTP/2 (hyper 1 + hyper-util);
+//! connection hardening; a graceful stop that lets in-flight requests finish.
+//!
+//! Hardening, in the order a connection meets it:
+//! - a cap on open connections (`server.max_connections`), taken right after accept,
+//!   before any handshake: past it, a connection is closed at once, not queued (the
+//!   admin listener is exempt);
+//! - the TLS handshake, in the connection's own task under
+//!   `server.tls.handshake_timeout_ms`, so a slow client never blocks accepting;
+//! - `server.header_read_timeout_ms` for the first byte of a connection (so a client
+//!   that connects and sends nothing is closed), and for each request's headers
+//!   (HTTP/1.1, idle keep-alive included);
+//! - the body deadline, the per-key limits and the request timeout further in.
+
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
+use hyper_util::service::TowerToHyperService;
+use prometheus_client::metrics::gauge::Gauge;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_rustls::TlsAcceptor;
+use tower::Service;
+
+use crate::config::ServerConfig;
+use crate::metrics::Metrics;
+use crate::response::ResponseBody;
+
+/// What the edge needs from the gateway it serves, so that it needs nothing else of it.
+pub trait Host: Send + Sync + 'static {
+    /// The settings a new connection takes (a reload applies to new connections).
+    fn settings(&self) -> Settings;
+    /// A stop was requested: stop reporting ready.
+    fn start_draining(&self);
+    fn metrics(&self) -> &Metrics;
+}
+
+/// Connection settings from `[server]`, compiled with the configuration.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub header_read_timeout: Duration,
+    pub max_connections: usize,
+    pub shutdown_delay: Duration,
+    pub shutdown_grace: Duration,
+    /// The TLS config and the handshake timeout, when `[server.tls]` is set.
+    pub tls: Option<(Arc<rustls::ServerConfig>, Duration)>,
+}
+
+/// The bound listeners.
+pub struct Listeners {
+    pub plain: TcpListener,
+    pub tls: Option<TcpListener>,
+    pub admin: Option<TcpListener>,
+}
+
+impl Listeners {
+    /// Bind every configured listener; an error names the address that failed.
+    pub async fn bind(cfg: &ServerConfig) -> Result<Self, (SocketAddr, std::io::Error)> {
+        let bind =
+            |addr: SocketAddr| async move { TcpListener::bind(addr).await.map_err(|e| (addr, e)) };
+        let plain = bind(cfg.listen).await?;
+        let tls = match &cfg.tls {
+            Some(t) => Some(bind(t.listen).await?),
+            None => None,
+        };
+        let admin = match cfg.metrics_listen {
+            Some(addr) => Some(bind(addr).await?),
+            None => None,
+        };
+        Ok(Self { plain, tls, admin })
+    }
+}
+
+/// Which listener a connection came from.
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    Plain,
+    Tls,
+    Admin,
+}
+
+/// Held for a connection's whole life: its slot under the cap, and the gauge.
+struct Slot {
+    _permit: Option<OwnedSemaphorePermit>,
+    open: Gauge,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.open.dec();
+    }
+}
+
+/// The services a connection is served by: the client API and the admin listener's.
+pub struct Services<S, A> {
+    pub main: S,
+    pub admin: A,
+}
+
+/// Serve on the listeners until `shutdown` resolves, then drain: report not ready,
+/// keep accepting for `server.shutdown_delay_ms`, stop accepting, and give in-flight
+/// requests `server.shutdown_grace_ms` to finish.
+pub async fn serve<H, S, A>(
+    listeners: Listeners,
+    host: Arc<H>,
+    services: Services<S, A>,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()>
+where
+    H: Host,
+    S: HttpService,
+    A: HttpService,
+{
+    let graceful = GracefulShutdown::new();
+    let slots = Arc::new(Semaphore::new(host.settings().max_connections.max(1)));
+    tokio::pin!(shutdown);
+    let mut delay: Option<Pin<Box<tokio::time::Sleep>>> = None;
+    loop {
+        let (accepted, kind) = tokio::select! {
+            a = listeners.plain.accept() => (a, Kind::Plain),
+            a = accept(listeners.tls.as_ref()) => (a, Kind::Tls),
+            a = accept(listeners.admin.as_ref()) => (a, Kind::Admin),
+            () = &mut shutdown, if delay.is_none() => {
+                host.start_draining();
+                let after = host.settings().shutdown_delay;
+                tracing::info!(delay_ms = after.as_millis() as u64, "shutdown requested: /readyz now answers 503");
+                delay = Some(Box::pin(tokio::time::sleep(after)));
+                continue;
+            }
+            () = async { delay.as_mut().expect("guarded").await }, if delay.is_some() => break,
+        };
+        match accepted {
+            Ok((stream, peer)) => {
+                if let Some(slot) = admit(&*host, &slots, kind, peer) {
+                    let watcher = graceful.watcher();
+                    spawn_connection(&host, &services, kind, stream, peer, slot, watcher);
+                }
+            }
+            Err(e) => {
+                // Out of descriptors or similar: back off instead of spinning.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+    drop(listeners);
+    drain(graceful, host.settings().shutdown_grace).await;
+    Ok(())
+}
+
+/// A service a connection can be served by.
+pub trait HttpService:
+    Service<
+        http::Request<Incoming>,
+        Response = http::Response<ResponseBody>,
+        Error = std::convert::Infallible,
+        Future: Send,
+    > + Clone
+    + Send
+    + 'static
+{
+}
+
+impl<T> HttpService for T where
+    T: Service<
+            http::Request<Incoming>,
+            Response = http::Response<ResponseBody>,
+            Error = std::convert::Infallible,
+            Future: Send,
+        > + Clone
+        + Send
+        + 'static
+{
+}
+
+/// The connection's slot under the cap, taken before any handshake or read: past the
+/// cap it is closed at once. The admin listener is exempt, so that an overloaded
+/// gateway can still be observed.
+fn admit(host: &impl Host, slots: &Arc<Semaphore>, kind: Kind, peer: SocketAddr) -> Option<Slot> {
+    let permit = match kind {
+        Kind::Admin => None,
+        Kind::Plain | Kind::Tls => match slots.clone().try_acquire_owned() {
+            Ok(permit) => Some(permit),
+            Err(_) => {
+                host.metrics().connections_refused.inc();
+                tracing::debug!(%peer, "connection refused: server.max_connections reached");
+                return None;
+            }
+        },
+    };
+    let open = host.metrics().connections_open.clone();
+    open.inc();
+    Some(Slot {
+        _permit: permit,
+        open,
+    })
+}
+
+/// Serve one accepted connection in its own task, with the settings current now.
+fn spawn_connection<H: Host, S: HttpService, A: HttpService>(
+    host: &Arc<H>,
+    services: &Services<S, A>,
+    kind: Kind,
+    stream: TcpStream,
+    peer: SocketAddr,
+    slot: Slot,
+    watcher: Watcher,
+) {
+    let _ = stream.set_nodelay(true);
+    let settings = host.settings();
+    let builder = http_builder(settings.header_read_timeout);
+    let first_byte = settings.header_read_timeout;
+    match kind {
+        Kind::Plain => {
+            let svc = services.main.clone();
+            tokio::spawn(async move {
+                let io = FirstByte::new(stream, first_byte);
+                run(TokioIo::new(io), &builder, svc, watcher, peer).await;
+                drop(slot);
+            });
+        }
+        Kind::Admin => {
+            let svc = services.admin.clone();
+            tokio::spawn(async move {
+                let io = FirstByte::new(stream, first_byte);
+                run(TokioIo::new(io), &builder, svc, watcher, peer).await;
+                drop(slot);
+            });
+        }
+        Kind::Tls => {
+            let Some((tls, timeout)) = settings.tls else {
+                tracing::debug!(%peer, "TLS connection closed: TLS is no longer configured");
+                return;
+            };
+            let svc = services.main.clone();
+            let host = host.clone();
+            tokio::spawn(async move {
+                if let Some(stream) = handshake(stream, tls, timeout, host.metrics(), peer).await {
+                    let io = FirstByte::new(stream, first_byte);
+                    run(TokioIo::new(io), &builder, svc, watcher, peer).await;
+                }
+                drop(slot);
+            });
+        }
+    }
+}
+
+/// Give in-flight requests `grace` to finish after the listeners closed.
+async fn drain(graceful: GracefulShutdown, grace: Duration) {
+    tracing::info!(
+        grace_ms = grace.as_millis() as u64,
+        "listeners closed: draining in-flight requests"
+    );
+    match tokio::time::timeout(grace, graceful.shutdown()).await {
+        Ok(()) => tracing::info!("all connections closed"),
+        Err(_) => tracing::warn!("grace period over; closing remaining connections"),
+    }
+}
+
+/// Accept on a listener that may not exist (then never).
+async fn accept(listener: Option<&TcpListener>) -> std::io::Result<(TcpStream, SocketAddr)> {
+    match listener {
+        Some(l) => l.accept().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A connection's IO that fails if no byte arrives within the timeout. hyper's header
+/// read timeout starts only once the HTTP version is known, which takes a first byte;
+/// without this, a client that connects and stays silent would hold its slot forever.
+struct FirstByte<I> {
+    io: I,
+    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<I> FirstByte<I> {
+    fn new(io: I, timeout: Duration) -> Self {
+        Self {
+            io,
+            deadline: Some(Box::pin(tokio::time::sleep(timeout))),
+        }
+    }
+}
+
+impl<I: AsyncRead + Unpin> AsyncRead for FirstByte<I> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let this = &mut *self;
+        match Pin::new(&mut this.io).poll_read(cx, buf) {
+            Poll::Ready(result) => {
+                if buf.filled().len() > before {
+                    this.deadline = None;
+                }
+                Poll::Ready(result)
+            }
+            Poll::Pending => match this.deadline.as_mut().map(|d| d.as_mut().poll(cx)) {
+                Some(Poll::Ready(())) => Poll::Ready(Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "no request within server.header_read_timeout_ms",
+                ))),
+                _ => Poll::Pending,
+            },
+        }
+    }
+}
+
+impl<I: AsyncWrite + Unpin> AsyncWrite for FirstByte<I> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+}
+
+/// HTTP/1.1 and HTTP/2 with the current header read timeout.
+fn http_builder(header_read_timeout: Duration) -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_read_timeout);
+    // Pings find HTTP/2 peers that vanished without closing their connection.
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(Duration::from_secs(60))
+        .keep_alive_timeout(Duration::from_secs(20));
+    builder
+}
+
+/// The TLS handshake under its timeout; `None` (counted, logged) when it fails.
+async fn handshake(
+    stream: TcpStream,
+    tls: Arc<rustls::ServerConfig>,
+    timeout: Duration,
+    metrics: &Metrics,
+    peer: SocketAddr,
+) -> Option<tokio_rustls::server::TlsStream<TcpStream>> {
+    match tokio::time::timeout(timeout, TlsAcceptor::from(tls).accept(stream)).await {
+        Ok(Ok(stream)) => Some(stream),
+        Ok(Err(e)) => {
+            metrics.tls_handshake_failures.inc();
+            tracing::debug!(%peer, error = %e, "TLS handshake failed");
+            None
+        }
+        Err(_) => {
+            metrics.tls_handshake_failures.inc();
+            tracing::debug!(%peer, "TLS handshake timed out");
+            None
+        }
+    }
+}
+
+/// Serve one connection until it ends or the graceful stop closes it.
+async fn run<I, S>(
+    io: TokioIo<I>,
+    builder: &auto::Builder<TokioExecutor>,
+    svc: S,
+    watcher: Watcher,
+    peer: SocketAddr,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    S: Service<http::Request<Incoming>, Response = http::Response<ResponseBody>>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let conn = builder
+        .serve_connection(io, TowerToHyperService::new(svc))
+        .into_owned();
+    if let Err(e) = watcher.watch(conn).await {
+        tracing::debug!(%peer, error = %e, "connection ended with an error");
+    }
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+}

@@ -1,0 +1,164 @@
+//! The gateway: the state every connection shares (the current configuration
+//! snapshot, the results cache, the metrics, whether it is draining), and how it is
+//! reloaded ([`reload`]). It knows nothing of HTTP: `api` serves requests with it and
+//! `edge` runs connections for it.
+
+pub mod reload;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+
+use crate::config::{LoadError, read_routes};
+use crate::edge;
+use crate::metrics::Metrics;
+use crate::simulator;
+use crate::snapshot::{LoadContext, SIMULATOR_URL, SecretFileMode, Snapshot};
+use crate::tasks::{CacheStats, TaskCache};
+
+/// State shared by every connection: the current config snapshot, the results cache,
+/// the metrics, and whether the gateway is draining.
+pub struct Gateway {
+    config_path: PathBuf,
+    snapshot: ArcSwap<Snapshot>,
+    pub cache: TaskCache,
+    pub metrics: Metrics,
+    draining: AtomicBool,
+    simulator_addr: Option<SocketAddr>,
+    /// SIGHUP and the file watch may fire together; one reload at a time, so that
+    /// limiter state inherited by one is not dropped by the other.
+    reloading: std::sync::Mutex<()>,
+}
+
+impl Gateway {
+    /// Load the routes file, start the simulator if a provider uses it, and build
+    /// the gateway. Errors name the file, the key and the problem.
+    pub async fn start(config_path: &Path) -> Result<Arc<Self>, LoadError> {
+        let file = read_routes(config_path)?;
+        let simulator_addr = if file.providers.values().any(|p| p.base_url == SIMULATOR_URL) {
+            let addr = simulator::start(&file.simulator).await.map_err(|e| {
+                let mut problems = crate::config::Problems::default();
+                problems.push(
+                    "simulator.listen",
+                    format!("cannot start the simulated provider: {e}"),
+                );
+                problems.into_error(config_path)
+            })?;
+            tracing::info!(%addr, "built-in simulated provider listening");
+            Some(addr)
+        } else {
+            None
+        };
+        let metrics = Metrics::new();
+        let ctx = LoadContext {
+            simulator_addr,
+            secret_file: SecretFileMode::Create,
+            unmapped_statuses: metrics.unmapped_statuses.clone(),
+        };
+        let snapshot = Snapshot::build(file, config_path, &ctx)?;
+        let tasks = &snapshot.tasks;
+        let cache = TaskCache::new(
+            tasks.cache_capacity,
+            Duration::from_millis(tasks.terminal_cache_ttl_ms),
+            Duration::from_millis(tasks.poll_cache_ttl_ms),
+            CacheStats {
+                hits: metrics.cache_hits.clone(),
+                misses: metrics.cache_misses.clone(),
+            },
+        );
+        Ok(Arc::new(Self {
+            config_path: config_path.to_path_buf(),
+            snapshot: ArcSwap::from_pointee(snapshot),
+            cache,
+            metrics,
+            draining: AtomicBool::new(false),
+            simulator_addr,
+            reloading: std::sync::Mutex::new(()),
+        }))
+    }
+
+    /// The current snapshot; a request keeps the one it started with.
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.snapshot.load_full()
+    }
+
+    /// Read the routes file again and, if it is valid, swap it in as one snapshot.
+    /// An invalid file changes nothing: the error says why. Requests in progress
+    /// finish on the snapshot they started with; sealed task ids stay valid as long
+    /// as the task secret and the provider names are kept.
+    pub fn reload(&self) -> Result<(), LoadError> {
+        let result = self.try_reload();
+        self.metrics.reload(result.is_ok());
+        result
+    }
+
+    fn try_reload(&self) -> Result<(), LoadError> {
+        let _one_at_a_time = self
+            .reloading
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let ctx = LoadContext {
+            simulator_addr: self.simulator_addr,
+            secret_file: SecretFileMode::MustExist,
+            unmapped_statuses: self.metrics.unmapped_statuses.clone(),
+        };
+        let mut next = Snapshot::load(&self.config_path, &ctx)?;
+        if next.uses_simulator && self.simulator_addr.is_none() {
+            let mut problems = crate::config::Problems::default();
+            problems.push(
+                "providers",
+                format!("`{SIMULATOR_URL}` is started only at startup: restart to use it"),
+            );
+            return Err(problems.into_error(&self.config_path));
+        }
+        let current = self.snapshot();
+        next.limits.inherit(&current.limits);
+        let (old, new) = (&current.server, &next.server);
+        let tls_listen = |s: &crate::config::ServerConfig| s.tls.as_ref().map(|t| t.listen);
+        if old.listen != new.listen
+            || tls_listen(old) != tls_listen(new)
+            || old.metrics_listen != new.metrics_listen
+            || old.max_connections != new.max_connections
+        {
+            tracing::warn!(
+                "listener addresses and server.max_connections apply at startup only; restart to change them"
+            );
+        }
+        self.snapshot.store(Arc::new(next));
+        // Cached results were read by the old providers' programs; a fixed
+        // status_map or urls program must show at once, not in an hour.
+        self.cache.invalidate_all();
+        Ok(())
+    }
+
+    pub fn config_path(&self) -> &Path {
+        &self.config_path
+    }
+
+    /// Stop reporting ready: load balancers take the instance out while it drains.
+    pub fn start_draining(&self) {
+        self.draining.store(true, Ordering::SeqCst);
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::SeqCst)
+    }
+}
+
+impl edge::Host for Gateway {
+    fn settings(&self) -> edge::Settings {
+        self.snapshot().edge.clone()
+    }
+
+    fn start_draining(&self) {
+        Gateway::start_draining(self);
+    }
+
+    fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+}

@@ -1,0 +1,178 @@
+//! Content: a result only downloadable with our key, streamed through. Redirects
+//! are followed a few times; our headers only go to the provider's own origin, and
+//! nothing is fetched from a private network on a public upstream's say-so.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Request, StatusCode};
+use http_body_util::Full;
+
+use super::answer::{Refusal, Step};
+use super::jq::from_json;
+use super::plan::RequestPlan;
+use super::{Call, Provider, client};
+use crate::config::{ContentConfig, Scope};
+use crate::error::ApiError;
+
+/// The content request that needs our key: `.` is `{"urls": […]}`, `$id` the upstream id.
+pub(super) struct ContentPlan {
+    request: RequestPlan,
+    timeout: Duration,
+    public_base_url: Option<String>,
+}
+
+impl ContentPlan {
+    pub(super) fn compile(c: &ContentConfig, at: &mut Scope) -> Option<Self> {
+        let request = RequestPlan::compile(Step::Content, at, &c.method, &c.path, &c.query);
+        let public_base_url = c
+            .public_base_url
+            .as_ref()
+            .map(|u| u.trim_end_matches('/').to_string());
+        if let Some(url) = &public_base_url {
+            let ok = url.parse::<http::Uri>().is_ok_and(|u| {
+                matches!(u.scheme_str(), Some("http" | "https"))
+                    && u.host().is_some()
+                    && u.query().is_none()
+            });
+            if !ok {
+                at.push(
+                    "public_base_url",
+                    "must be an http:// or https:// URL without a query",
+                );
+            }
+        }
+        Some(Self {
+            request: request?,
+            timeout: Duration::from_millis(c.timeout_ms),
+            public_base_url,
+        })
+    }
+
+    /// How clients reach the gateway, when configured.
+    pub(super) fn public_base_url(&self) -> Option<&str> {
+        self.public_base_url.as_deref()
+    }
+}
+
+impl Provider {
+    /// Open the upstream content of a task; the body is streamed by the caller.
+    /// `range` is the client's `Range` header, passed on so players can seek.
+    /// Redirects are followed (storage behind signed URLs); our headers, the key
+    /// among them, go only to the provider's own origin.
+    pub async fn content(
+        &self,
+        call: Call<'_>,
+        upstream_id: &str,
+        urls: &[String],
+        range: Option<HeaderValue>,
+    ) -> Result<http::Response<client::IdleTimeout<hyper::body::Incoming>>, ApiError> {
+        let Some(plan) = &self.content else {
+            return Err(ApiError::task_not_found());
+        };
+        let mut request = {
+            let vars = call.vars(Some(upstream_id));
+            let input = from_json(&serde_json::json!({ "urls": urls }));
+            plan.request.build(&self.origin, &input, &vars, None)?
+        };
+        for _ in 0..=MAX_CONTENT_REDIRECTS {
+            if let Some(range) = &range {
+                request
+                    .headers_mut()
+                    .insert(http::header::RANGE, range.clone());
+            }
+            let at = request.uri().clone();
+            let response = match self.client.open(request, plan.timeout).await {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::warn!(provider = %self.name, step = "content", error = %e, "upstream call failed");
+                    return Err(Refusal::of_call(&e).into_error(&self.name, Step::Content, None));
+                }
+            };
+            let status = response.status();
+            if status.is_redirection() && status != StatusCode::NOT_MODIFIED {
+                let next = redirect_target(&at, response.headers()).ok_or_else(|| {
+                    ApiError::upstream_failed("content", "redirected without a usable Location")
+                })?;
+                if !self.origin.may_reach(&next) {
+                    tracing::warn!(provider = %self.name, to = %next, "content redirect into a private network refused");
+                    return Err(ApiError::upstream_failed(
+                        "content",
+                        "redirected into a private network; refused",
+                    ));
+                }
+                request = self.follow(next);
+                continue;
+            }
+            if status == StatusCode::RANGE_NOT_SATISFIABLE {
+                return Err(ApiError::range_not_satisfiable());
+            }
+            if let Some(refusal) = Refusal::of_status(Step::Content, status, response.headers()) {
+                return Err(refusal.into_error(&self.name, Step::Content, None));
+            }
+            let idle = plan.timeout;
+            return Ok(response.map(|body| client::IdleTimeout::new(body, idle)));
+        }
+        Err(ApiError::upstream_failed("content", "too many redirects"))
+    }
+
+    /// A GET to where a content request was redirected; our headers only when it
+    /// stays on the provider's origin.
+    fn follow(&self, to: http::Uri) -> Request<Full<Bytes>> {
+        let mut request = Request::new(Full::new(Bytes::new()));
+        if self.origin.same_origin(&to) {
+            *request.headers_mut() = self.origin.headers.clone();
+        }
+        *request.uri_mut() = to;
+        request
+    }
+}
+
+/// Redirects followed by a content request before giving up.
+const MAX_CONTENT_REDIRECTS: usize = 3;
+
+/// Where a redirect points: an absolute http(s) URL, or a path on the same origin.
+fn redirect_target(from: &http::Uri, headers: &HeaderMap) -> Option<http::Uri> {
+    let location = headers.get(http::header::LOCATION)?.to_str().ok()?;
+    let to = location.parse::<http::Uri>().ok()?;
+    if to.scheme().is_some() {
+        return matches!(to.scheme_str(), Some("http" | "https"))
+            .then_some(to)
+            .filter(|u| u.authority().is_some());
+    }
+    if !location.starts_with('/') || location.starts_with("//") {
+        return None;
+    }
+    http::Uri::builder()
+        .scheme(from.scheme()?.clone())
+        .authority(from.authority()?.clone())
+        .path_and_query(location)
+        .build()
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redirects_resolve_absolute_and_same_origin_paths_only() {
+        let from: http::Uri = "https://api.example/v1/files/a:download?alt=media"
+            .parse()
+            .unwrap();
+        let to = |loc: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(http::header::LOCATION, HeaderValue::from_str(loc).unwrap());
+            redirect_target(&from, &h)
+        };
+        assert_eq!(
+            to("https://storage.example/b/a.mp4?sig=1").unwrap(),
+            "https://storage.example/b/a.mp4?sig=1"
+        );
+        assert_eq!(to("/v1/blobs/a").unwrap(), "https://api.example/v1/blobs/a");
+        assert!(to("ftp://x/y").is_none());
+        assert!(to("//other.example/x").is_none());
+        assert!(to("relative/path").is_none());
+        assert!(redirect_target(&from, &HeaderMap::new()).is_none());
+    }
+}

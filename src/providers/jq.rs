@@ -1,0 +1,389 @@
+//! jq programs from routes.toml, compiled once at config load (jaq): how requests are
+//! built and answers read.
+//!
+//! Every program sees the same variables, so an operator never has to remember
+//! which step offers which: `$model`, `$upstream_model`, `$kind` (`"video"` or
+//! `"image"`), `$id` (the upstream task id, null before it exists) and `$params`
+//! (the validated parameters during submit; null afterwards, since task ids do not
+//! carry them). What `.` is for each program is listed in docs/providers.md.
+
+use jaq_core::load::{Arena, File, Loader};
+use jaq_core::{Compiler, Ctx, Vars, data, unwrap_valr};
+use jaq_json::Val;
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::config::Scope;
+use crate::tasks::MediaKind;
+
+type Data = data::JustLut<Val>;
+
+/// Names of the variables every program may use, in the order values are supplied.
+pub const VARIABLES: [&str; 5] = ["$model", "$upstream_model", "$kind", "$id", "$params"];
+
+/// Values of [`VARIABLES`] for one run.
+pub struct JqVars {
+    values: [Val; 5],
+}
+
+impl JqVars {
+    pub fn new(
+        model: &str,
+        upstream_model: &str,
+        kind: MediaKind,
+        id: Option<&str>,
+        params: Option<Val>,
+    ) -> Self {
+        Self {
+            values: [
+                Val::from(model.to_owned()),
+                Val::from(upstream_model.to_owned()),
+                Val::from(kind.as_str().to_owned()),
+                id.map_or(Val::Null, |id| Val::from(id.to_owned())),
+                params.unwrap_or(Val::Null),
+            ],
+        }
+    }
+}
+
+/// A compiled jq program.
+pub struct Jq {
+    filter: jaq_core::Filter<Data>,
+    source: String,
+}
+
+impl std::fmt::Debug for Jq {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Jq").field(&self.source).finish()
+    }
+}
+
+impl Jq {
+    /// Parse and compile; the error says where and what is wrong.
+    pub fn compile(code: &str) -> Result<Self, String> {
+        let defs = jaq_core::defs()
+            .chain(jaq_std::defs())
+            .chain(jaq_json::defs());
+        let funs = jaq_core::funs()
+            .chain(jaq_std::funs())
+            .chain(jaq_json::funs());
+        let arena = Arena::default();
+        let loader = Loader::new(defs);
+        let modules = loader
+            .load(&arena, File { code, path: () })
+            .map_err(|errs| {
+                errs.into_iter()
+                    .map(|(_, e)| load_error(code, e))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            })?;
+        let filter = Compiler::default()
+            .with_funs(funs)
+            .with_global_vars(VARIABLES)
+            .compile(modules)
+            .map_err(|errs| {
+                errs.into_iter()
+                    .flat_map(|(_, es)| es)
+                    .map(|(name, undef)| format!("undefined {} `{name}`", undef.as_str()))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            })?;
+        Ok(Self {
+            filter,
+            source: code.to_owned(),
+        })
+    }
+
+    /// Compile the program at `key` of a block; a problem is recorded there if it
+    /// does not compile.
+    pub fn at(at: &mut Scope, key: &str, code: &str) -> Option<Self> {
+        at.check(key, Self::compile(code).map_err(|e| format!("jq: {e}")))
+    }
+
+    /// [`Jq::at`] for an optional program: `Some(None)` when there is none.
+    pub fn optional_at(at: &mut Scope, key: &str, code: &Option<String>) -> Option<Option<Self>> {
+        match code {
+            None => Some(None),
+            Some(code) => Self::at(at, key, code).map(Some),
+        }
+    }
+
+    /// Run on `input`; the first output, or `None` when the program yields nothing.
+    pub fn first(&self, input: Val, vars: &JqVars) -> Result<Option<Val>, String> {
+        let ctx = Ctx::<Data>::new(&self.filter.lut, Vars::new(vars.values.iter().cloned()));
+        match self.filter.id.run((ctx, input)).map(unwrap_valr).next() {
+            None => Ok(None),
+            Some(Ok(v)) => Ok(Some(v)),
+            Some(Err(e)) => Err(elide_values(&e.to_string())),
+        }
+    }
+
+    /// Run and convert the first output to JSON (`null` when there is none).
+    pub fn json(&self, input: Val, vars: &JqVars) -> Result<Value, String> {
+        Ok(self
+            .first(input, vars)?
+            .map_or(Value::Null, |v| to_json(&v)))
+    }
+}
+
+fn load_error(code: &str, e: jaq_core::load::Error<&str>) -> String {
+    use jaq_core::load::Error;
+    let at = |part: &str| {
+        let span = jaq_core::load::span(code, part);
+        format!("at character {}", span.start + 1)
+    };
+    match e {
+        Error::Io(errs) => errs
+            .into_iter()
+            .map(|(path, msg)| format!("cannot import `{path}`: {msg}"))
+            .collect::<Vec<_>>()
+            .join("; "),
+        Error::Lex(errs) => errs
+            .into_iter()
+            .map(|(expect, part)| format!("expected {} {}", expect.as_str(), at(part)))
+            .collect::<Vec<_>>()
+            .join("; "),
+        Error::Parse(errs) => errs
+            .into_iter()
+            .map(|(expect, part)| {
+                let found = if part.is_empty() {
+                    "end of program".to_string()
+                } else {
+                    format!("`{}`", part.chars().take(20).collect::<String>())
+                };
+                format!("expected {}, found {found} {}", expect.as_str(), at(part))
+            })
+            .collect::<Vec<_>>()
+            .join("; "),
+    }
+}
+
+/// jq runtime errors quote the value they failed on, which comes from the upstream
+/// answer (URLs, tokens, whatever it holds). Errors reach clients, so long quoted
+/// values are cut down to their start.
+fn elide_values(message: &str) -> String {
+    const KEEP: usize = 16;
+    let mut out = String::with_capacity(message.len().min(256));
+    let mut quoted = 0usize;
+    let mut in_quote = false;
+    for c in message.chars() {
+        if c == '"' {
+            if in_quote && quoted > KEEP {
+                out.push('…');
+            }
+            in_quote = !in_quote;
+            quoted = 0;
+            out.push(c);
+        } else if in_quote {
+            quoted += 1;
+            if quoted <= KEEP {
+                out.push(c);
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Deepest array/object nesting accepted in an upstream answer. jaq's reader recurses
+/// once per level, so an unbounded depth could overflow the stack and abort the
+/// process; real answers nest a few levels. serde_json uses the same limit.
+pub const MAX_DEPTH: usize = 128;
+
+/// JSON text → jq value, without an intermediate `serde_json::Value`.
+pub fn parse(bytes: &[u8]) -> Result<Val, String> {
+    if nesting_depth(bytes) > MAX_DEPTH {
+        return Err(format!("nested deeper than {MAX_DEPTH} levels"));
+    }
+    jaq_json::read::parse_single(bytes).map_err(|e| e.to_string())
+}
+
+/// Deepest nesting of `[` and `{` outside strings; a cheap scan before the
+/// recursive parse (malformed input is left for the parser to refuse).
+fn nesting_depth(bytes: &[u8]) -> usize {
+    let (mut depth, mut deepest, mut in_string, mut escaped) = (0usize, 0usize, false, false);
+    for &b in bytes {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
+/// `serde_json::Value` → jq value.
+pub fn from_json(value: &Value) -> Val {
+    Val::deserialize(value).unwrap_or(Val::Null)
+}
+
+/// jq value → `serde_json::Value`. Non-string object keys become their JSON text;
+/// NaN and infinities become null, as in jq's own output.
+pub fn to_json(v: &Val) -> Value {
+    match v {
+        Val::Null => Value::Null,
+        Val::Bool(b) => Value::Bool(*b),
+        Val::Num(n) => num_to_json(n),
+        Val::TStr(s) | Val::BStr(s) => Value::String(String::from_utf8_lossy(s).into_owned()),
+        Val::Arr(a) => Value::Array(a.iter().map(to_json).collect()),
+        Val::Obj(o) => Value::Object(
+            o.iter()
+                .map(|(k, v)| {
+                    let key = match k {
+                        Val::TStr(s) | Val::BStr(s) => String::from_utf8_lossy(s).into_owned(),
+                        other => other.to_string(),
+                    };
+                    (key, to_json(v))
+                })
+                .collect(),
+        ),
+    }
+}
+
+fn num_to_json(n: &jaq_json::Num) -> Value {
+    use jaq_json::Num;
+    match n {
+        Num::Int(i) => Value::from(*i as i64),
+        Num::Float(f) => serde_json::Number::from_f64(*f).map_or(Value::Null, Value::Number),
+        Num::Dec(s) => serde_json::from_str::<serde_json::Number>(s)
+            .map(Value::Number)
+            .unwrap_or(Value::Null),
+        Num::BigInt(b) => {
+            let text = b.to_string();
+            serde_json::from_str::<serde_json::Number>(&text)
+                .map(Value::Number)
+                .unwrap_or(Value::Null)
+        }
+    }
+}
+
+/// A jq value as text: strings as they are, numbers and the rest as JSON.
+pub fn to_text(v: &Val) -> Option<String> {
+    match v {
+        Val::Null => None,
+        Val::TStr(s) | Val::BStr(s) => Some(String::from_utf8_lossy(s).into_owned()),
+        other => Some(to_json(other).to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn vars() -> JqVars {
+        JqVars::new(
+            "sd_2.0_special",
+            "seedance-2",
+            MediaKind::Video,
+            Some("ops/1"),
+            None,
+        )
+    }
+
+    #[test]
+    fn reshapes_with_variables() {
+        let jq = Jq::compile(r#"{model: $upstream_model, input: {prompt}, parameters: {duration: (.duration | tostring)}}"#)
+            .unwrap();
+        let out = jq
+            .json(from_json(&json!({"prompt": "cat", "duration": 8})), &vars())
+            .unwrap();
+        assert_eq!(
+            out,
+            json!({"model": "seedance-2", "input": {"prompt": "cat"}, "parameters": {"duration": "8"}})
+        );
+    }
+
+    #[test]
+    fn builds_paths_with_uri_escaping() {
+        let jq = Jq::compile(r#""/tasks/\($id | @uri)""#).unwrap();
+        assert_eq!(
+            jq.json(Val::Null, &vars()).unwrap(),
+            json!("/tasks/ops%2F1")
+        );
+    }
+
+    #[test]
+    fn extracts_deep_array_results() {
+        let jq = Jq::compile("[.data.task_result.videos[].url]").unwrap();
+        let input =
+            parse(br#"{"data":{"task_result":{"videos":[{"url":"a"},{"url":"b"}]}}}"#).unwrap();
+        assert_eq!(jq.json(input, &vars()).unwrap(), json!(["a", "b"]));
+    }
+
+    #[test]
+    fn empty_output_is_none_and_errors_are_reported() {
+        let jq = Jq::compile("empty").unwrap();
+        assert_eq!(
+            jq.first(Val::Null, &vars()).unwrap().map(|v| to_json(&v)),
+            None
+        );
+        let jq = Jq::compile(".a.b").unwrap();
+        assert!(jq.first(from_json(&json!({"a": "str"})), &vars()).is_err());
+    }
+
+    #[test]
+    fn compile_errors_say_what_is_wrong() {
+        let e = Jq::compile("{a: .b").unwrap_err();
+        assert!(e.contains("expected"), "{e}");
+        let e = Jq::compile("$nope").unwrap_err();
+        assert!(e.contains("undefined variable"), "{e}");
+        let e = Jq::compile("frobnicate(1)").unwrap_err();
+        assert!(e.contains("undefined filter"), "{e}");
+    }
+
+    #[test]
+    fn runtime_errors_do_not_carry_upstream_values() {
+        let jq = Jq::compile(".url.task_id").unwrap();
+        let input =
+            from_json(&json!({"url": "https://api.acme-internal.example/v1?key=sk-live-123"}));
+        let e = jq.first(input, &vars()).unwrap_err();
+        assert!(
+            !e.contains("acme-internal") && !e.contains("sk-live"),
+            "{e}"
+        );
+        assert!(e.contains("task_id"), "{e}");
+    }
+
+    #[test]
+    fn deep_nesting_is_refused_before_parsing() {
+        // Far deeper than any stack could take: must be an error, not an abort.
+        let deep = "[".repeat(200_000);
+        assert!(
+            parse(deep.as_bytes())
+                .unwrap_err()
+                .contains("nested deeper")
+        );
+        let ok = format!("{}1{}", "[".repeat(MAX_DEPTH), "]".repeat(MAX_DEPTH));
+        assert!(parse(ok.as_bytes()).is_ok());
+        // Brackets inside strings do not count.
+        let s = format!("{{\"a\": \"{}\\\"{}\"}}", "[".repeat(500), "{".repeat(500));
+        assert!(parse(s.as_bytes()).is_ok(), "{s}");
+    }
+
+    #[test]
+    fn numbers_survive_the_round_trip() {
+        let v = json!({"i": 3, "f": 1.5, "big": 12345678901234u64, "neg": -2});
+        let jq = Jq::compile(".").unwrap();
+        assert_eq!(
+            jq.json(parse(v.to_string().as_bytes()).unwrap(), &vars())
+                .unwrap(),
+            v
+        );
+        assert_eq!(jq.json(from_json(&v), &vars()).unwrap(), v);
+    }
+}

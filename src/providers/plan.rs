@@ -1,0 +1,228 @@
+//! A request plan: how one step (submit, query, result, content) builds its upstream
+//! request from jq programs. Every step uses this one type, compiled once at load.
+
+use bytes::Bytes;
+use http::header::{CONTENT_TYPE, HeaderValue};
+use http::{HeaderMap, Method, Request, Uri};
+use http_body_util::Full;
+use jaq_json::Val;
+use serde_json::Value;
+
+use super::answer::Step;
+use super::jq::{Jq, JqVars};
+use super::origin::Origin;
+use crate::config::Scope;
+use crate::error::ApiError;
+
+/// Method, path and query programs of one step, and its own static headers.
+pub struct RequestPlan {
+    step: Step,
+    method: Method,
+    path: Jq,
+    query: Option<Jq>,
+    headers: HeaderMap,
+}
+
+impl RequestPlan {
+    /// Compile a step's `method`, `path` and `query`; problems are recorded under `at`.
+    pub fn compile(
+        step: Step,
+        at: &mut Scope,
+        method: &str,
+        path: &str,
+        query: &Option<String>,
+    ) -> Option<Self> {
+        let method = parse_method(at, method);
+        let path = Jq::at(at, "path", path);
+        let query = Jq::optional_at(at, "query", query);
+        Some(Self {
+            step,
+            method: method?,
+            path: path?,
+            query: query?,
+            headers: HeaderMap::new(),
+        })
+    }
+
+    /// Headers sent on this step only (e.g. an "async mode" header on submit).
+    pub fn with_headers(mut self, headers: HeaderMap) -> Self {
+        self.headers = headers;
+        self
+    }
+
+    /// Build the request: `.` is `input` for the path and query programs. A path that
+    /// is an absolute URL (a result link of the upstream) is used as it is, and our
+    /// headers then go along only when it stays on the provider's own origin.
+    pub fn build(
+        &self,
+        origin: &Origin,
+        input: &Val,
+        vars: &JqVars,
+        body: Option<Vec<u8>>,
+    ) -> Result<Request<Full<Bytes>>, ApiError> {
+        let (target, absolute) = self.target(origin, input, vars)?;
+        let mut builder = Request::builder()
+            .method(self.method.clone())
+            .uri(target.clone());
+        let Some(headers) = builder.headers_mut() else {
+            return Err(self.broken("path", "gave an invalid URL"));
+        };
+        if !absolute || origin.same_origin(&target) {
+            headers.extend(origin.headers.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
+        headers.extend(self.headers.iter().map(|(k, v)| (k.clone(), v.clone())));
+        if body.is_some() {
+            headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        }
+        builder
+            .body(Full::new(Bytes::from(body.unwrap_or_default())))
+            .map_err(|e| self.broken("path", format!("built an invalid request: {e}")))
+    }
+
+    /// The URL the path and query programs name, and whether the path was absolute.
+    fn target(&self, origin: &Origin, input: &Val, vars: &JqVars) -> Result<(Uri, bool), ApiError> {
+        let path = match self.path.json(input.clone(), vars) {
+            Ok(Value::String(p)) => p,
+            Ok(other) => return Err(self.broken("path", format!("gave {other}, not a string"))),
+            Err(e) => return Err(self.broken("path", format!("failed: {e}"))),
+        };
+        let absolute = path.starts_with("https://") || path.starts_with("http://");
+        let mut uri = if absolute {
+            String::new()
+        } else {
+            origin.base.clone()
+        };
+        if !absolute && !path.starts_with('/') {
+            uri.push('/');
+        }
+        uri.push_str(&path);
+        if let Some(query) = &self.query {
+            let pairs = match query.json(input.clone(), vars) {
+                Ok(Value::Object(pairs)) => pairs,
+                Ok(other) => {
+                    return Err(self.broken("query", format!("gave {other}, not an object")));
+                }
+                Err(e) => return Err(self.broken("query", format!("failed: {e}"))),
+            };
+            append_query(&mut uri, &pairs);
+        }
+        let target = uri
+            .parse::<Uri>()
+            .map_err(|_| self.broken("path", "gave an invalid URL"))?;
+        if absolute && !origin.may_reach(&target) {
+            return Err(self.broken("path", "points into a private network; refused"));
+        }
+        Ok((target, absolute))
+    }
+
+    /// A request the configuration could not build: the operator's to fix.
+    fn broken(&self, key: &str, what: impl std::fmt::Display) -> ApiError {
+        let step = self.step.as_str();
+        ApiError::upstream_failed(step, format!("`{step}.{key}` {what}"))
+    }
+}
+
+/// `pairs` as a query string after `uri`: strings as they are, nulls left out, other
+/// values as JSON text.
+fn append_query(uri: &mut String, pairs: &serde_json::Map<String, Value>) {
+    let mut qs = form_urlencoded::Serializer::new(String::new());
+    for (k, v) in pairs {
+        match v {
+            Value::Null => {}
+            Value::String(s) => {
+                qs.append_pair(k, s);
+            }
+            other => {
+                qs.append_pair(k, &other.to_string());
+            }
+        }
+    }
+    let qs = qs.finish();
+    if !qs.is_empty() {
+        uri.push(if uri.contains('?') { '&' } else { '?' });
+        uri.push_str(&qs);
+    }
+}
+
+/// An HTTP method from the file; a problem (and GET, to go on checking) when invalid.
+fn parse_method(at: &mut Scope, m: &str) -> Option<Method> {
+    let method = Method::from_bytes(m.to_ascii_uppercase().as_bytes());
+    at.check(
+        "method",
+        method.map_err(|_| format!("`{m}` is not an HTTP method")),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Problems;
+    use crate::tasks::MediaKind;
+
+    fn origin() -> Origin {
+        let mut headers = HeaderMap::new();
+        headers.insert("x-k", HeaderValue::from_static("v"));
+        Origin::parse("https://api.example", headers).unwrap()
+    }
+
+    /// A GET whose path is the jq program `code`.
+    fn get(code: &str) -> Result<Request<Full<Bytes>>, ApiError> {
+        let mut problems = Problems::default();
+        let plan = RequestPlan::compile(
+            Step::Query,
+            &mut problems.at("q"),
+            "get",
+            code,
+            &Some(r#"{a: "b c", n: 1, skip: null}"#.into()),
+        )
+        .unwrap();
+        let vars = JqVars::new("m", "m", MediaKind::Video, Some("1"), None);
+        plan.build(&origin(), &Val::Null, &vars, None)
+    }
+
+    #[test]
+    fn paths_may_be_absolute_and_keep_our_headers_on_our_origin() {
+        let own = get(r#""https://api.example/files/1""#).unwrap();
+        assert_eq!(own.uri(), "https://api.example/files/1?a=b+c&n=1");
+        assert_eq!(own.headers()["x-k"], "v");
+        let other = get(r#""https://cdn.example/files/1""#).unwrap();
+        assert!(other.headers().get("x-k").is_none());
+        let relative = get(r#""files/1""#).unwrap();
+        assert_eq!(relative.uri(), "https://api.example/files/1?a=b+c&n=1");
+        assert_eq!(relative.method(), Method::GET);
+    }
+
+    #[test]
+    fn unusable_paths_are_upstream_errors_never_panics() {
+        for (code, says) in [
+            (r#""/bad path\u0000""#, "invalid URL"),
+            ("42", "not a string"),
+            (r#""http://169.254.169.254/latest""#, "private network"),
+            (r#""x" | .a"#, "failed"),
+        ] {
+            let e = get(code).unwrap_err();
+            assert_eq!(e.status, http::StatusCode::BAD_GATEWAY, "{code}");
+            assert!(e.message.contains(says), "{code}: {}", e.message);
+            assert!(e.message.contains("`query.path`"), "{code}: {}", e.message);
+        }
+    }
+
+    #[test]
+    fn bad_methods_and_programs_name_their_keys() {
+        let mut problems = Problems::default();
+        let plan = RequestPlan::compile(
+            Step::Submit,
+            &mut problems.at("providers.p.submit"),
+            "NOT A METHOD",
+            ".[",
+            &None,
+        );
+        assert!(plan.is_none());
+        let e = problems.into_error(std::path::Path::new("r.toml"));
+        let keys: Vec<&str> = e.problems.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(
+            keys,
+            ["providers.p.submit.method", "providers.p.submit.path"]
+        );
+    }
+}

@@ -1,0 +1,137 @@
+//! Query: the status request, the answer read into our four statuses ([`super::status`]),
+//! and the optional second (result) request of a completed task.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::Request;
+use http_body_util::Full;
+use jaq_json::Val;
+use prometheus_client::metrics::counter::Counter;
+
+use super::answer::{Refusal, Step};
+use super::client::Answer;
+use super::jq::{Jq, parse};
+use super::plan::RequestPlan;
+use super::status::{StatusReader, urls_from};
+use super::{Call, Provider};
+use crate::config::{QueryConfig, ResultConfig, Scope};
+use crate::error::ApiError;
+use crate::tasks::{TaskState, TaskStatus};
+
+/// The status request and how its answer is read.
+pub(super) struct QueryPlan {
+    request: RequestPlan,
+    pub(super) reader: StatusReader,
+}
+
+impl QueryPlan {
+    pub(super) fn compile(c: &QueryConfig, at: &mut Scope, unmapped: &Counter) -> Option<Self> {
+        let request = RequestPlan::compile(Step::Query, at, &c.method, &c.path, &c.query);
+        let reader = StatusReader::compile(c, at, unmapped);
+        Some(Self {
+            request: request?,
+            reader: reader?,
+        })
+    }
+}
+
+/// The second request of a completed task: `.` is the status answer for its path and
+/// query; `urls` reads its own answer.
+pub(super) struct ResultPlan {
+    request: RequestPlan,
+    urls: Jq,
+}
+
+impl ResultPlan {
+    pub(super) fn compile(c: &ResultConfig, at: &mut Scope) -> Option<Self> {
+        let request = RequestPlan::compile(Step::Result, at, &c.method, &c.path, &c.query);
+        let urls = Jq::at(at, "urls", &c.urls);
+        Some(Self {
+            request: request?,
+            urls: urls?,
+        })
+    }
+}
+
+impl Provider {
+    /// Ask the upstream for a task's state; also the time spent waiting for it.
+    pub async fn query(
+        &self,
+        call: Call<'_>,
+        upstream_id: &str,
+    ) -> Result<(TaskState, Duration), ApiError> {
+        let request = {
+            let vars = call.vars(Some(upstream_id));
+            self.query
+                .request
+                .build(&self.origin, &Val::Null, &vars, None)?
+        };
+        let started = Instant::now();
+        let answer = self.exchange(Step::Query, request).await?;
+        let upstream_time = started.elapsed();
+        // jq values are not `Send`: everything that reads them ends before the next await.
+        let (mut state, result_request) = {
+            let vars = call.vars(Some(upstream_id));
+            let body = parse(&answer.body)
+                .map_err(|e| ApiError::upstream_bad_answer("query", format!("not JSON ({e})")))?;
+            let state = self
+                .query
+                .reader
+                .read(&self.name, body.clone(), &vars, &self.redactor)
+                .map_err(|e| ApiError::upstream_bad_answer("query", e.0))?;
+            let result_request = match &self.result {
+                Some(plan) if state.status == TaskStatus::Completed => {
+                    Some(plan.request.build(&self.origin, &body, &vars, None)?)
+                }
+                _ => None,
+            };
+            (state, result_request)
+        };
+        if let (Some(plan), Some(request)) = (&self.result, result_request) {
+            let started = Instant::now();
+            state.urls = self.fetch_result(plan, request, call, upstream_id).await?;
+            return Ok((state, upstream_time + started.elapsed()));
+        }
+        Ok((state, upstream_time))
+    }
+
+    /// One complete exchange of a query or result step: a successful answer, or its
+    /// catalogue error.
+    async fn exchange(
+        &self,
+        step: Step,
+        request: Request<Full<Bytes>>,
+    ) -> Result<Answer, ApiError> {
+        let answer = self.client.call(request, self.query_timeout).await.map_err(|e| {
+            tracing::warn!(provider = %self.name, step = step.as_str(), error = %e, "upstream call failed");
+            Refusal::of_call(&e).into_error(&self.name, step, None)
+        })?;
+        match Refusal::of_status(step, answer.status, &answer.headers) {
+            Some(refusal) => Err(refusal.into_error(&self.name, step, None)),
+            None => Ok(answer),
+        }
+    }
+
+    /// The second request of a completed task: its answer holds the result URLs.
+    async fn fetch_result(
+        &self,
+        plan: &ResultPlan,
+        request: Request<Full<Bytes>>,
+        call: Call<'_>,
+        upstream_id: &str,
+    ) -> Result<Vec<String>, ApiError> {
+        let answer = self.exchange(Step::Result, request).await?;
+        let bad = |what: String| ApiError::upstream_bad_answer("result", what);
+        let vars = call.vars(Some(upstream_id));
+        let body = parse(&answer.body).map_err(|e| bad(format!("not JSON ({e})")))?;
+        let urls = match plan.urls.json(body, &vars) {
+            Ok(value) => urls_from(value),
+            Err(e) => return Err(bad(format!("`result.urls` failed: {e}"))),
+        };
+        if urls.is_empty() {
+            return Err(bad("it has no result URL".into()));
+        }
+        Ok(urls)
+    }
+}

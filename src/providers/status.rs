@@ -1,0 +1,221 @@
+//! A status answer normalised: whatever the provider says becomes one of our four
+//! statuses, a progress, result URLs and a cleaned error.
+
+use std::collections::HashMap;
+
+use jaq_json::Val;
+use prometheus_client::metrics::counter::Counter;
+
+use super::jq::{Jq, JqVars, to_json, to_text};
+use super::redact::Redactor;
+use crate::config::{QueryConfig, Scope};
+use crate::tasks::{TaskError, TaskState, TaskStatus};
+
+/// How to read one provider's status answer.
+#[derive(Debug)]
+pub struct StatusReader {
+    pub status: Jq,
+    /// Exact upstream words → ours.
+    pub status_map: HashMap<String, TaskStatus>,
+    pub progress: Option<Jq>,
+    pub urls: Option<Jq>,
+    pub error_code: Option<Jq>,
+    pub error_message: Option<Jq>,
+    /// Counts status words missing from `status_map` (shared with the metrics).
+    pub unmapped: Counter,
+}
+
+/// A step of the answer that broke the provider's contract.
+#[derive(Debug, PartialEq, Eq)]
+pub struct ContractError(pub String);
+
+impl StatusReader {
+    /// Compile the reading programs of a `query` block; problems under `at`.
+    pub fn compile(c: &QueryConfig, at: &mut Scope, unmapped: &Counter) -> Option<Self> {
+        let status = Jq::at(at, "status", &c.status);
+        let progress = Jq::optional_at(at, "progress", &c.progress);
+        let urls = Jq::optional_at(at, "urls", &c.urls);
+        let error_code = Jq::optional_at(at, "error_code", &c.error_code);
+        let error_message = Jq::optional_at(at, "error_message", &c.error_message);
+        if c.status_map.is_empty() {
+            at.push(
+                "status_map",
+                "must map every upstream status word to one of ours",
+            );
+        }
+        Some(Self {
+            status: status?,
+            status_map: c.status_map.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+            progress: progress?,
+            urls: urls?,
+            error_code: error_code?,
+            error_message: error_message?,
+            unmapped: unmapped.clone(),
+        })
+    }
+
+    /// Map an upstream status word; unknown words count as `processing`, never leak.
+    pub fn map_status(&self, provider: &str, word: &str) -> TaskStatus {
+        match self.status_map.get(word) {
+            Some(s) => *s,
+            None => {
+                self.unmapped.inc();
+                tracing::warn!(
+                    provider,
+                    upstream_status = word,
+                    "unmapped upstream status reported as processing; add it to status_map"
+                );
+                TaskStatus::Processing
+            }
+        }
+    }
+
+    /// Read the status answer into our task state.
+    pub fn read(
+        &self,
+        provider: &str,
+        answer: Val,
+        vars: &JqVars,
+        redactor: &Redactor,
+    ) -> Result<TaskState, ContractError> {
+        let step = |name: &str, e: String| ContractError(format!("`query.{name}` failed: {e}"));
+        let word = self
+            .status
+            .first(answer.clone(), vars)
+            .map_err(|e| step("status", e))?
+            .as_ref()
+            .and_then(to_text)
+            .ok_or_else(|| ContractError("the status answer has no status".into()))?;
+        let status = self.map_status(provider, &word);
+
+        let progress = match &self.progress {
+            Some(jq) => jq
+                .first(answer.clone(), vars)
+                .map_err(|e| step("progress", e))?
+                .and_then(|v| to_json(&v).as_f64())
+                .map(|p| p.clamp(0.0, 100.0).round() as u8),
+            None => None,
+        };
+
+        let urls = match &self.urls {
+            Some(jq) if status == TaskStatus::Completed => {
+                urls_from(jq.json(answer.clone(), vars).map_err(|e| step("urls", e))?)
+            }
+            _ => Vec::new(),
+        };
+
+        let error = if status == TaskStatus::Failed {
+            let text = |jq: &Option<Jq>| -> Option<String> {
+                jq.as_ref()?
+                    .first(answer.clone(), vars)
+                    .ok()
+                    .flatten()
+                    .as_ref()
+                    .and_then(to_text)
+                    .filter(|s| !s.is_empty())
+            };
+            Some(TaskError {
+                code: text(&self.error_code)
+                    .map(|c| redactor.clean(&c))
+                    .unwrap_or_else(|| "generation_failed".into()),
+                message: text(&self.error_message)
+                    .map(|m| redactor.clean(&m))
+                    .unwrap_or_else(|| "the task failed without a reason given".into()),
+            })
+        } else {
+            None
+        };
+
+        Ok(TaskState {
+            status,
+            progress,
+            urls,
+            error,
+        })
+    }
+}
+
+/// Result URLs from what a `urls` program produced: one string or an array of them
+/// (empty strings and non-strings are skipped).
+pub fn urls_from(value: serde_json::Value) -> Vec<String> {
+    use serde_json::Value;
+    match value {
+        Value::String(s) if !s.is_empty() => vec![s],
+        Value::Array(items) => items
+            .into_iter()
+            .filter_map(|v| match v {
+                Value::String(s) if !s.is_empty() => Some(s),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::providers::jq::parse;
+    use crate::tasks::MediaKind;
+
+    fn reader() -> StatusReader {
+        StatusReader {
+            status: Jq::compile(".data.task_status").unwrap(),
+            status_map: [
+                ("submitted", TaskStatus::Queued),
+                ("processing", TaskStatus::Processing),
+                ("succeed", TaskStatus::Completed),
+                ("failed", TaskStatus::Failed),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
+            progress: Some(Jq::compile(".data.progress").unwrap()),
+            urls: Some(Jq::compile("[.data.task_result.videos[]?.url]").unwrap()),
+            error_code: None,
+            error_message: Some(Jq::compile(".data.task_status_msg").unwrap()),
+            unmapped: Counter::default(),
+        }
+    }
+
+    fn vars() -> JqVars {
+        JqVars::new("m", "m", MediaKind::Video, Some("1"), None)
+    }
+
+    fn read(body: &str) -> Result<TaskState, ContractError> {
+        let redactor = Redactor::new(["api.acme.example".to_string(), "acme".to_string()]);
+        reader().read("p", parse(body.as_bytes()).unwrap(), &vars(), &redactor)
+    }
+
+    #[test]
+    fn completed_with_deep_urls() {
+        let s = read(r#"{"data":{"task_status":"succeed","progress":100,"task_result":{"videos":[{"url":"u1"},{"url":"u2"}]}}}"#).unwrap();
+        assert_eq!(s.status, TaskStatus::Completed);
+        assert_eq!(s.urls, vec!["u1", "u2"]);
+        assert_eq!(s.progress, Some(100));
+    }
+
+    #[test]
+    fn unmapped_word_is_processing_and_counted() {
+        let r = reader();
+        let redactor = Redactor::default();
+        let answer = parse(br#"{"data":{"task_status":"WEIRD"}}"#).unwrap();
+        let s = r.read("p", answer, &vars(), &redactor).unwrap();
+        assert_eq!(s.status, TaskStatus::Processing);
+        assert_eq!(r.unmapped.get(), 1);
+    }
+
+    #[test]
+    fn failure_reason_is_cleaned() {
+        let s = read(r#"{"data":{"task_status":"failed","task_status_msg":"ACME at api.acme.example refused: nsfw"}}"#).unwrap();
+        let e = s.error.unwrap();
+        assert_eq!(e.code, "generation_failed");
+        assert_eq!(e.message, "[redacted] at [redacted] refused: nsfw");
+    }
+
+    #[test]
+    fn missing_status_breaks_the_contract() {
+        assert!(read(r#"{"data":{}}"#).is_err());
+        assert!(read(r#"[1,2]"#).is_err());
+    }
+}

@@ -1,0 +1,211 @@
+//! Submit: build the upstream request from the validated parameters, send it, and
+//! read what the answer proves. Only an answer that proves no task was created is
+//! `Refused` (the caller may fail over); everything else is `Failed`.
+
+use std::time::{Duration, Instant};
+
+use jaq_json::Val;
+use serde_json::Value;
+
+use super::answer::{Refusal, Step};
+use super::client::Answer;
+use super::jq::{Jq, JqVars, from_json, parse, to_text};
+use super::plan::RequestPlan;
+use super::{Call, Provider, header_map};
+use crate::config::{Scope, SubmitConfig};
+use crate::error::ApiError;
+use crate::tasks::TaskStatus;
+
+/// Tried when a provider names no `error_message` program: the usual places.
+const DEFAULT_ERROR_MESSAGE: &str = r#"if type == "object" then (.error.message? // .message? // .msg? // .detail? // .error? // .base_resp.status_msg?) else null end | if type == "string" then . else null end"#;
+
+/// A created upstream task.
+#[derive(Debug)]
+pub struct Submitted {
+    pub upstream_id: String,
+    pub status: TaskStatus,
+    pub upstream_time: Duration,
+}
+
+/// A submit that did not create a task, or may have.
+#[derive(Debug)]
+pub enum SubmitError {
+    /// The upstream certainly created no task: the next provider may be tried.
+    Refused(ApiError),
+    /// Definite failure, or an unknown outcome: never retried elsewhere.
+    Failed(ApiError),
+}
+
+/// The submit request and the programs that read its answer.
+pub(super) struct SubmitPlan {
+    request: RequestPlan,
+    body: Option<Jq>,
+    success: Option<Jq>,
+    refusal: Option<Jq>,
+    id: Jq,
+    status: Option<Jq>,
+    error_message: Jq,
+}
+
+impl SubmitPlan {
+    pub(super) fn compile(c: &SubmitConfig, at: &mut Scope) -> Option<Self> {
+        let headers = header_map(at, "headers", &c.headers);
+        let request = RequestPlan::compile(Step::Submit, at, &c.method, &c.path, &c.query);
+        let body = Jq::optional_at(at, "body", &c.body);
+        let success = Jq::optional_at(at, "success", &c.success);
+        let refusal = Jq::optional_at(at, "refusal", &c.refusal);
+        let id = Jq::at(at, "id", &c.id);
+        let status = Jq::optional_at(at, "status", &c.status);
+        let error_message = Jq::at(
+            at,
+            "error_message",
+            c.error_message.as_deref().unwrap_or(DEFAULT_ERROR_MESSAGE),
+        );
+        Some(Self {
+            request: request?.with_headers(headers),
+            body: body?,
+            success: success?,
+            refusal: refusal?,
+            id: id?,
+            status: status?,
+            error_message: error_message?,
+        })
+    }
+}
+
+impl Provider {
+    /// Create a task upstream.
+    pub async fn submit(&self, call: Call<'_>, params: &Value) -> Result<Submitted, SubmitError> {
+        let request = self
+            .build_submit(call, params)
+            .map_err(SubmitError::Refused)?;
+        let started = Instant::now();
+        let answer = self.client.call(request, self.submit_timeout).await;
+        let upstream_time = started.elapsed();
+        let answer = answer.map_err(|e| {
+            tracing::warn!(provider = %self.name, error = %e, "submit: no answer");
+            self.refused(Refusal::of_call(&e), None)
+        })?;
+        let (upstream_id, status) = self.read_submit_answer(answer, &call.vars(None))?;
+        Ok(Submitted {
+            upstream_id,
+            status,
+            upstream_time,
+        })
+    }
+
+    fn build_submit(
+        &self,
+        call: Call<'_>,
+        params: &Value,
+    ) -> Result<http::Request<http_body_util::Full<bytes::Bytes>>, ApiError> {
+        let input = from_json(params);
+        let vars = JqVars::new(
+            call.model,
+            call.upstream_model,
+            call.kind,
+            None,
+            Some(input.clone()),
+        );
+        let body = match &self.submit.body {
+            Some(jq) => jq.json(input.clone(), &vars).map_err(|e| {
+                ApiError::upstream_failed("submit", format!("`submit.body` failed: {e}"))
+            })?,
+            None => {
+                let mut with_model = serde_json::Map::new();
+                with_model.insert("model".into(), Value::from(call.upstream_model));
+                if let Value::Object(p) = params {
+                    with_model.extend(p.iter().map(|(k, v)| (k.clone(), v.clone())));
+                }
+                Value::Object(with_model)
+            }
+        };
+        let body = serde_json::to_vec(&body).unwrap_or_default();
+        self.submit
+            .request
+            .build(&self.origin, &input, &vars, Some(body))
+    }
+
+    /// The catalogue error of a refusal, sorted by what it proves.
+    fn refused(&self, refusal: Refusal, reason: Option<&str>) -> SubmitError {
+        let created_nothing = refusal.created_nothing();
+        let error = refusal.into_error(&self.name, Step::Submit, reason);
+        if created_nothing {
+            SubmitError::Refused(error)
+        } else {
+            SubmitError::Failed(error)
+        }
+    }
+
+    /// The upstream's reason for refusing a submit, cleaned for the client.
+    fn refusal_reason(&self, body: Val, vars: &JqVars) -> Option<String> {
+        let reason = self.submit.error_message.first(body, vars).ok().flatten()?;
+        to_text(&reason).map(|m| self.redactor.clean(&m))
+    }
+
+    fn read_submit_answer(
+        &self,
+        answer: Answer,
+        vars: &JqVars,
+    ) -> Result<(String, TaskStatus), SubmitError> {
+        let parsed = parse(&answer.body);
+        if let Some(refusal) = Refusal::of_status(Step::Submit, answer.status, &answer.headers) {
+            let reason = parsed
+                .ok()
+                .and_then(|body| self.refusal_reason(body, vars))
+                .unwrap_or_else(|| answer.status.canonical_reason().unwrap_or("error").into());
+            return Err(self.refused(refusal, Some(&reason)));
+        }
+        // From here the upstream may have created a task: every failure is `Failed`.
+        let bad = |what: String| SubmitError::Failed(ApiError::upstream_bad_answer("submit", what));
+        let body = parsed.map_err(|e| bad(format!("not JSON ({e})")))?;
+        if let Some(success) = &self.submit.success {
+            let ok = success
+                .first(body.clone(), vars)
+                .map_err(|e| bad(format!("`submit.success` failed: {e}")))?;
+            if !matches!(ok, Some(Val::Bool(true))) {
+                let reason = self.refusal_reason(body.clone(), vars);
+                let word = self.refusal_word(body, vars);
+                return Err(self.refused(Refusal::of_word(word.as_deref()), reason.as_deref()));
+            }
+        }
+        let id = self
+            .submit
+            .id
+            .first(body.clone(), vars)
+            .map_err(|e| bad(format!("`submit.id` failed: {e}")))?
+            .as_ref()
+            .and_then(to_text)
+            .filter(|id| !id.is_empty())
+            .ok_or_else(|| bad("it has no task id".into()))?;
+        Ok((id, self.first_status(body, vars)))
+    }
+
+    /// How `submit.refusal` classifies an answer whose `success` is not true.
+    fn refusal_word(&self, body: Val, vars: &JqVars) -> Option<String> {
+        match self.submit.refusal.as_ref()?.first(body, vars) {
+            Ok(word) => word.as_ref().and_then(to_text),
+            Err(e) => {
+                tracing::warn!(provider = %self.name, error = %e, "`submit.refusal` failed");
+                None
+            }
+        }
+    }
+
+    /// The status a created task starts in. A task just created cannot be finished
+    /// with a result yet as far as the client is concerned; the first query reports
+    /// the real outcome.
+    fn first_status(&self, body: Val, vars: &JqVars) -> TaskStatus {
+        let word = match &self.submit.status {
+            Some(jq) => jq.first(body, vars).ok().flatten(),
+            None => None,
+        };
+        match word.as_ref().and_then(to_text) {
+            Some(w) => match self.query.reader.map_status(&self.name, &w) {
+                s if s.is_terminal() => TaskStatus::Processing,
+                s => s,
+            },
+            None => TaskStatus::Queued,
+        }
+    }
+}

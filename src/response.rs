@@ -1,0 +1,39 @@
+//! The response type every layer answers with, and the one way a JSON answer is built.
+
+use std::convert::Infallible;
+use std::pin::Pin;
+
+use bytes::Bytes;
+use http::{HeaderValue, Response, StatusCode, header};
+use http_body_util::{BodyExt, Full, combinators::BoxBody};
+use serde::Serialize;
+
+/// Error type of streamed bodies (upstream content passes through).
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Body of every response the gateway sends.
+pub type ResponseBody = BoxBody<Bytes, BoxError>;
+
+/// Future of every layer of the stack: errors never escape it (`Infallible`), every
+/// failure is already an error response.
+pub type ResponseFuture =
+    Pin<Box<dyn Future<Output = Result<Response<ResponseBody>, Infallible>> + Send>>;
+
+/// A complete in-memory response body.
+pub fn full(bytes: impl Into<Bytes>) -> ResponseBody {
+    Full::new(bytes.into())
+        .map_err(|never| match never {})
+        .boxed()
+}
+
+/// `value` as an `application/json` response with `status`.
+pub fn json(status: StatusCode, value: &impl Serialize) -> Response<ResponseBody> {
+    // Our own types always serialise; an empty body would still be a valid answer.
+    let mut resp = Response::new(full(serde_json::to_vec(value).unwrap_or_default()));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}

@@ -1,0 +1,97 @@
+//! `[[keys]]` and `[limits]`: the client keys (as digests), their model permissions
+//! and their limits.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::access::{ApiKey, KeyLimiter, KeyLimits, KeyRing, key_digest};
+use crate::config::{KeyConfig, Problems, RoutesFile, Scope, SecretSource};
+use crate::models::Model;
+
+/// Published demo keys: warned about at every start.
+const DEMO_KEYS: [&str; 2] = ["sk-demo", "sk-demo-2"];
+
+/// The compiled `[[keys]]`.
+pub(super) struct Keys {
+    pub ring: KeyRing,
+    pub limits: KeyLimits,
+    /// Names of keys whose secret is a published demo value.
+    pub demo: Vec<String>,
+}
+
+pub(super) fn compile(
+    file: &RoutesFile,
+    models: &HashMap<String, Arc<Model>>,
+    dir: &Path,
+    p: &mut Problems,
+) -> Keys {
+    KeyLimiter::check(&file.limits, &mut p.at("limits"));
+    if file.keys.is_empty() {
+        p.push("keys", "at least one client key is required");
+    }
+    let mut keys = Keys {
+        ring: KeyRing::default(),
+        limits: KeyLimits::default(),
+        demo: Vec::new(),
+    };
+    let (mut ring, mut limits) = (Vec::new(), Vec::new());
+    let (mut names, mut digests) = (HashSet::new(), HashSet::new());
+    for (i, k) in file.keys.iter().enumerate() {
+        let mut at = p.at(format!("keys[{i}]"));
+        if k.name.trim().is_empty() {
+            at.push("name", "must not be empty");
+        } else if !names.insert(k.name.as_str()) {
+            at.push("name", format!("`{}` is used by another key", k.name));
+        }
+        for m in k.models.iter().flatten() {
+            let listed = file.families.values().any(|f| f.models.contains(m));
+            if !models.contains_key(m) && !listed {
+                at.push("models", format!("no model named `{m}`"));
+            }
+        }
+        let own = file.limits.with(k.limits.as_ref());
+        KeyLimiter::check(&own, &mut at.at("limits"));
+        limits.push((Arc::<str>::from(k.name.as_str()), own));
+        let Some(digest) = digest_of(k, dir, &mut at) else {
+            continue;
+        };
+        // The same secret twice would make one of the keys unreachable.
+        if !digests.insert(digest) {
+            at.push("sha256", "the same secret as another key");
+        }
+        if DEMO_KEYS.iter().any(|demo| key_digest(demo) == digest) {
+            keys.demo.push(k.name.clone());
+        }
+        let allowed = k.models.as_ref().map(|m| m.iter().cloned().collect());
+        ring.push(ApiKey::new(&k.name, digest, allowed));
+    }
+    keys.ring = KeyRing::new(ring);
+    keys.limits = KeyLimits::new(limits);
+    keys
+}
+
+/// The SHA-256 of the key: given as hex, or of the key read from its variable.
+fn digest_of(k: &KeyConfig, dir: &Path, at: &mut Scope) -> Option<[u8; 32]> {
+    match (&k.sha256, &k.env) {
+        (Some(hex_digest), None) => {
+            let mut d = [0u8; 32];
+            let parsed = hex::decode_to_slice(hex_digest.trim(), &mut d)
+                .map(|()| d)
+                .map_err(|_| "must be 64 hex digits (printf %s KEY | sha256sum)".to_string());
+            at.check("sha256", parsed)
+        }
+        (None, Some(var)) => {
+            let source = SecretSource {
+                env: Some(var),
+                file: None,
+            };
+            let secret = at.check("env", source.read(dir))??;
+            Some(key_digest(&secret))
+        }
+        _ => {
+            at.push("sha256", "set exactly one of sha256 or env");
+            None
+        }
+    }
+}

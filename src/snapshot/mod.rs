@@ -1,0 +1,117 @@
+//! routes.toml compiled into one immutable snapshot: keys and their limits, models
+//! with their validators, providers with their clients, the task-id sealer and the
+//! connection settings. Each section compiles in its own module and reports into one
+//! [`Problems`] collector, so `mediagate check` lists every problem at once.
+//!
+//! A request pins one snapshot for its whole life, so a reload never shows it a mix
+//! of old and new settings. Everything expensive (jq, JSON Schema, TLS roots) is
+//! compiled here, never per request.
+
+mod keys;
+mod models;
+mod providers;
+mod server;
+mod tasks;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+
+use prometheus_client::metrics::counter::Counter;
+
+use crate::access::{KeyLimits, KeyRing};
+use crate::config::{
+    Endpoint, LoadError, Problems, RoutesFile, ServerConfig, SimulatorConfig, TasksConfig,
+    config_dir, read_routes,
+};
+use crate::edge;
+use crate::models::Model;
+use crate::providers::Provider;
+use crate::tasks::TaskSealer;
+
+pub use self::providers::SIMULATOR_URL;
+
+/// Everything a request needs, compiled from one routes file.
+#[derive(Debug)]
+pub struct Snapshot {
+    pub server: ServerConfig,
+    /// Connection settings for the edge, TLS config included.
+    pub edge: edge::Settings,
+    pub tasks: TasksConfig,
+    pub simulator: SimulatorConfig,
+    pub keys: KeyRing,
+    pub models: HashMap<String, Arc<Model>>,
+    pub providers: HashMap<String, Arc<Provider>>,
+    pub sealer: TaskSealer,
+    /// Per-key rate and concurrency limits.
+    pub limits: KeyLimits,
+    /// Some provider points at the built-in simulator.
+    pub uses_simulator: bool,
+    /// Keys whose secret is a published demo value.
+    pub demo_keys: Vec<String>,
+}
+
+/// What the load needs from the running process.
+#[derive(Debug, Clone, Default)]
+pub struct LoadContext {
+    /// Address of the running simulator; `None` while only checking the file.
+    pub simulator_addr: Option<SocketAddr>,
+    /// What to do when the task-secret file is missing and `create_secret_file` is set.
+    pub secret_file: SecretFileMode,
+    /// Counts upstream status words missing from a `status_map` (a metric).
+    pub unmapped_statuses: Counter,
+}
+
+/// A missing task-secret file: created at start, an error on reload (a new secret
+/// would make every outstanding task id unreadable), ignored by `check`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SecretFileMode {
+    Create,
+    MustExist,
+    #[default]
+    CheckOnly,
+}
+
+impl Snapshot {
+    /// Read, parse and compile a routes file.
+    pub fn load(path: &Path, ctx: &LoadContext) -> Result<Self, LoadError> {
+        Self::build(read_routes(path)?, path, ctx)
+    }
+
+    /// Compile an already parsed routes file read from `path`; relative paths in it
+    /// are resolved against the file's directory.
+    pub fn build(file: RoutesFile, path: &Path, ctx: &LoadContext) -> Result<Self, LoadError> {
+        let mut problems = Problems::default();
+        match Self::compile(file, config_dir(path), ctx, &mut problems) {
+            Some(snapshot) if problems.is_empty() => Ok(snapshot),
+            _ => Err(problems.into_error(path)),
+        }
+    }
+
+    fn compile(file: RoutesFile, dir: &Path, ctx: &LoadContext, p: &mut Problems) -> Option<Self> {
+        let (providers, uses_simulator) = providers::compile(&file, dir, ctx, p);
+        let models = models::compile(&file, &providers, p);
+        let keys = keys::compile(&file, &models, dir, p);
+        let sealer = tasks::compile(&file.tasks, dir, ctx.secret_file, &mut p.at("tasks"));
+        let edge = server::compile(&file.server, dir, &mut p.at("server"));
+        Some(Self {
+            server: file.server,
+            edge: edge?,
+            tasks: file.tasks,
+            simulator: file.simulator,
+            keys: keys.ring,
+            models,
+            providers,
+            sealer: sealer?,
+            limits: keys.limits,
+            uses_simulator,
+            demo_keys: keys.demo,
+        })
+    }
+
+    /// The model `id` if it is served on `endpoint`.
+    pub fn model(&self, id: &str, endpoint: Endpoint) -> Option<&Arc<Model>> {
+        self.models.get(id).filter(|m| m.served_on(endpoint))
+    }
+}

@@ -1,0 +1,114 @@
+//! `[families.*]` and `[schemas.*]`: every model with its providers and its compiled
+//! parameter schema (shared by the models of a family).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::config::{FamilyConfig, Problems, RoutesFile, Scope};
+use crate::models::{Model, ParamsValidator};
+use crate::providers::Provider;
+
+pub(super) fn compile(
+    file: &RoutesFile,
+    providers: &HashMap<String, Arc<Provider>>,
+    p: &mut Problems,
+) -> HashMap<String, Arc<Model>> {
+    let mut models: HashMap<String, Arc<Model>> = HashMap::new();
+    for (family, cfg) in &file.families {
+        let mut at = p.at(format!("families.{family}"));
+        let Some((chain, validator)) = compile_family(file, cfg, providers, &mut at) else {
+            continue;
+        };
+        for id in &cfg.models {
+            if id.is_empty() {
+                at.push("models", "a model id is empty");
+                continue;
+            }
+            let model = Model {
+                id: id.clone(),
+                family: family.clone(),
+                kind: cfg.kind,
+                endpoints: cfg.endpoints.clone(),
+                upstream_model: cfg.upstream_models.get(id).unwrap_or(id).clone(),
+                providers: chain.clone(),
+                validator: validator.clone(),
+            };
+            if let Some(other) = models.insert(id.clone(), Arc::new(model)) {
+                let msg = format!("`{id}` is also listed in family `{}`", other.family);
+                at.push("models", msg);
+            }
+        }
+    }
+    models
+}
+
+/// A family's provider chain and validator; `None` when its schema does not compile.
+fn compile_family(
+    file: &RoutesFile,
+    cfg: &FamilyConfig,
+    providers: &HashMap<String, Arc<Provider>>,
+    at: &mut Scope,
+) -> Option<(Vec<Arc<Provider>>, Arc<ParamsValidator>)> {
+    for (list, empty) in [
+        (cfg.models.is_empty(), "models"),
+        (cfg.endpoints.is_empty(), "endpoints"),
+        (cfg.providers.is_empty(), "providers"),
+    ] {
+        if list {
+            at.push(empty, format!("lists no {}", empty.trim_end_matches('s')));
+        }
+    }
+    let mut chain = Vec::new();
+    for name in &cfg.providers {
+        match providers.get(name) {
+            Some(provider) => chain.push(provider.clone()),
+            None if file.providers.contains_key(name) => {} // reported with the provider
+            None => at.push("providers", format!("no provider named `{name}`")),
+        }
+    }
+    for upstream in cfg.upstream_models.keys() {
+        if !cfg.models.contains(upstream) {
+            let msg = format!("`{upstream}` is not one of this family's models");
+            at.push("upstream_models", msg);
+        }
+    }
+    let schema = at.check("schema", family_schema(&file.schemas, cfg))?;
+    let validator = ParamsValidator::compile(schema, cfg.allow_unknown_params)
+        .map_err(|e| format!("invalid JSON Schema: {e}"));
+    Some((chain, Arc::new(at.check("params", validator)?)))
+}
+
+/// A family's parameter schema: its `params` laid over the named base `schema`.
+fn family_schema(
+    schemas: &BTreeMap<String, toml::Table>,
+    family: &FamilyConfig,
+) -> Result<Value, String> {
+    let to_json = |t: &toml::Table| serde_json::to_value(t).map_err(|e| e.to_string());
+    let mut schema = match &family.schema {
+        Some(name) => to_json(
+            schemas
+                .get(name)
+                .ok_or_else(|| format!("no schema named `{name}` in [schemas]"))?,
+        )?,
+        None => Value::Object(Default::default()),
+    };
+    let overlay = match &family.params {
+        Some(params) => to_json(params)?,
+        None if family.schema.is_some() => return Ok(schema),
+        None => return Err("set `schema` or `params`".into()),
+    };
+    let (Value::Object(base), Value::Object(overlay)) = (&mut schema, overlay) else {
+        return Err("schemas must be tables".into());
+    };
+    for (k, v) in overlay {
+        match (k.as_str(), base.get_mut(&k), v) {
+            ("properties", Some(Value::Object(props)), Value::Object(more)) => props.extend(more),
+            (_, _, v) => {
+                base.insert(k, v);
+            }
+        }
+    }
+    Ok(schema)
+}

@@ -1,0 +1,14 @@
+//! Tasks: what the gateway knows about a task, the sealed id that carries it, and the
+//! cache of upstream answers.
+//!
+//! - [`state`]: the four statuses, the media kind, a normalised upstream answer;
+//! - [`id`]: sealed, self-contained task ids (the only way a query finds its task);
+//! - [`cache`]: results cache with request coalescing (moka).
+
+pub mod cache;
+pub mod id;
+pub mod state;
+
+pub use self::cache::{CacheStats, TaskCache};
+pub use self::id::{TaskId, TaskSealer};
+pub use self::state::{MediaKind, TaskError, TaskState, TaskStatus};
