@@ -75,7 +75,7 @@ fn default_auth_scheme() -> String {
 }
 
 /// The submit call. jq programs see the validated parameters as `.`; the variables
-/// are listed in [`crate::providers::jq::VARIABLES`].
+/// are listed in `providers::jq::VARIABLES`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SubmitConfig {
@@ -118,7 +118,7 @@ fn default_get() -> String {
 }
 
 /// The status query. jq programs see the upstream answer as `.` and `$id` (the
-/// upstream id) among the variables of [`crate::providers::jq::VARIABLES`].
+/// upstream id) among the variables of `providers::jq::VARIABLES`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct QueryConfig {

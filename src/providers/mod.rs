@@ -104,21 +104,7 @@ impl Provider {
             .as_ref()
             .and_then(|auth| auth_header(at, auth, dir, &mut headers));
         let origin = at.check("base_url", Origin::parse(base_url, headers));
-        if cfg.connect_timeout_ms >= cfg.submit_timeout_ms {
-            // Otherwise an unreachable provider looks like a slow one: no failover.
-            at.push(
-                "connect_timeout_ms",
-                "must be shorter than submit_timeout_ms",
-            );
-        }
-        let ca_file = cfg.ca_file.as_ref().map(|f| dir.join(f));
-        let client = at.check(
-            "ca_file",
-            UpstreamClient::new(
-                Duration::from_millis(cfg.connect_timeout_ms),
-                ca_file.as_deref(),
-            ),
-        );
+        let client = compile_client(cfg, dir, at);
         let submit = SubmitPlan::compile(&cfg.submit, &mut at.at("submit"));
         let query = QueryPlan::compile(&cfg.query, &mut at.at("query"), unmapped);
         let result = cfg
@@ -159,6 +145,23 @@ impl Provider {
     pub fn content_url_base(&self) -> Option<Option<&str>> {
         self.content.as_ref().map(ContentPlan::public_base_url)
     }
+}
+
+/// The pooled client with the provider's connect timeout and CA file.
+fn compile_client(cfg: &ProviderConfig, dir: &Path, at: &mut Scope) -> Option<UpstreamClient> {
+    if cfg.connect_timeout_ms >= cfg.submit_timeout_ms {
+        // Otherwise an unreachable provider looks like a slow one: no failover.
+        at.push(
+            "connect_timeout_ms",
+            "must be shorter than submit_timeout_ms",
+        );
+    }
+    let ca_file = cfg.ca_file.as_ref().map(|f| dir.join(f));
+    let connect_timeout = Duration::from_millis(cfg.connect_timeout_ms);
+    at.check(
+        "ca_file",
+        UpstreamClient::new(connect_timeout, ca_file.as_deref()),
+    )
 }
 
 /// Static headers of a block; invalid ones are problems under `key`.

@@ -104,34 +104,32 @@ impl StatusReader {
             _ => Vec::new(),
         };
 
-        let error = if status == TaskStatus::Failed {
-            let text = |jq: &Option<Jq>| -> Option<String> {
-                jq.as_ref()?
-                    .first(answer.clone(), vars)
-                    .ok()
-                    .flatten()
-                    .as_ref()
-                    .and_then(to_text)
-                    .filter(|s| !s.is_empty())
-            };
-            Some(TaskError {
-                code: text(&self.error_code)
-                    .map(|c| redactor.clean(&c))
-                    .unwrap_or_else(|| "generation_failed".into()),
-                message: text(&self.error_message)
-                    .map(|m| redactor.clean(&m))
-                    .unwrap_or_else(|| "the task failed without a reason given".into()),
-            })
-        } else {
-            None
-        };
-
+        let error = (status == TaskStatus::Failed).then(|| self.failure(&answer, vars, redactor));
         Ok(TaskState {
             status,
             progress,
             urls,
             error,
         })
+    }
+
+    /// Why a failed task failed, cleaned; our defaults when the upstream does not say.
+    fn failure(&self, answer: &Val, vars: &JqVars, redactor: &Redactor) -> TaskError {
+        let text = |jq: &Option<Jq>| -> Option<String> {
+            jq.as_ref()?
+                .first(answer.clone(), vars)
+                .ok()
+                .flatten()
+                .as_ref()
+                .and_then(to_text)
+                .filter(|s| !s.is_empty())
+                .map(|s| redactor.clean(&s))
+        };
+        TaskError {
+            code: text(&self.error_code).unwrap_or_else(|| "generation_failed".into()),
+            message: text(&self.error_message)
+                .unwrap_or_else(|| "the task failed without a reason given".into()),
+        }
     }
 }
 

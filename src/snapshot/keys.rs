@@ -30,12 +30,7 @@ pub(super) fn compile(
     if file.keys.is_empty() {
         p.push("keys", "at least one client key is required");
     }
-    let mut keys = Keys {
-        ring: KeyRing::default(),
-        limits: KeyLimits::default(),
-        demo: Vec::new(),
-    };
-    let (mut ring, mut limits) = (Vec::new(), Vec::new());
+    let (mut ring, mut limits, mut demo) = (Vec::new(), Vec::new(), Vec::new());
     let (mut names, mut digests) = (HashSet::new(), HashSet::new());
     for (i, k) in file.keys.iter().enumerate() {
         let mut at = p.at(format!("keys[{i}]"));
@@ -61,14 +56,16 @@ pub(super) fn compile(
             at.push("sha256", "the same secret as another key");
         }
         if DEMO_KEYS.iter().any(|demo| key_digest(demo) == digest) {
-            keys.demo.push(k.name.clone());
+            demo.push(k.name.clone());
         }
         let allowed = k.models.as_ref().map(|m| m.iter().cloned().collect());
         ring.push(ApiKey::new(&k.name, digest, allowed));
     }
-    keys.ring = KeyRing::new(ring);
-    keys.limits = KeyLimits::new(limits);
-    keys
+    Keys {
+        ring: KeyRing::new(ring),
+        limits: KeyLimits::new(limits),
+        demo,
+    }
 }
 
 /// The SHA-256 of the key: given as hex, or of the key read from its variable.
