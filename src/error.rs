@@ -277,8 +277,8 @@ impl ApiError {
         )
     }
 
-    /// The JSON response for this error.
-    pub fn into_response(self) -> Response<ResponseBody> {
+    /// The body of this error: `{"error":{"message","type","code","param"}}`.
+    fn envelope(&self) -> impl Serialize + '_ {
         #[derive(Serialize)]
         struct Envelope<'a> {
             error: Inner<'a>,
@@ -291,17 +291,24 @@ impl ApiError {
             code: &'a str,
             param: Option<&'a str>,
         }
-        let mut resp = json(
-            self.status,
-            &Envelope {
-                error: Inner {
-                    message: &self.message,
-                    kind: self.kind,
-                    code: self.code,
-                    param: self.param.as_deref(),
-                },
+        Envelope {
+            error: Inner {
+                message: &self.message,
+                kind: self.kind,
+                code: self.code,
+                param: self.param.as_deref(),
             },
-        );
+        }
+    }
+
+    /// The body as JSON text (kept by the ledger, to answer a retry the same way).
+    pub fn body_text(&self) -> String {
+        serde_json::to_string(&self.envelope()).unwrap_or_default()
+    }
+
+    /// The JSON response for this error.
+    pub fn into_response(self) -> Response<ResponseBody> {
+        let mut resp = json(self.status, &self.envelope());
         let h = resp.headers_mut();
         if self.status == StatusCode::UNAUTHORIZED {
             h.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
@@ -322,6 +329,77 @@ impl ApiError {
         }
         resp.extensions_mut().insert(ErrorCode(self.code));
         resp
+    }
+
+    // The ledger: idempotent submits, quotas, listing.
+    pub fn invalid_idempotency_key() -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            "invalid_idempotency_key",
+            "`Idempotency-Key` must be 1 to 255 visible ASCII characters",
+        )
+    }
+    pub fn idempotency_key_required() -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            "idempotency_key_required",
+            "this API key must send an `Idempotency-Key` header with every submit",
+        )
+    }
+    pub fn idempotency_key_reused() -> Self {
+        Self::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_request_error",
+            "idempotency_key_reused",
+            "this `Idempotency-Key` was already used with a different request; use a new key for a new request",
+        )
+    }
+    pub fn idempotency_key_in_use() -> Self {
+        Self::new(
+            StatusCode::CONFLICT,
+            "conflict_error",
+            "idempotency_key_in_use",
+            "the first request with this `Idempotency-Key` is still being processed; retry later",
+        )
+        .with_retry_after(Duration::from_secs(1))
+    }
+    pub fn submit_outcome_unknown() -> Self {
+        Self::new(
+            StatusCode::BAD_GATEWAY,
+            "upstream_error",
+            "submit_outcome_unknown",
+            "the first request with this `Idempotency-Key` reached the provider but its outcome is unknown; it is not submitted again (the operator reconciles it)",
+        )
+    }
+    pub fn quota_exceeded(what: &str, resets_in: Duration, resets_at: u64) -> Self {
+        Self::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate_limit_error",
+            "quota_exceeded",
+            format!(
+                "this API key has used its daily `{what}` quota; it resets at {resets_at} (Unix seconds, 00:00 UTC)"
+            ),
+        )
+        .with_retry_after(resets_in)
+    }
+    pub fn ledger_unavailable() -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "service_unavailable",
+            "ledger_unavailable",
+            "the task ledger is unavailable; nothing was submitted, retry later",
+        )
+        .with_retry_after(Duration::from_secs(1))
+    }
+    pub fn ledger_off() -> Self {
+        Self::new(
+            StatusCode::NOT_IMPLEMENTED,
+            "not_implemented_error",
+            "ledger_off",
+            "listing tasks needs the task ledger, which is off on this gateway",
+        )
     }
 
     /// The owner asked for the content of a task that is not completed.

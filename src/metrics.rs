@@ -57,6 +57,10 @@ pub struct Metrics {
     pub cache_misses: Counter,
     /// Handed to every provider's status reader.
     pub unmapped_statuses: Counter,
+    /// Ledger rows whose submit outcome is unknown, as of the last sweep.
+    pub ledger_unknown_outcome: Gauge,
+    /// Ledger statements that failed.
+    pub ledger_errors: Counter,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -153,6 +157,18 @@ impl Metrics {
             "Upstream status words missing from a provider's status_map (reported as processing)",
             unmapped_statuses.clone(),
         );
+        let ledger_unknown_outcome = Gauge::default();
+        registry.register(
+            "ledger_unknown_outcome_tasks",
+            "Ledger rows whose submit outcome is unknown (to reconcile: `mediagate tasks --state unknown_outcome`)",
+            ledger_unknown_outcome.clone(),
+        );
+        let ledger_errors = Counter::default();
+        registry.register(
+            "ledger_errors",
+            "Ledger statements that failed",
+            ledger_errors.clone(),
+        );
         // Series that exist from the start, so that rates and alerts see a zero.
         for reason in ["rate", "submit"] {
             let _ = rate_limited.get_or_create(&ReasonLabels { reason });
@@ -177,6 +193,8 @@ impl Metrics {
             cache_hits,
             cache_misses,
             unmapped_statuses,
+            ledger_unknown_outcome,
+            ledger_errors,
         }
     }
 

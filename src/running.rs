@@ -58,6 +58,7 @@ pub async fn start(config: &Path) -> Result<Running, StartError> {
         );
     }
     tokio::spawn(crate::gateway::reload::watch_files(gateway.clone()));
+    tokio::spawn(crate::gateway::sweep::run(gateway.clone()));
     let listeners = Listeners::bind(&snapshot.server)
         .await
         .map_err(|(addr, e)| StartError::Listen(addr, e))?;
@@ -115,9 +116,22 @@ impl Running {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
-        (&mut self.served)
+        let served = (&mut self.served)
             .await
-            .unwrap_or_else(|e| Err(std::io::Error::other(e)))
+            .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+        self.finish_submits().await;
+        served
+    }
+
+    /// Submits already sent upstream run to their end (each bounded by its provider's
+    /// submit timeout), so the ledger learns their outcome before the process exits.
+    async fn finish_submits(&self) {
+        let submits = &self.gateway.submits;
+        submits.close();
+        if !submits.is_empty() {
+            tracing::info!(submits = submits.len(), "waiting for submits in flight");
+        }
+        submits.wait().await;
     }
 
     /// Serve until `signal` resolves, then stop as [`Running::stop`] does.

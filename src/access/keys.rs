@@ -12,6 +12,7 @@ use http::header::AUTHORIZATION;
 use ring::digest::{SHA256, digest};
 use subtle::ConstantTimeEq;
 
+use crate::config::QuotaConfig;
 use crate::error::ApiError;
 
 /// An authenticated client key.
@@ -22,6 +23,10 @@ pub struct ApiKey {
     digest: [u8; 32],
     /// Allowed models; `None` means all.
     models: Option<HashSet<String>>,
+    /// Daily allowance, enforced at submit through the ledger.
+    pub quota: Option<QuotaConfig>,
+    /// Submits must carry an `Idempotency-Key`.
+    pub require_idempotency_key: bool,
 }
 
 impl ApiKey {
@@ -30,7 +35,20 @@ impl ApiKey {
             name: name.into(),
             digest,
             models,
+            quota: None,
+            require_idempotency_key: false,
         }
+    }
+
+    /// The key's submit policy: its quota and whether it must send `Idempotency-Key`.
+    pub fn with_policy(
+        mut self,
+        quota: Option<QuotaConfig>,
+        require_idempotency_key: bool,
+    ) -> Self {
+        self.quota = quota;
+        self.require_idempotency_key = require_idempotency_key;
+        self
     }
 
     pub fn may_use(&self, model: &str) -> bool {

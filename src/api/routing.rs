@@ -9,6 +9,8 @@ use crate::error::ApiError;
 #[derive(Debug, Clone)]
 pub enum Route {
     Submit(Endpoint),
+    /// `GET {collection}`: the key's own tasks, newest first.
+    List(Endpoint),
     /// `{collection}/{id}`.
     Query(Endpoint, Box<str>),
     /// `{collection}/{id}/content`: a result streamed from an upstream that needs our key.
@@ -32,7 +34,7 @@ impl Route {
         match self {
             Self::Health | Self::Ready | Self::Metrics => true,
             Self::Refused { public, .. } => *public,
-            Self::Submit(_) | Self::Query(..) | Self::Content(..) => false,
+            Self::Submit(_) | Self::List(_) | Self::Query(..) | Self::Content(..) => false,
         }
     }
 
@@ -41,6 +43,8 @@ impl Route {
         match self {
             Route::Submit(Endpoint::ModelCenter) => "POST /v2/model-center/tasks",
             Route::Submit(Endpoint::AlphaVideos) => "POST /v1/alpha/videos",
+            Route::List(Endpoint::ModelCenter) => "GET /v2/model-center/tasks",
+            Route::List(Endpoint::AlphaVideos) => "GET /v1/alpha/videos",
             Route::Query(Endpoint::ModelCenter, _) => "GET /v2/model-center/tasks/{id}",
             Route::Query(Endpoint::AlphaVideos, _) => "GET /v1/alpha/videos/{id}",
             Route::Content(Endpoint::ModelCenter, _) => "GET /v2/model-center/tasks/{id}/content",
@@ -73,7 +77,8 @@ fn resolve(method: &Method, path: &str, metrics_here: bool) -> Result<Route, Api
                 .find(|e| path.starts_with(e.path()))
                 .ok_or_else(ApiError::path_not_found)?;
             match &path[endpoint.path().len()..] {
-                "" => (Route::Submit(endpoint), "POST"),
+                "" if method == Method::POST => (Route::Submit(endpoint), "GET, HEAD, POST"),
+                "" => (Route::List(endpoint), "GET, HEAD, POST"),
                 rest => match rest.strip_prefix('/') {
                     Some(id) if !id.is_empty() && !id.contains('/') => {
                         (Route::Query(endpoint, id.into()), "GET, HEAD")
@@ -90,7 +95,7 @@ fn resolve(method: &Method, path: &str, metrics_here: bool) -> Result<Route, Api
         }
     };
     let ok = match route {
-        Route::Submit(_) => method == Method::POST,
+        Route::Submit(_) => true,
         _ => method == Method::GET || method == Method::HEAD,
     };
     if ok {
@@ -154,9 +159,13 @@ mod tests {
 
     #[test]
     fn wrong_method_names_allowed_ones() {
-        let e = refused(Method::GET, "/v2/model-center/tasks");
+        let e = refused(Method::PUT, "/v2/model-center/tasks");
         assert_eq!(e.status, 405);
-        assert_eq!(e.allow, Some("POST"));
+        assert_eq!(e.allow, Some("GET, HEAD, POST"));
+        assert!(matches!(
+            route(&Method::GET, "/v1/alpha/videos", false),
+            Route::List(Endpoint::AlphaVideos)
+        ));
         let e = refused(Method::DELETE, "/v1/alpha/videos/x");
         assert_eq!(e.allow, Some("GET, HEAD"));
         assert_eq!(refused(Method::POST, "/metrics").allow, Some("GET, HEAD"));

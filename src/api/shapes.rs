@@ -56,6 +56,16 @@ impl<'a> TaskView<'a> {
     }
 }
 
+/// A page of tasks, newest first: `after=last_id` asks for the next page.
+#[derive(Debug, Serialize)]
+pub struct TaskList<'a> {
+    pub object: &'static str,
+    pub data: Vec<TaskView<'a>>,
+    pub first_id: Option<&'a str>,
+    pub last_id: Option<&'a str>,
+    pub has_more: bool,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

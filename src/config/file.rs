@@ -19,6 +19,9 @@ pub struct RoutesFile {
     pub tasks: TasksConfig,
     #[serde(default)]
     pub simulator: SimulatorConfig,
+    /// The task ledger: where every task is recorded.
+    #[serde(default)]
+    pub ledger: LedgerConfig,
     /// Per-key limits every key gets unless its own `limits` says otherwise.
     #[serde(default)]
     pub limits: LimitsConfig,
@@ -207,6 +210,34 @@ impl Default for TasksConfig {
     }
 }
 
+/// The task ledger: a durable record of every task (idempotent submits, recovery,
+/// usage, quotas, listing).
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields, default)]
+pub struct LedgerConfig {
+    /// `sqlite://PATH` (relative to the routes file), `postgres://…` (shared by
+    /// replicas), or `none` (stateless: no idempotency, quotas, listing or recovery).
+    pub url: String,
+    /// How long an `Idempotency-Key` is remembered.
+    pub idempotency_ttl_hours: u64,
+    /// How long a retry waits for the first request with its key to finish before
+    /// it is answered 409.
+    pub idempotency_wait_ms: u64,
+    /// Connections to the database at most.
+    pub max_connections: u32,
+}
+
+impl Default for LedgerConfig {
+    fn default() -> Self {
+        Self {
+            url: "sqlite://.mediagate/ledger.db".into(),
+            idempotency_ttl_hours: 24,
+            idempotency_wait_ms: 10_000,
+            max_connections: 8,
+        }
+    }
+}
+
 /// The built-in simulated provider, reached as `base_url = "builtin:simulator"`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -244,6 +275,22 @@ pub struct KeyConfig {
     /// This key's own limits, laid over `[limits]`.
     #[serde(default)]
     pub limits: Option<KeyLimitsConfig>,
+    /// Daily allowance (UTC days), enforced at submit; needs the ledger.
+    #[serde(default)]
+    pub quota: Option<QuotaConfig>,
+    /// Refuse submits without an `Idempotency-Key` header; needs the ledger.
+    #[serde(default)]
+    pub require_idempotency_key: bool,
+}
+
+/// A key's daily allowance. Failed tasks give their share back.
+#[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct QuotaConfig {
+    /// Tasks submitted per day.
+    pub tasks_per_day: Option<u64>,
+    /// Requested seconds of video per day (`duration` or `seconds` of each task).
+    pub video_seconds_per_day: Option<u64>,
 }
 
 /// A family of models sharing a kind, an endpoint, providers and a parameter schema.

@@ -10,8 +10,8 @@ mod secret;
 use std::path::Path;
 
 pub use self::file::{
-    Endpoint, FamilyConfig, KeyConfig, KeyLimitsConfig, LimitsConfig, LogFormat, RoutesFile,
-    ServerConfig, SimulatorConfig, TasksConfig, TlsConfig,
+    Endpoint, FamilyConfig, KeyConfig, KeyLimitsConfig, LedgerConfig, LimitsConfig, LogFormat,
+    QuotaConfig, RoutesFile, ServerConfig, SimulatorConfig, TasksConfig, TlsConfig,
 };
 pub use self::problems::{LoadError, Problems, Scope};
 pub use self::provider::{

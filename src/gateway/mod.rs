@@ -4,6 +4,7 @@
 //! `edge` runs connections for it.
 
 pub mod reload;
+pub mod sweep;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -12,12 +13,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use tokio_util::task::TaskTracker;
 
 use crate::config::{LoadError, read_routes};
 use crate::edge;
 use crate::metrics::Metrics;
 use crate::simulator;
 use crate::snapshot::{LoadContext, SIMULATOR_URL, SecretFileMode, Snapshot};
+use crate::tasks::ledger::Ledger;
 use crate::tasks::{CacheStats, TaskCache};
 
 /// State shared by every connection: the current config snapshot, the results cache,
@@ -32,6 +35,11 @@ pub struct Gateway {
     /// SIGHUP and the file watch may fire together; one reload at a time, so that
     /// limiter state inherited by one is not dropped by the other.
     reloading: std::sync::Mutex<()>,
+    /// The task ledger, opened once at start; `None` when `[ledger] url = "none"`.
+    pub ledger: Option<Arc<Ledger>>,
+    /// Submits that run to their end even when their client is gone; a graceful stop
+    /// waits for them.
+    pub submits: TaskTracker,
 }
 
 impl Gateway {
@@ -70,6 +78,13 @@ impl Gateway {
                 misses: metrics.cache_misses.clone(),
             },
         );
+        let ledger = Ledger::open(&snapshot.ledger_url, snapshot.ledger.max_connections)
+            .await
+            .map_err(|e| {
+                let mut problems = crate::config::Problems::default();
+                problems.push("ledger.url", e);
+                problems.into_error(config_path)
+            })?;
         Ok(Arc::new(Self {
             config_path: config_path.to_path_buf(),
             snapshot: ArcSwap::from_pointee(snapshot),
@@ -78,6 +93,8 @@ impl Gateway {
             draining: AtomicBool::new(false),
             simulator_addr,
             reloading: std::sync::Mutex::new(()),
+            ledger: ledger.map(Arc::new),
+            submits: TaskTracker::new(),
         }))
     }
 
@@ -127,6 +144,9 @@ impl Gateway {
             tracing::warn!(
                 "listener addresses and server.max_connections apply at startup only; restart to change them"
             );
+        }
+        if current.ledger_url != next.ledger_url {
+            tracing::warn!("ledger.url applies at startup only; restart to change it");
         }
         self.snapshot.store(Arc::new(next));
         // Cached results were read by the old providers' programs; a fixed

@@ -140,6 +140,11 @@ impl Provider {
         })
     }
 
+    /// How long a submit may take: after that, its outcome is unknown.
+    pub fn submit_timeout(&self) -> Duration {
+        self.submit_timeout
+    }
+
     /// Whether completed tasks are served through the gateway's content URL, and the
     /// configured public base URL of that URL, if any.
     pub fn content_url_base(&self) -> Option<Option<&str>> {

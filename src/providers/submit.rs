@@ -1,6 +1,6 @@
 //! Submit: build the upstream request from the validated parameters, send it, and
-//! read what the answer proves. Only an answer that proves no task was created is
-//! `Refused` (the caller may fail over); everything else is `Failed`.
+//! read what the answer proves: `Refused` (no task; the caller may fail over),
+//! `Rejected` (no task; the request is invalid) or `Unknown` (a task may exist).
 
 use std::time::{Duration, Instant};
 
@@ -30,10 +30,23 @@ pub struct Submitted {
 /// A submit that did not create a task, or may have.
 #[derive(Debug)]
 pub enum SubmitError {
-    /// The upstream certainly created no task: the next provider may be tried.
+    /// The upstream declined and certainly created no task: the next provider may be
+    /// tried.
     Refused(ApiError),
-    /// Definite failure, or an unknown outcome: never retried elsewhere.
-    Failed(ApiError),
+    /// The upstream refused the request itself (it is invalid): no task, and no other
+    /// provider would take it either.
+    Rejected(ApiError),
+    /// The request was sent, but what became of it is unknown (no answer, an
+    /// unreadable one, a server error): it may exist upstream. Never retried elsewhere.
+    Unknown(ApiError),
+}
+
+impl SubmitError {
+    pub fn error(&self) -> &ApiError {
+        match self {
+            Self::Refused(e) | Self::Rejected(e) | Self::Unknown(e) => e,
+        }
+    }
 }
 
 /// The submit request and the programs that read its answer.
@@ -128,12 +141,12 @@ impl Provider {
 
     /// The catalogue error of a refusal, sorted by what it proves.
     fn refused(&self, refusal: Refusal, reason: Option<&str>) -> SubmitError {
-        let created_nothing = refusal.created_nothing();
+        let (created_nothing, invalid) = (refusal.created_nothing(), refusal == Refusal::Invalid);
         let error = refusal.into_error(&self.name, Step::Submit, reason);
-        if created_nothing {
-            SubmitError::Refused(error)
-        } else {
-            SubmitError::Failed(error)
+        match (created_nothing, invalid) {
+            (true, _) => SubmitError::Refused(error),
+            (false, true) => SubmitError::Rejected(error),
+            (false, false) => SubmitError::Unknown(error),
         }
     }
 
@@ -156,8 +169,9 @@ impl Provider {
                 .unwrap_or_else(|| answer.status.canonical_reason().unwrap_or("error").into());
             return Err(self.refused(refusal, Some(&reason)));
         }
-        // From here the upstream may have created a task: every failure is `Failed`.
-        let bad = |what: String| SubmitError::Failed(ApiError::upstream_bad_answer("submit", what));
+        // From here the upstream may have created a task: every failure is `Unknown`.
+        let bad =
+            |what: String| SubmitError::Unknown(ApiError::upstream_bad_answer("submit", what));
         let body = parsed.map_err(|e| bad(format!("not JSON ({e})")))?;
         if let Some(success) = &self.submit.success {
             let ok = success

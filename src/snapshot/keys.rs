@@ -24,6 +24,7 @@ pub(super) fn compile(
     file: &RoutesFile,
     models: &HashMap<String, Arc<Model>>,
     dir: &Path,
+    ledger_on: bool,
     p: &mut Problems,
 ) -> Keys {
     KeyLimiter::check(&file.limits, &mut p.at("limits"));
@@ -59,7 +60,15 @@ pub(super) fn compile(
             demo.push(k.name.clone());
         }
         let allowed = k.models.as_ref().map(|m| m.iter().cloned().collect());
-        ring.push(ApiKey::new(&k.name, digest, allowed));
+        if (k.quota.is_some() || k.require_idempotency_key) && !ledger_on {
+            at.push(
+                "quota",
+                "quotas and require_idempotency_key need the ledger ([ledger] url is none)",
+            );
+        }
+        ring.push(
+            ApiKey::new(&k.name, digest, allowed).with_policy(k.quota, k.require_idempotency_key),
+        );
     }
     Keys {
         ring: KeyRing::new(ring),

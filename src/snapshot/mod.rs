@@ -22,13 +22,14 @@ use prometheus_client::metrics::counter::Counter;
 
 use crate::access::{KeyLimits, KeyRing};
 use crate::config::{
-    Endpoint, LoadError, Problems, RoutesFile, ServerConfig, SimulatorConfig, TasksConfig,
-    config_dir, read_routes,
+    Endpoint, LedgerConfig, LoadError, Problems, RoutesFile, ServerConfig, SimulatorConfig,
+    TasksConfig, config_dir, read_routes,
 };
 use crate::edge;
 use crate::models::Model;
 use crate::providers::Provider;
 use crate::tasks::TaskSealer;
+use crate::tasks::ledger::LedgerUrl;
 
 pub use self::providers::SIMULATOR_URL;
 
@@ -50,6 +51,9 @@ pub struct Snapshot {
     pub uses_simulator: bool,
     /// Keys whose secret is a published demo value.
     pub demo_keys: Vec<String>,
+    /// Where the ledger lives (opened once, at start).
+    pub ledger_url: LedgerUrl,
+    pub ledger: LedgerConfig,
 }
 
 /// What the load needs from the running process.
@@ -92,7 +96,11 @@ impl Snapshot {
     fn compile(file: RoutesFile, dir: &Path, ctx: &LoadContext, p: &mut Problems) -> Option<Self> {
         let (providers, uses_simulator) = providers::compile(&file, dir, ctx, p);
         let models = models::compile(&file, &providers, p);
-        let keys = keys::compile(&file, &models, dir, p);
+        let ledger = p
+            .at("ledger")
+            .check("url", LedgerUrl::parse(&file.ledger.url, dir));
+        let ledger_on = ledger.as_ref().is_some_and(|l| *l != LedgerUrl::Off);
+        let keys = keys::compile(&file, &models, dir, ledger_on, p);
         let sealer = tasks::compile(&file.tasks, dir, ctx.secret_file, &mut p.at("tasks"));
         let edge = server::compile(&file.server, dir, &mut p.at("server"));
         Some(Self {
@@ -107,6 +115,8 @@ impl Snapshot {
             limits: keys.limits,
             uses_simulator,
             demo_keys: keys.demo,
+            ledger_url: ledger?,
+            ledger: file.ledger,
         })
     }
 

@@ -83,6 +83,11 @@ impl TaskCache {
         self.cache.invalidate_all();
     }
 
+    /// The cached state, if any; never fetches.
+    pub async fn peek(&self, key: &Arc<str>) -> Option<Arc<TaskState>> {
+        self.cache.get(key).await.map(|e| e.state)
+    }
+
     /// The cached state, or the result of `fetch` (run once for concurrent callers).
     /// Errors are not cached: the next query asks the upstream again.
     pub async fn get_or_fetch<F>(&self, key: Arc<str>, fetch: F) -> Result<Arc<TaskState>, ApiError>

@@ -3,10 +3,12 @@
 //!
 //! - [`state`]: the four statuses, the media kind, a normalised upstream answer;
 //! - [`id`]: sealed, self-contained task ids (the only way a query finds its task);
-//! - [`cache`]: results cache with request coalescing (moka).
+//! - [`cache`]: results cache with request coalescing (moka);
+//! - [`ledger`]: the durable record of every task (SQLite or PostgreSQL).
 
 pub mod cache;
 pub mod id;
+pub mod ledger;
 pub mod state;
 
 pub use self::cache::{CacheStats, TaskCache};

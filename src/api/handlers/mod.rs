@@ -3,6 +3,8 @@
 //! is a short sequence of steps and returns `Result<Response, ApiError>`.
 
 mod content;
+mod idempotency;
+mod list;
 mod ops;
 mod public_url;
 mod query;
@@ -18,7 +20,7 @@ use http::{Request, Response};
 use tower::Service;
 
 pub use self::ops::{healthy, metrics};
-use super::context::{Ctx, RequestContext};
+use super::context::Ctx;
 use super::routing::Route;
 use crate::edge::body::TimedBody;
 use crate::error::ApiError;
@@ -68,8 +70,8 @@ where
 }
 
 async fn handle<B>(
-    gateway: &Gateway,
-    ctx: &RequestContext,
+    gateway: &Arc<Gateway>,
+    ctx: &Ctx,
     req: Request<TimedBody<B>>,
 ) -> Result<Response<ResponseBody>, ApiError>
 where
@@ -81,7 +83,11 @@ where
         Route::Ready => ops::ready(gateway),
         Route::Metrics => Ok(metrics(gateway, req.method())),
         Route::Refused { error, .. } => Err(error.clone()),
-        Route::Submit(endpoint) => submit::submit(ctx, *endpoint, req).await,
+        Route::Submit(endpoint) => submit::submit(gateway, ctx, *endpoint, req).await,
+        Route::List(endpoint) => {
+            let (parts, _) = req.into_parts();
+            list::list(gateway, ctx, *endpoint, &parts).await
+        }
         Route::Query(endpoint, id) => {
             let (parts, _) = req.into_parts();
             query::query(gateway, ctx, *endpoint, id, &parts).await

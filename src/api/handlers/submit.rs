@@ -1,24 +1,32 @@
 //! `POST {collection}`: bounded body read → model lookup → the key's permission →
-//! parameter validation → the model's providers in failover order → sealed id.
+//! parameter validation → the ledger's admission (idempotency key, quota, the
+//! write-ahead row) → the model's providers in failover order → sealed id → the row
+//! completed. Once the request may reach a provider, the submit runs detached: a
+//! client that goes away or a request timeout does not stop it, so the ledger always
+//! learns what the provider answered.
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::{Request, Response, StatusCode};
 use serde_json::Value;
 
-use crate::api::context::RequestContext;
+use super::idempotency;
+use crate::api::context::{Ctx, RequestContext};
 use crate::api::shapes::SubmitResponse;
 use crate::config::Endpoint;
 use crate::edge::body::read_json_body;
 use crate::error::ApiError;
+use crate::gateway::Gateway;
 use crate::models::Model;
 use crate::providers::{Provider, SubmitError, Submitted};
 use crate::response::{ResponseBody, json};
 use crate::tasks::TaskId;
+use crate::tasks::ledger::{Admission, Answer, Created, Ledger, NewTask, fingerprint};
 
 pub(super) async fn submit<B>(
-    ctx: &RequestContext,
+    gateway: &Arc<Gateway>,
+    ctx: &Ctx,
     endpoint: Endpoint,
     req: Request<B>,
 ) -> Result<Response<ResponseBody>, ApiError>
@@ -27,6 +35,10 @@ where
     B::Error: std::error::Error + Send + Sync + 'static,
 {
     let key = ctx.key()?;
+    let idempotency_key = match gateway.ledger {
+        Some(_) => idempotency::read(req.headers(), key)?,
+        None => None,
+    };
     let (model_id, params) = read_params(req, ctx.snapshot.server.max_body_bytes).await?;
     let model = ctx
         .snapshot
@@ -37,35 +49,195 @@ where
         return Err(ApiError::model_not_allowed(&model.id));
     }
     model.validator.check(&model.id, &params)?;
-    let (provider, created) = forward(ctx, model, &params).await?;
+    let Some(ledger) = &gateway.ledger else {
+        let created = forward(ctx, model, &params, None).await;
+        return created.map(|c| c.response()).map_err(Failure::into_error);
+    };
+    let new = NewTask {
+        owner: &key.name,
+        endpoint,
+        model: &model.id,
+        kind: model.kind,
+        fingerprint: fingerprint(endpoint, &model.id, &params),
+        idempotency_key: idempotency_key.as_deref(),
+        video_seconds: requested_seconds(model, &params),
+        quota: key.quota,
+    };
+    let admission = ledger.admit(&new).await.map_err(|e| {
+        gateway.metrics.ledger_errors.inc();
+        tracing::error!(error = %e, "ledger write failed; submit refused before the provider");
+        ApiError::ledger_unavailable()
+    })?;
+    match admission {
+        Admission::Fresh(row) => {
+            let job = detached(ledger.clone(), ctx.clone(), model.clone(), params, row);
+            match gateway.submits.spawn(job).await {
+                Ok(outcome) => outcome.map(|created| created.response()),
+                Err(_) => Err(ApiError::submit_outcome_unknown()),
+            }
+        }
+        Admission::Replay(answer) => Ok(idempotency::replay(&answer)),
+        Admission::InFlight(row) => {
+            let wait = Duration::from_millis(ctx.snapshot.ledger.idempotency_wait_ms);
+            idempotency::wait_for_first(ledger, row, wait).await
+        }
+        Admission::Mismatch => Err(ApiError::idempotency_key_reused()),
+        Admission::OutcomeUnknown => Err(ApiError::submit_outcome_unknown()),
+        Admission::QuotaExceeded { what, resets_ms } => Err(quota_exceeded(what, resets_ms)),
+    }
+}
+
+/// The submit from the first provider on, owned by its own task: it runs to its end
+/// (bounded by the providers' submit timeouts) and writes the outcome to the row.
+async fn detached(
+    ledger: Arc<Ledger>,
+    ctx: Ctx,
+    model: Arc<Model>,
+    params: Value,
+    row: i64,
+) -> Result<Forwarded, ApiError> {
+    let outcome = forward(&ctx, &model, &params, Some((&ledger, row))).await;
+    let written = match &outcome {
+        Ok(created) => {
+            let answer = created.answer();
+            let done = Created {
+                provider: &created.task.provider,
+                upstream_id: &created.task.upstream_id,
+                task_id: &created.id,
+                status: created.status,
+                answer: &answer,
+            };
+            ledger.created(row, &done).await
+        }
+        Err(Failure::Refused(_)) => ledger.refused(row, None).await,
+        Err(Failure::Rejected(e)) => ledger.refused(row, Some(&error_answer(e))).await,
+        Err(Failure::Unknown(unknown)) => ledger.outcome_unknown(row, &unknown.1).await,
+    };
+    if let Err(e) = written {
+        let upstream_id = outcome.as_ref().ok().map(|c| c.task.upstream_id.as_str());
+        tracing::error!(row, upstream_id, error = %e, "ledger update failed after the submit");
+    }
+    outcome.map_err(Failure::into_error)
+}
+
+/// A task the upstream created, with its sealed id.
+struct Forwarded {
+    task: TaskId,
+    id: String,
+    status: crate::tasks::TaskStatus,
+}
+
+impl Forwarded {
+    fn body(&self) -> SubmitResponse<'_> {
+        SubmitResponse {
+            id: &self.id,
+            object: self.task.kind,
+            model: &self.task.model,
+            status: self.status,
+            created: self.task.created,
+        }
+    }
+
+    fn response(&self) -> Response<ResponseBody> {
+        json(StatusCode::OK, &self.body())
+    }
+
+    /// The same answer as text, kept for a retry with the same key.
+    fn answer(&self) -> Answer {
+        Answer {
+            status: 200,
+            body: serde_json::to_string(&self.body()).unwrap_or_default(),
+        }
+    }
+}
+
+/// A submit that created no task, or may have.
+enum Failure {
+    /// Every provider declined: nothing exists upstream; the same request may be
+    /// tried again.
+    Refused(ApiError),
+    /// The request itself was refused: nothing exists upstream; retrying is futile.
+    Rejected(ApiError),
+    /// It may exist upstream (at the named provider): never submitted again.
+    Unknown(Box<(ApiError, String)>),
+}
+
+impl Failure {
+    fn into_error(self) -> ApiError {
+        match self {
+            Self::Refused(e) | Self::Rejected(e) => e,
+            Self::Unknown(unknown) => unknown.0,
+        }
+    }
+}
+
+/// Submit to the model's providers in order; the next is tried only when one proves
+/// it created no task. Each attempt is named on the ledger row first.
+async fn forward(
+    ctx: &RequestContext,
+    model: &Model,
+    params: &Value,
+    ledger: Option<(&Ledger, i64)>,
+) -> Result<Forwarded, Failure> {
+    let mut refusal = None;
+    for provider in &model.providers {
+        ctx.note(|f| f.provider = Some(provider.name.clone()));
+        if let Some((ledger, row)) = ledger
+            && let Err(e) = ledger.attempt(row, &provider.name).await
+        {
+            tracing::warn!(row, error = %e, "ledger update failed before a provider attempt");
+        }
+        match provider.submit(model.call(), params).await {
+            Ok(created) => {
+                ctx.note(|f| f.upstream = Some(created.upstream_time));
+                return seal(ctx, model, provider, created);
+            }
+            Err(SubmitError::Refused(e)) => {
+                tracing::warn!(provider = %provider.name, code = e.code, "provider refused the submit; trying the next one");
+                refusal = Some(e);
+            }
+            Err(SubmitError::Rejected(e)) => return Err(Failure::Rejected(e)),
+            Err(SubmitError::Unknown(e)) => {
+                return Err(Failure::Unknown(Box::new((e, provider.name.clone()))));
+            }
+        }
+    }
+    let e = refusal.unwrap_or_else(|| ApiError::no_provider("the model has no usable provider"));
+    Err(Failure::Refused(e))
+}
+
+/// The created task's sealed id.
+fn seal(
+    ctx: &RequestContext,
+    model: &Model,
+    provider: &Provider,
+    created: Submitted,
+) -> Result<Forwarded, Failure> {
     let task = TaskId {
         provider: provider.name.clone(),
         upstream_id: created.upstream_id,
         model: model.id.clone(),
         kind: model.kind,
-        owner: key.name.to_string(),
+        owner: ctx.key().map(|k| k.name.to_string()).unwrap_or_default(),
         created: unix_now(),
     };
-    let Ok(id) = ctx.snapshot.sealer.seal(&task) else {
-        // The task exists upstream: log its id so it can be recovered.
-        tracing::error!(
-            provider = %provider.name,
-            upstream_id = %task.upstream_id,
-            "upstream task id too long to seal; the task was created upstream"
-        );
-        return Err(ApiError::upstream_bad_answer(
-            "submit",
-            "its task id is too long",
-        ));
-    };
-    let answer = SubmitResponse {
-        id: &id,
-        object: model.kind,
-        model: &model.id,
-        status: created.status,
-        created: task.created,
-    };
-    Ok(json(StatusCode::OK, &answer))
+    match ctx.snapshot.sealer.seal(&task) {
+        Ok(id) => Ok(Forwarded {
+            task,
+            id,
+            status: created.status,
+        }),
+        Err(_) => {
+            // The task exists upstream: log its id so it can be recovered.
+            tracing::error!(
+                provider = %provider.name,
+                upstream_id = %task.upstream_id,
+                "upstream task id too long to seal; the task was created upstream"
+            );
+            let e = ApiError::upstream_bad_answer("submit", "its task id is too long");
+            Err(Failure::Unknown(Box::new((e, provider.name.clone()))))
+        }
+    }
 }
 
 /// The body as a JSON object, split into the model id and the parameters.
@@ -87,29 +259,34 @@ where
     }
 }
 
-/// Submit to the model's providers in order; the next is tried only when one proves
-/// it created no task.
-async fn forward<'m>(
-    ctx: &RequestContext,
-    model: &'m Model,
-    params: &Value,
-) -> Result<(&'m Arc<Provider>, Submitted), ApiError> {
-    let mut refusal = None;
-    for provider in &model.providers {
-        ctx.note(|f| f.provider = Some(provider.name.clone()));
-        match provider.submit(model.call(), params).await {
-            Ok(created) => {
-                ctx.note(|f| f.upstream = Some(created.upstream_time));
-                return Ok((provider, created));
-            }
-            Err(SubmitError::Refused(e)) => {
-                tracing::warn!(provider = %provider.name, code = e.code, "provider refused the submit; trying the next one");
-                refusal = Some(e);
-            }
-            Err(SubmitError::Failed(e)) => return Err(e),
-        }
+/// Seconds of video a submit asks for (`duration` or `seconds`), for usage and quotas.
+fn requested_seconds(model: &Model, params: &Value) -> i64 {
+    if model.kind != crate::tasks::MediaKind::Video {
+        return 0;
     }
-    Err(refusal.unwrap_or_else(|| ApiError::no_provider("the model has no usable provider")))
+    ["duration", "seconds"]
+        .iter()
+        .find_map(|k| params.get(k).and_then(Value::as_i64))
+        .unwrap_or(0)
+        .max(0)
+}
+
+fn quota_exceeded(what: &str, resets_ms: i64) -> ApiError {
+    let now = crate::tasks::ledger::now_ms();
+    let resets_in = Duration::from_millis(u64::try_from(resets_ms - now).unwrap_or(0));
+    ApiError::quota_exceeded(
+        what,
+        resets_in,
+        u64::try_from(resets_ms / 1000).unwrap_or(0),
+    )
+}
+
+/// An error answer as the ledger keeps it.
+fn error_answer(e: &ApiError) -> Answer {
+    Answer {
+        status: e.status.as_u16(),
+        body: e.body_text(),
+    }
 }
 
 fn unix_now() -> u64 {

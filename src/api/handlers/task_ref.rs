@@ -75,6 +75,9 @@ impl<'s> OpenTask<'s> {
             .get_or_fetch(TaskCache::key(&task.provider, &task.upstream_id), async {
                 let (state, took) = self.provider.query(self.call(), &task.upstream_id).await?;
                 let _ = upstream_time.set(took);
+                if state.status.is_terminal() {
+                    record_finished(gateway, task, &state).await;
+                }
                 Ok(state)
             })
             .await;
@@ -82,5 +85,20 @@ impl<'s> OpenTask<'s> {
             ctx.note(|f| f.upstream = Some(*took));
         }
         state
+    }
+}
+
+/// A finished task goes into the ledger once, when first seen. This runs only on a
+/// cache miss: a query answered from the cache never touches the ledger.
+async fn record_finished(gateway: &Gateway, task: &TaskId, state: &TaskState) {
+    let Some(ledger) = &gateway.ledger else {
+        return;
+    };
+    if let Err(e) = ledger
+        .finished(&task.provider, &task.upstream_id, state)
+        .await
+    {
+        gateway.metrics.ledger_errors.inc();
+        tracing::warn!(provider = %task.provider, error = %e, "ledger update of a finished task failed");
     }
 }

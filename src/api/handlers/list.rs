@@ -1,0 +1,179 @@
+//! `GET {collection}?limit=&after=`: the calling key's own tasks of that endpoint,
+//! newest first, from the ledger, in the same shape as a query. Unfinished tasks show
+//! the last state the gateway saw (the results cache, else the submit's answer); the
+//! listing itself never calls a provider.
+
+use std::sync::Arc;
+
+use http::request::Parts;
+use http::{Response, StatusCode};
+
+use super::public_url::PublicBase;
+use crate::api::context::RequestContext;
+use crate::api::shapes::{TaskList, TaskView};
+use crate::config::Endpoint;
+use crate::error::ApiError;
+use crate::gateway::Gateway;
+use crate::response::{ResponseBody, json};
+use crate::tasks::ledger::TaskRecord;
+use crate::tasks::{MediaKind, TaskCache, TaskError, TaskState, TaskStatus};
+
+const DEFAULT_LIMIT: u32 = 20;
+const MAX_LIMIT: u32 = 100;
+
+pub(super) async fn list(
+    gateway: &Gateway,
+    ctx: &RequestContext,
+    endpoint: Endpoint,
+    req: &Parts,
+) -> Result<Response<ResponseBody>, ApiError> {
+    let key = ctx.key()?;
+    let Some(ledger) = &gateway.ledger else {
+        return Err(ApiError::ledger_off());
+    };
+    let (limit, after) = paging(req.uri.query())?;
+    let page = ledger
+        .list(&key.name, endpoint, after.as_deref(), limit)
+        .await
+        .map_err(|e| {
+            gateway.metrics.ledger_errors.inc();
+            tracing::warn!(error = %e, "ledger listing failed");
+            ApiError::ledger_unavailable()
+        })?;
+    if !page.cursor_known {
+        let msg = "`after` must be the id of one of your tasks (the `last_id` of a page)";
+        return Err(ApiError::invalid_parameter("after", msg.into()));
+    }
+    let mut items = Vec::with_capacity(page.rows.len());
+    for row in &page.rows {
+        if let Some(item) = Item::of(gateway, ctx, row, endpoint, req).await {
+            items.push(item);
+        }
+    }
+    let data: Vec<TaskView<'_>> = items.iter().map(Item::view).collect();
+    let list = TaskList {
+        object: "list",
+        first_id: items.first().map(|i| i.id.as_str()),
+        last_id: items.last().map(|i| i.id.as_str()),
+        data,
+        has_more: page.has_more,
+    };
+    Ok(json(StatusCode::OK, &list))
+}
+
+/// `limit` (1–100, default 20) and `after` from the query string.
+fn paging(query: Option<&str>) -> Result<(u32, Option<String>), ApiError> {
+    let (mut limit, mut after) = (DEFAULT_LIMIT, None);
+    for (k, v) in form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
+        match &*k {
+            "limit" => {
+                limit = v
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=MAX_LIMIT).contains(n))
+                    .ok_or_else(|| {
+                        let msg = format!("`limit` must be an integer from 1 to {MAX_LIMIT}");
+                        ApiError::invalid_parameter("limit", msg)
+                    })?;
+            }
+            "after" if !v.is_empty() => after = Some(v.into_owned()),
+            _ => {}
+        }
+    }
+    Ok((limit, after))
+}
+
+/// One listed task, owned, so that views can borrow it.
+struct Item {
+    id: String,
+    kind: MediaKind,
+    model: String,
+    created: u64,
+    state: Arc<TaskState>,
+}
+
+impl Item {
+    async fn of(
+        gateway: &Gateway,
+        ctx: &RequestContext,
+        row: &TaskRecord,
+        endpoint: Endpoint,
+        req: &Parts,
+    ) -> Option<Self> {
+        let id = row.task_id.clone()?;
+        // The sealed id says when the task was created, exactly as a query answers.
+        let task = ctx.snapshot.sealer.open(&id)?;
+        let mut state = match recorded(row) {
+            Some(state) if state.status.is_terminal() => Arc::new(state),
+            recorded => {
+                let key = TaskCache::key(&task.provider, &task.upstream_id);
+                match gateway.cache.peek(&key).await {
+                    Some(cached) => cached,
+                    None => Arc::new(recorded?),
+                }
+            }
+        };
+        let provider = ctx.snapshot.providers.get(&task.provider);
+        if state.status == TaskStatus::Completed
+            && let Some(configured) = provider.and_then(|p| p.content_url_base())
+        {
+            let url = PublicBase::of(req).content_url(configured, endpoint, &id);
+            Arc::make_mut(&mut state).urls = vec![url];
+        }
+        Some(Self {
+            id,
+            kind: task.kind,
+            model: task.model,
+            created: task.created,
+            state,
+        })
+    }
+
+    fn view(&self) -> TaskView<'_> {
+        TaskView::new(&self.id, self.kind, &self.model, self.created, &self.state)
+    }
+}
+
+/// The state the ledger recorded for a row.
+fn recorded(row: &TaskRecord) -> Option<TaskState> {
+    let status = serde_json::from_value(serde_json::Value::from(row.status.as_deref()?)).ok()?;
+    let urls = row
+        .urls
+        .as_deref()
+        .and_then(|u| serde_json::from_str(u).ok())
+        .unwrap_or_default();
+    let error = match (&row.error_code, &row.error_message) {
+        (Some(code), Some(message)) => Some(TaskError {
+            code: code.clone(),
+            message: message.clone(),
+        }),
+        _ => None,
+    };
+    Some(TaskState {
+        status,
+        progress: None,
+        urls,
+        error: error.filter(|_| status == TaskStatus::Failed),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paging_defaults_and_bounds() {
+        assert_eq!(paging(None).unwrap(), (20, None));
+        assert_eq!(
+            paging(Some("limit=100&after=task_x")).unwrap(),
+            (100, Some("task_x".into()))
+        );
+        for bad in ["limit=0", "limit=101", "limit=x", "limit=-1"] {
+            assert_eq!(
+                paging(Some(bad)).unwrap_err().param.as_deref(),
+                Some("limit"),
+                "{bad}"
+            );
+        }
+    }
+}

@@ -1,0 +1,60 @@
+//! Ledger housekeeping: submits left `submitting` (by a crash, or a replica that
+//! died) become `unknown_outcome` once no submit could still be running, and are
+//! logged for the operator; idempotency keys past their time are forgotten.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::Gateway;
+
+/// How often the sweep runs after the first one at start.
+const EVERY: Duration = Duration::from_secs(30);
+
+/// Sweep now, then every [`EVERY`], for as long as the gateway runs.
+pub async fn run(gateway: Arc<Gateway>) {
+    loop {
+        once(&gateway).await;
+        tokio::time::sleep(EVERY).await;
+    }
+}
+
+/// One sweep.
+pub async fn once(gateway: &Gateway) {
+    let Some(ledger) = &gateway.ledger else {
+        return;
+    };
+    let snapshot = gateway.snapshot();
+    // Past the longest submit a provider allows (and the body read before it), no
+    // submit of any replica can still be waiting for its answer.
+    let longest = snapshot
+        .providers
+        .values()
+        .map(|p| p.submit_timeout())
+        .max()
+        .unwrap_or_default();
+    let stale = longest + Duration::from_millis(snapshot.server.body_read_timeout_ms);
+    let ttl = Duration::from_secs(snapshot.ledger.idempotency_ttl_hours.saturating_mul(3600));
+    match ledger.sweep(stale, ttl).await {
+        Ok(expired) => {
+            for row in expired {
+                tracing::error!(
+                    row = row.id,
+                    key = %row.owner,
+                    model = %row.model,
+                    provider = row.provider.as_deref(),
+                    "a submit was interrupted; whether the provider created the task is unknown: reconcile it (mediagate tasks --state unknown_outcome)"
+                );
+            }
+        }
+        Err(e) => {
+            gateway.metrics.ledger_errors.inc();
+            tracing::warn!(error = %e, "ledger sweep failed");
+        }
+    }
+    if let Ok(n) = ledger
+        .count(crate::tasks::ledger::State::UnknownOutcome)
+        .await
+    {
+        gateway.metrics.ledger_unknown_outcome.set(n);
+    }
+}

@@ -1,0 +1,445 @@
+//! The task ledger: a durable record of every task the gateway submits, kept in
+//! SQLite (embedded, the default) or PostgreSQL (shared by replicas).
+//!
+//! A row is written *before* the upstream submit ([`Ledger::admit`], which also
+//! settles the `Idempotency-Key` and the key's daily quota in the same transaction),
+//! completed with the upstream id and the sealed task id or with the refusal, and
+//! updated once when a query first sees the task finished. Rows left `submitting` by a
+//! crash become `unknown_outcome` ([`Ledger::sweep`]). Sealed ids stay the way a query
+//! finds its task: a query answered from the results cache never touches the ledger.
+//!
+//! Every statement is a constant with bound parameters (`$1` works in both engines);
+//! nothing is assembled from client input. docs/ledger.md says what is stored.
+
+mod record;
+
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+
+pub use self::record::{
+    Admission, Answer, Created, NewTask, Page, State, TaskRecord, UsageRow, fingerprint,
+};
+use crate::config::Endpoint;
+use crate::tasks::{TaskState, TaskStatus};
+
+/// Where the ledger lives, from `[ledger] url`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LedgerUrl {
+    /// Stateless: no ledger.
+    Off,
+    Sqlite(PathBuf),
+    Postgres(String),
+}
+
+impl LedgerUrl {
+    /// Parse the configured URL; a relative SQLite path is relative to `dir`.
+    pub fn parse(url: &str, dir: &Path) -> Result<Self, String> {
+        if url == "none" {
+            return Ok(Self::Off);
+        }
+        if let Some(path) = url.strip_prefix("sqlite://") {
+            if path.is_empty() {
+                return Err("sqlite:// needs a file path".into());
+            }
+            return Ok(Self::Sqlite(dir.join(path)));
+        }
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            return Ok(Self::Postgres(url.to_string()));
+        }
+        Err("must be `sqlite://PATH`, `postgres://…` or `none`".into())
+    }
+}
+
+/// A ledger that could not be reached or answered unexpectedly.
+#[derive(Debug)]
+pub struct LedgerError(pub String);
+
+impl std::fmt::Display for LedgerError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<sqlx::Error> for LedgerError {
+    fn from(e: sqlx::Error) -> Self {
+        Self(e.to_string())
+    }
+}
+
+enum Db {
+    Sqlite(SqlitePool),
+    Postgres(PgPool),
+}
+
+/// The open ledger.
+pub struct Ledger {
+    db: Db,
+}
+
+impl std::fmt::Debug for Ledger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let engine = match self.db {
+            Db::Sqlite(_) => "sqlite",
+            Db::Postgres(_) => "postgres",
+        };
+        f.debug_struct("Ledger").field("engine", &engine).finish()
+    }
+}
+
+/// The same statements on either engine: `$pool` is the engine's pool.
+macro_rules! on_db {
+    ($ledger:expr, $pool:ident => $body:expr) => {
+        match &$ledger.db {
+            Db::Sqlite($pool) => $body,
+            Db::Postgres($pool) => $body,
+        }
+    };
+}
+
+static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
+static POSTGRES_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+const DAY_MS: i64 = 86_400_000;
+
+impl Ledger {
+    /// Open (creating an SQLite file and its directory when needed) and bring the
+    /// schema up to date. `None` for [`LedgerUrl::Off`].
+    pub async fn open(url: &LedgerUrl, max_connections: u32) -> Result<Option<Self>, String> {
+        let db = match url {
+            LedgerUrl::Off => return Ok(None),
+            LedgerUrl::Sqlite(path) => Db::Sqlite(open_sqlite(path, max_connections).await?),
+            LedgerUrl::Postgres(url) => {
+                let pool = PgPoolOptions::new()
+                    .max_connections(max_connections.max(1))
+                    .acquire_timeout(Duration::from_secs(5))
+                    .connect(url)
+                    .await
+                    .map_err(|e| format!("cannot connect to PostgreSQL: {e}"))?;
+                POSTGRES_MIGRATIONS
+                    .run(&pool)
+                    .await
+                    .map_err(|e| format!("cannot migrate the ledger: {e}"))?;
+                Db::Postgres(pool)
+            }
+        };
+        Ok(Some(Self { db }))
+    }
+
+    /// Write the row of a new submit, unless the key's `Idempotency-Key` was seen
+    /// (then what became of it) or the quota is used up. One transaction, serialised
+    /// per owner, so replicas agree.
+    pub async fn admit(&self, new: &NewTask<'_>) -> Result<Admission, LedgerError> {
+        let now = now_ms();
+        let day_start = now - now.rem_euclid(DAY_MS);
+        macro_rules! admit_in {
+            ($tx:ident) => {{
+                if let Some(key) = new.idempotency_key {
+                    let seen: Option<TaskRecord> = sqlx::query_as(record::SELECT_BY_IDEMPOTENCY)
+                        .bind(new.owner)
+                        .bind(key)
+                        .fetch_optional(&mut *$tx)
+                        .await?;
+                    if let Some(seen) = seen {
+                        $tx.commit().await?;
+                        return Ok(Admission::seen(seen, &new.fingerprint));
+                    }
+                }
+                if let Some(quota) = new.quota {
+                    let (tasks, seconds): (i64, i64) = sqlx::query_as(record::USED_TODAY)
+                        .bind(new.owner)
+                        .bind(day_start)
+                        .fetch_one(&mut *$tx)
+                        .await?;
+                    if let Some(exceeded) = quota.exceeded(tasks, seconds, new.video_seconds) {
+                        $tx.commit().await?;
+                        let resets_ms = day_start + DAY_MS;
+                        return Ok(Admission::QuotaExceeded {
+                            what: exceeded,
+                            resets_ms,
+                        });
+                    }
+                }
+                let id: i64 = sqlx::query_scalar(record::INSERT)
+                    .bind(new.owner)
+                    .bind(new.endpoint_name())
+                    .bind(new.model)
+                    .bind(new.kind.as_str())
+                    .bind(&new.fingerprint)
+                    .bind(new.idempotency_key)
+                    .bind(new.video_seconds)
+                    .bind(now)
+                    .fetch_one(&mut *$tx)
+                    .await?;
+                $tx.commit().await?;
+                Ok(Admission::Fresh(id))
+            }};
+        }
+        match &self.db {
+            Db::Sqlite(pool) => {
+                let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+                admit_in!(tx)
+            }
+            Db::Postgres(pool) => {
+                let mut tx = pool.begin().await?;
+                sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
+                    .bind(new.owner)
+                    .execute(&mut *tx)
+                    .await?;
+                admit_in!(tx)
+            }
+        }
+    }
+
+    /// The upstream created the task: its ids, its first status and the answer given.
+    pub async fn created(&self, row: i64, c: &Created<'_>) -> Result<(), LedgerError> {
+        on_db!(self, pool => sqlx::query(record::SET_CREATED)
+            .bind(row)
+            .bind(c.provider)
+            .bind(c.upstream_id)
+            .bind(c.task_id)
+            .bind(c.status.as_str())
+            .bind(i64::from(c.answer.status))
+            .bind(&c.answer.body)
+            .bind(now_ms())
+            .execute(pool)
+            .await
+            .map(drop))?;
+        Ok(())
+    }
+
+    /// A provider is about to be tried: it is named on the row, and the row's clock
+    /// restarts (a submit may take each provider's timeout in turn).
+    pub async fn attempt(&self, row: i64, provider: &str) -> Result<(), LedgerError> {
+        on_db!(self, pool => sqlx::query(record::SET_ATTEMPT)
+            .bind(row)
+            .bind(provider)
+            .bind(now_ms())
+            .execute(pool)
+            .await
+            .map(drop))?;
+        Ok(())
+    }
+
+    /// No task was created. With `answer`, a retry with the same key gets it again
+    /// (the request itself was refused); without, the key is released so that a retry
+    /// submits afresh (the upstream declined: rate limit, outage).
+    pub async fn refused(&self, row: i64, answer: Option<&Answer>) -> Result<(), LedgerError> {
+        let (status, body) =
+            answer.map_or((None, None), |a| (Some(i64::from(a.status)), Some(&a.body)));
+        on_db!(self, pool => sqlx::query(record::SET_REFUSED)
+            .bind(row)
+            .bind(status)
+            .bind(body)
+            .bind(now_ms())
+            .execute(pool)
+            .await
+            .map(drop))?;
+        Ok(())
+    }
+
+    /// The request was sent but its outcome is unknown (timeout, broken connection):
+    /// the operator reconciles it; it is never resubmitted.
+    pub async fn outcome_unknown(&self, row: i64, provider: &str) -> Result<(), LedgerError> {
+        on_db!(self, pool => sqlx::query(record::SET_UNKNOWN)
+            .bind(row)
+            .bind(provider)
+            .bind(now_ms())
+            .execute(pool)
+            .await
+            .map(drop))?;
+        Ok(())
+    }
+
+    /// One row by its number.
+    pub async fn row(&self, row: i64) -> Result<Option<TaskRecord>, LedgerError> {
+        Ok(on_db!(self, pool => sqlx::query_as(record::SELECT_BY_ROW)
+            .bind(row)
+            .fetch_optional(pool)
+            .await)?)
+    }
+
+    /// A query saw the task finished: written once, the first time.
+    pub async fn finished(
+        &self,
+        provider: &str,
+        upstream_id: &str,
+        state: &TaskState,
+    ) -> Result<(), LedgerError> {
+        let urls = serde_json::to_string(&state.urls).unwrap_or_default();
+        let (code, message) = match &state.error {
+            Some(e) => (Some(e.code.as_str()), Some(e.message.as_str())),
+            None => (None, None),
+        };
+        let now = now_ms();
+        on_db!(self, pool => sqlx::query(record::SET_FINISHED)
+            .bind(provider)
+            .bind(upstream_id)
+            .bind(State::from(state.status).as_str())
+            .bind(state.status.as_str())
+            .bind(urls)
+            .bind(code)
+            .bind(message)
+            .bind(now)
+            .execute(pool)
+            .await
+            .map(drop))?;
+        Ok(())
+    }
+
+    /// A page of an owner's tasks on one endpoint, newest first. `after` is the
+    /// task id the previous page ended with.
+    pub async fn list(
+        &self,
+        owner: &str,
+        endpoint: Endpoint,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Page, LedgerError> {
+        let before = match after {
+            None => i64::MAX,
+            Some(task_id) => {
+                match on_db!(self, pool => sqlx::query_scalar::<_, i64>(record::ROW_OF_TASK)
+                .bind(owner)
+                .bind(task_id)
+                .fetch_optional(pool)
+                .await)?
+                {
+                    Some(row) => row,
+                    None => return Ok(Page::unknown_cursor()),
+                }
+            }
+        };
+        let mut rows: Vec<TaskRecord> = on_db!(self, pool => sqlx::query_as(record::LIST)
+            .bind(owner)
+            .bind(record::endpoint_name(endpoint))
+            .bind(before)
+            .bind(i64::from(limit) + 1)
+            .fetch_all(pool)
+            .await)?;
+        let has_more = rows.len() > limit as usize;
+        rows.truncate(limit as usize);
+        Ok(Page {
+            rows,
+            has_more,
+            cursor_known: true,
+        })
+    }
+
+    /// Housekeeping: rows still `submitting` after `stale` become `unknown_outcome`
+    /// (returned, to be logged), and keys older than `idempotency_ttl` are forgotten.
+    pub async fn sweep(
+        &self,
+        stale: Duration,
+        idempotency_ttl: Duration,
+    ) -> Result<Vec<TaskRecord>, LedgerError> {
+        let now = now_ms();
+        let stale_before = now - stale.as_millis() as i64;
+        let forget_before = now - idempotency_ttl.as_millis() as i64;
+        let expired: Vec<TaskRecord> = on_db!(self, pool => sqlx::query_as(record::EXPIRE_SUBMITTING)
+            .bind(stale_before)
+            .bind(now)
+            .fetch_all(pool)
+            .await)?;
+        on_db!(self, pool => sqlx::query(record::FORGET_KEYS)
+            .bind(forget_before)
+            .execute(pool)
+            .await
+            .map(drop))?;
+        Ok(expired)
+    }
+
+    /// Rows in `state` now.
+    pub async fn count(&self, state: State) -> Result<i64, LedgerError> {
+        Ok(on_db!(self, pool => sqlx::query_scalar(record::COUNT_STATE)
+            .bind(state.as_str())
+            .fetch_one(pool)
+            .await)?)
+    }
+
+    /// Usage per key, model and UTC day since `since_ms`, for operators.
+    pub async fn usage(
+        &self,
+        key: Option<&str>,
+        since_ms: i64,
+    ) -> Result<Vec<UsageRow>, LedgerError> {
+        Ok(on_db!(self, pool => sqlx::query_as(record::USAGE)
+            .bind(key)
+            .bind(since_ms)
+            .fetch_all(pool)
+            .await)?)
+    }
+
+    /// Rows for operators, newest first, optionally of one state and one key.
+    pub async fn tasks(
+        &self,
+        state: Option<&str>,
+        key: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<TaskRecord>, LedgerError> {
+        Ok(on_db!(self, pool => sqlx::query_as(record::SELECT_FILTERED)
+            .bind(state)
+            .bind(key)
+            .bind(limit)
+            .fetch_all(pool)
+            .await)?)
+    }
+
+    /// One row by its sealed task id or its upstream id.
+    pub async fn find(&self, id: &str) -> Result<Option<TaskRecord>, LedgerError> {
+        Ok(
+            on_db!(self, pool => sqlx::query_as(record::SELECT_BY_ANY_ID)
+            .bind(id)
+            .fetch_optional(pool)
+            .await)?,
+        )
+    }
+}
+
+async fn open_sqlite(path: &Path, max_connections: u32) -> Result<SqlitePool, String> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    }
+    let options = SqliteConnectOptions::from_str("sqlite://")
+        .map_err(|e| e.to_string())?
+        .filename(path)
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        // WAL with NORMAL: a commit survives a crash of the process; only a power
+        // loss may lose the last transactions.
+        .synchronous(SqliteSynchronous::Normal)
+        .busy_timeout(Duration::from_secs(5));
+    let pool = SqlitePoolOptions::new()
+        .max_connections(max_connections.max(1))
+        .connect_with(options)
+        .await
+        .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+    SQLITE_MIGRATIONS
+        .run(&pool)
+        .await
+        .map_err(|e| format!("cannot migrate the ledger in {}: {e}", path.display()))?;
+    Ok(pool)
+}
+
+impl From<TaskStatus> for State {
+    fn from(s: TaskStatus) -> Self {
+        match s {
+            TaskStatus::Completed => State::Completed,
+            TaskStatus::Failed => State::Failed,
+            TaskStatus::Queued | TaskStatus::Processing => State::Submitted,
+        }
+    }
+}

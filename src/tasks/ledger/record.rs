@@ -1,0 +1,350 @@
+//! What a ledger row holds, what a submit asks of the ledger and what it answers, and
+//! every statement the ledger runs.
+
+use crate::config::{Endpoint, QuotaConfig};
+use crate::tasks::MediaKind;
+
+/// A row's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// Written before the upstream submit; the outcome is not known yet.
+    Submitting,
+    /// The upstream created the task; it is not finished yet.
+    Submitted,
+    Completed,
+    Failed,
+    /// The submit was answered with an error and created no task upstream.
+    Refused,
+    /// The request was sent but no answer says what became of it: to reconcile.
+    UnknownOutcome,
+}
+
+impl State {
+    pub const ALL: [State; 6] = [
+        State::Submitting,
+        State::Submitted,
+        State::Completed,
+        State::Failed,
+        State::Refused,
+        State::UnknownOutcome,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Submitting => "submitting",
+            Self::Submitted => "submitted",
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+            Self::Refused => "refused",
+            Self::UnknownOutcome => "unknown_outcome",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|st| st.as_str() == s)
+    }
+}
+
+/// A submit about to be sent upstream.
+#[derive(Debug)]
+pub struct NewTask<'a> {
+    pub owner: &'a str,
+    pub endpoint: Endpoint,
+    pub model: &'a str,
+    pub kind: MediaKind,
+    /// [`fingerprint`] of the validated request.
+    pub fingerprint: String,
+    pub idempotency_key: Option<&'a str>,
+    /// Requested seconds of video (0 for images or when not given).
+    pub video_seconds: i64,
+    pub quota: Option<QuotaConfig>,
+}
+
+impl NewTask<'_> {
+    pub(super) fn endpoint_name(&self) -> &'static str {
+        endpoint_name(self.endpoint)
+    }
+}
+
+pub(super) fn endpoint_name(endpoint: Endpoint) -> &'static str {
+    match endpoint {
+        Endpoint::ModelCenter => "model-center",
+        Endpoint::AlphaVideos => "alpha-videos",
+    }
+}
+
+/// An answer given to a submit, kept so that a retry with the same key gets it again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    pub status: u16,
+    pub body: String,
+}
+
+/// A task the upstream created.
+#[derive(Debug)]
+pub struct Created<'a> {
+    pub provider: &'a str,
+    pub upstream_id: &'a str,
+    pub task_id: &'a str,
+    pub status: crate::tasks::TaskStatus,
+    pub answer: &'a Answer,
+}
+
+/// What the ledger says about a submit.
+#[derive(Debug)]
+pub enum Admission {
+    /// A new row: go ahead and submit.
+    Fresh(i64),
+    /// The key was used before for this request and has its answer.
+    Replay(Answer),
+    /// The key's first request is still being submitted.
+    InFlight(i64),
+    /// The key was used before with a different request.
+    Mismatch,
+    /// The key's first request was sent but its outcome is unknown.
+    OutcomeUnknown,
+    /// The daily quota is used up until `resets_ms`.
+    QuotaExceeded { what: &'static str, resets_ms: i64 },
+}
+
+impl Admission {
+    /// What an earlier row with the same key means for this request.
+    pub(super) fn seen(row: TaskRecord, fingerprint: &str) -> Self {
+        if row.fingerprint != fingerprint {
+            return Self::Mismatch;
+        }
+        match (State::parse(&row.state), row.answer()) {
+            (_, Some(answer)) => Self::Replay(answer),
+            (Some(State::Submitting), None) => Self::InFlight(row.id),
+            _ => Self::OutcomeUnknown,
+        }
+    }
+}
+
+impl QuotaConfig {
+    /// Which allowance one more task of `seconds` would go over, given what is used.
+    pub fn exceeded(&self, tasks: i64, used_seconds: i64, seconds: i64) -> Option<&'static str> {
+        let over = |limit: Option<u64>, value: i64| {
+            limit.is_some_and(|l| i64::try_from(l).unwrap_or(i64::MAX) < value)
+        };
+        if over(self.tasks_per_day, tasks + 1) {
+            Some("tasks_per_day")
+        } else if seconds > 0 && over(self.video_seconds_per_day, used_seconds + seconds) {
+            Some("video_seconds_per_day")
+        } else {
+            None
+        }
+    }
+}
+
+/// One row.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct TaskRecord {
+    pub id: i64,
+    pub owner: String,
+    pub endpoint: String,
+    pub model: String,
+    pub kind: String,
+    pub fingerprint: String,
+    pub idempotency_key: Option<String>,
+    pub video_seconds: i64,
+    pub state: String,
+    /// Our status word as last recorded (`queued`, `processing`, …).
+    pub status: Option<String>,
+    pub provider: Option<String>,
+    pub upstream_id: Option<String>,
+    pub task_id: Option<String>,
+    pub answer_status: Option<i64>,
+    pub answer_body: Option<String>,
+    /// JSON array of result URLs, once completed.
+    pub urls: Option<String>,
+    pub error_code: Option<String>,
+    pub error_message: Option<String>,
+    pub created_ms: i64,
+    pub updated_ms: i64,
+    pub finished_ms: Option<i64>,
+}
+
+impl TaskRecord {
+    /// The answer kept for replay, if any.
+    pub fn answer(&self) -> Option<Answer> {
+        Some(Answer {
+            status: u16::try_from(self.answer_status?).ok()?,
+            body: self.answer_body.clone()?,
+        })
+    }
+}
+
+/// Tasks of one key, model and UTC day.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct UsageRow {
+    pub owner: String,
+    pub model: String,
+    /// Days since the Unix epoch.
+    pub day: i64,
+    pub submitted: i64,
+    pub completed: i64,
+    pub failed: i64,
+    pub video_seconds: i64,
+}
+
+/// A page of a listing.
+#[derive(Debug)]
+pub struct Page {
+    pub rows: Vec<TaskRecord>,
+    pub has_more: bool,
+    /// False when the `after` task id is not one of the owner's tasks.
+    pub cursor_known: bool,
+}
+
+impl Page {
+    pub(super) fn unknown_cursor() -> Self {
+        Self {
+            rows: Vec::new(),
+            has_more: false,
+            cursor_known: false,
+        }
+    }
+}
+
+/// SHA-256 of the endpoint, the model and the validated parameters with object keys
+/// sorted, so that the same request always has the same fingerprint.
+pub fn fingerprint(endpoint: Endpoint, model: &str, params: &serde_json::Value) -> String {
+    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+    ctx.update(endpoint_name(endpoint).as_bytes());
+    ctx.update(b"\0");
+    ctx.update(model.as_bytes());
+    ctx.update(b"\0");
+    canonical(params, &mut ctx);
+    hex::encode(ctx.finish())
+}
+
+fn canonical(v: &serde_json::Value, out: &mut ring::digest::Context) {
+    use serde_json::Value;
+    match v {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.update(b"{");
+            for k in keys {
+                out.update(Value::String(k.clone()).to_string().as_bytes());
+                out.update(b":");
+                canonical(&map[k], out);
+                out.update(b",");
+            }
+            out.update(b"}");
+        }
+        Value::Array(items) => {
+            out.update(b"[");
+            for item in items {
+                canonical(item, out);
+                out.update(b",");
+            }
+            out.update(b"]");
+        }
+        other => out.update(other.to_string().as_bytes()),
+    }
+}
+
+#[cfg(test)]
+const COLUMNS: &str = "id, owner, endpoint, model, kind, fingerprint, idempotency_key, video_seconds, state, status, provider, upstream_id, task_id, answer_status, answer_body, urls, error_code, error_message, created_ms, updated_ms, finished_ms";
+
+macro_rules! select {
+    ($rest:literal) => {
+        concat!(
+            "SELECT id, owner, endpoint, model, kind, fingerprint, idempotency_key, video_seconds, state, status, provider, upstream_id, task_id, answer_status, answer_body, urls, error_code, error_message, created_ms, updated_ms, finished_ms FROM tasks ",
+            $rest
+        )
+    };
+}
+
+pub(super) const SELECT_BY_IDEMPOTENCY: &str = select!("WHERE owner = $1 AND idempotency_key = $2");
+pub(super) const SELECT_BY_ROW: &str = select!("WHERE id = $1");
+pub(super) const SELECT_BY_ANY_ID: &str =
+    select!("WHERE task_id = $1 OR upstream_id = $1 ORDER BY id DESC LIMIT 1");
+pub(super) const SELECT_FILTERED: &str = select!(
+    "WHERE ($1 IS NULL OR state = $1) AND ($2 IS NULL OR owner = $2) ORDER BY id DESC LIMIT $3"
+);
+pub(super) const LIST: &str = select!(
+    "WHERE owner = $1 AND endpoint = $2 AND id < $3 AND task_id IS NOT NULL ORDER BY id DESC LIMIT $4"
+);
+pub(super) const ROW_OF_TASK: &str = "SELECT id FROM tasks WHERE owner = $1 AND task_id = $2";
+pub(super) const USED_TODAY: &str = "SELECT COUNT(*), CAST(COALESCE(SUM(video_seconds), 0) AS BIGINT) FROM tasks WHERE owner = $1 AND created_ms >= $2 AND state IN ('submitting', 'submitted', 'completed', 'unknown_outcome')";
+pub(super) const INSERT: &str = "INSERT INTO tasks (owner, endpoint, model, kind, fingerprint, idempotency_key, video_seconds, state, created_ms, updated_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, 'submitting', $8, $8) RETURNING id";
+pub(super) const SET_CREATED: &str = "UPDATE tasks SET state = 'submitted', provider = $2, upstream_id = $3, task_id = $4, status = $5, answer_status = $6, answer_body = $7, updated_ms = $8 WHERE id = $1";
+pub(super) const SET_ATTEMPT: &str =
+    "UPDATE tasks SET provider = $2, updated_ms = $3 WHERE id = $1 AND state = 'submitting'";
+pub(super) const SET_REFUSED: &str = "UPDATE tasks SET state = 'refused', answer_status = $2, answer_body = $3, idempotency_key = CASE WHEN $2 IS NULL THEN NULL ELSE idempotency_key END, updated_ms = $4, finished_ms = $4 WHERE id = $1";
+pub(super) const SET_UNKNOWN: &str =
+    "UPDATE tasks SET state = 'unknown_outcome', provider = $2, updated_ms = $3 WHERE id = $1";
+pub(super) const SET_FINISHED: &str = "UPDATE tasks SET state = $3, status = $4, urls = $5, error_code = $6, error_message = $7, updated_ms = $8, finished_ms = $8 WHERE provider = $1 AND upstream_id = $2 AND state = 'submitted'";
+pub(super) const EXPIRE_SUBMITTING: &str = "UPDATE tasks SET state = 'unknown_outcome', updated_ms = $2 WHERE state = 'submitting' AND updated_ms < $1 RETURNING id, owner, endpoint, model, kind, fingerprint, idempotency_key, video_seconds, state, status, provider, upstream_id, task_id, answer_status, answer_body, urls, error_code, error_message, created_ms, updated_ms, finished_ms";
+pub(super) const FORGET_KEYS: &str =
+    "UPDATE tasks SET idempotency_key = NULL WHERE idempotency_key IS NOT NULL AND created_ms < $1";
+pub(super) const COUNT_STATE: &str = "SELECT COUNT(*) FROM tasks WHERE state = $1";
+pub(super) const USAGE: &str = "SELECT owner, model, created_ms / 86400000 AS day, CAST(SUM(CASE WHEN upstream_id IS NOT NULL THEN 1 ELSE 0 END) AS BIGINT) AS submitted, CAST(SUM(CASE WHEN state = 'completed' THEN 1 ELSE 0 END) AS BIGINT) AS completed, CAST(SUM(CASE WHEN state = 'failed' THEN 1 ELSE 0 END) AS BIGINT) AS failed, CAST(SUM(CASE WHEN upstream_id IS NOT NULL THEN video_seconds ELSE 0 END) AS BIGINT) AS video_seconds FROM tasks WHERE ($1 IS NULL OR owner = $1) AND created_ms >= $2 GROUP BY owner, model, created_ms / 86400000 ORDER BY day, owner, model";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn fingerprints_ignore_key_order_only() {
+        let a = fingerprint(
+            Endpoint::ModelCenter,
+            "m",
+            &json!({"a": 1, "b": {"x": [1, 2], "y": "s"}}),
+        );
+        let b = fingerprint(
+            Endpoint::ModelCenter,
+            "m",
+            &json!({"b": {"y": "s", "x": [1, 2]}, "a": 1}),
+        );
+        assert_eq!(a, b);
+        for other in [
+            fingerprint(
+                Endpoint::AlphaVideos,
+                "m",
+                &json!({"a": 1, "b": {"x": [1, 2], "y": "s"}}),
+            ),
+            fingerprint(
+                Endpoint::ModelCenter,
+                "n",
+                &json!({"a": 1, "b": {"x": [1, 2], "y": "s"}}),
+            ),
+            fingerprint(
+                Endpoint::ModelCenter,
+                "m",
+                &json!({"a": 1, "b": {"x": [2, 1], "y": "s"}}),
+            ),
+            fingerprint(
+                Endpoint::ModelCenter,
+                "m",
+                &json!({"a": "1", "b": {"x": [1, 2], "y": "s"}}),
+            ),
+        ] {
+            assert_ne!(a, other);
+        }
+    }
+
+    #[test]
+    fn quotas_count_tasks_and_seconds() {
+        let q = QuotaConfig {
+            tasks_per_day: Some(2),
+            video_seconds_per_day: Some(20),
+        };
+        assert_eq!(q.exceeded(0, 0, 10), None);
+        assert_eq!(q.exceeded(1, 10, 10), None);
+        assert_eq!(q.exceeded(2, 10, 5), Some("tasks_per_day"));
+        assert_eq!(q.exceeded(1, 15, 10), Some("video_seconds_per_day"));
+        // Images ask for no seconds: only the task count applies.
+        assert_eq!(q.exceeded(1, 25, 0), None);
+    }
+
+    #[test]
+    fn the_column_list_matches_the_selects() {
+        assert!(SELECT_BY_ROW.contains(COLUMNS));
+        assert!(EXPIRE_SUBMITTING.ends_with(COLUMNS));
+    }
+}
