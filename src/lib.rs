@@ -15,7 +15,8 @@
 //! - [`snapshot`]: routes.toml compiled, section by section, into one immutable value;
 //! - [`gateway`]: the shared state (current snapshot, cache, metrics) and reload;
 //! - [`api`]: the tower stack: request context, auth, limits, one handler per endpoint;
-//! - [`start`]: the gateway running in this process, as `mediagate serve` runs it.
+//! - [`start`]: the gateway running in this process, as `mediagate serve` runs it;
+//!   [`operator`]: the `usage` and `tasks` commands over the ledger.
 //!
 //! [`simulator`] is the built-in simulated provider of the shipped configuration.
 
@@ -27,6 +28,7 @@ mod error;
 pub mod gateway;
 mod metrics;
 mod models;
+pub mod operator;
 pub mod providers;
 mod response;
 mod running;

@@ -1,4 +1,4 @@
-//! `mediagate`: serve the gateway, or check a routes file.
+//! `mediagate`: serve the gateway, check a routes file, or read the task ledger.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -40,12 +40,59 @@ enum Command {
         /// File to check (defaults to --config).
         file: Option<PathBuf>,
     },
+    /// Tasks per key, model and UTC day, from the ledger.
+    Usage {
+        /// Only this key (its name in routes.toml).
+        #[arg(long)]
+        key: Option<String>,
+        /// From this UTC day on (YYYY-MM-DD); the last 30 days by default.
+        #[arg(long)]
+        since: Option<String>,
+    },
+    /// Tasks in the ledger, newest first; `tasks show ID` prints one.
+    Tasks {
+        #[command(subcommand)]
+        show: Option<TasksCommand>,
+        /// Only tasks in this state (submitting, submitted, completed, failed,
+        /// refused, unknown_outcome).
+        #[arg(long)]
+        state: Option<String>,
+        /// Only this key's tasks.
+        #[arg(long)]
+        key: Option<String>,
+        /// At most this many.
+        #[arg(long, default_value_t = 100)]
+        limit: i64,
+    },
+}
+
+#[derive(Subcommand)]
+enum TasksCommand {
+    /// One task, by its sealed task id or its upstream id.
+    Show { id: String },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Some(Command::Check { file }) => check(file.as_deref().unwrap_or(&cli.config)),
+        Some(Command::Usage { key, since }) => operator(&cli.config, async |ledger| {
+            mediagate::operator::usage(ledger, key.as_deref(), since.as_deref()).await
+        }),
+        Some(Command::Tasks {
+            show: Some(TasksCommand::Show { id }),
+            ..
+        }) => operator(&cli.config, async |ledger| {
+            mediagate::operator::show(ledger, &id).await
+        }),
+        Some(Command::Tasks {
+            show: None,
+            state,
+            key,
+            limit,
+        }) => operator(&cli.config, async |ledger| {
+            mediagate::operator::tasks(ledger, state.as_deref(), key.as_deref(), limit).await
+        }),
         Some(Command::Serve) | None => serve(
             &cli.config,
             cli.log_format.map(|f| match f {
@@ -72,6 +119,37 @@ fn check(path: &Path) -> ExitCode {
         Err(e) => {
             eprintln!("{e}");
             eprintln!("{}: check failed", path.display());
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Run an operator command over the ledger and print what it returns.
+fn operator(
+    config: &Path,
+    command: impl AsyncFnOnce(&mediagate::tasks::ledger::Ledger) -> Result<String, String>,
+) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        let ledger = mediagate::operator::open(config).await?;
+        command(&ledger).await
+    });
+    match result {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{e}");
             ExitCode::FAILURE
         }
     }
