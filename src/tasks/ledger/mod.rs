@@ -443,3 +443,254 @@ impl From<TaskStatus> for State {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::QuotaConfig;
+    use crate::tasks::MediaKind;
+
+    async fn ledger(dir: &tempfile::TempDir) -> Ledger {
+        let url = LedgerUrl::parse("sqlite://sub/ledger.db", dir.path()).unwrap();
+        Ledger::open(&url, 4).await.unwrap().unwrap()
+    }
+
+    fn new<'a>(owner: &'a str, key: Option<&'a str>, fp: &str) -> NewTask<'a> {
+        NewTask {
+            owner,
+            endpoint: Endpoint::ModelCenter,
+            model: "m",
+            kind: MediaKind::Video,
+            fingerprint: fp.into(),
+            idempotency_key: key,
+            video_seconds: 5,
+            quota: None,
+        }
+    }
+
+    fn answer(n: u32) -> Answer {
+        Answer {
+            status: 200,
+            body: format!("{{\"id\":\"task_{n}\"}}"),
+        }
+    }
+
+    async fn create(l: &Ledger, row: i64, n: u32) {
+        let a = answer(n);
+        let c = Created {
+            provider: "p",
+            upstream_id: &format!("up-{n}"),
+            task_id: &format!("task_{n}"),
+            status: TaskStatus::Queued,
+            answer: &a,
+        };
+        l.created(row, &c).await.unwrap();
+    }
+
+    #[test]
+    fn urls_name_the_engine() {
+        let dir = Path::new("/etc/mg");
+        assert_eq!(LedgerUrl::parse("none", dir), Ok(LedgerUrl::Off));
+        assert_eq!(
+            LedgerUrl::parse("sqlite://.mediagate/l.db", dir),
+            Ok(LedgerUrl::Sqlite(PathBuf::from("/etc/mg/.mediagate/l.db")))
+        );
+        assert!(matches!(
+            LedgerUrl::parse("postgres://u@h/db", dir),
+            Ok(LedgerUrl::Postgres(_))
+        ));
+        for bad in ["", "sqlite://", "mysql://x", "ledger.db"] {
+            assert!(LedgerUrl::parse(bad, dir).is_err(), "{bad}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_key_replays_its_answer_and_refuses_another_request() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = ledger(&dir).await;
+        let Admission::Fresh(row) = l.admit(&new("a", Some("k"), "fp1")).await.unwrap() else {
+            panic!("first use of a key is fresh");
+        };
+        assert!(
+            matches!(l.admit(&new("a", Some("k"), "fp1")).await.unwrap(), Admission::InFlight(r) if r == row)
+        );
+        create(&l, row, 1).await;
+        assert!(
+            matches!(l.admit(&new("a", Some("k"), "fp1")).await.unwrap(), Admission::Replay(a) if a == answer(1))
+        );
+        assert!(matches!(
+            l.admit(&new("a", Some("k"), "fp2")).await.unwrap(),
+            Admission::Mismatch
+        ));
+        // Keys belong to their owner.
+        assert!(matches!(
+            l.admit(&new("b", Some("k"), "fp1")).await.unwrap(),
+            Admission::Fresh(_)
+        ));
+        // The same key survives reopening the file.
+        drop(l);
+        let l = ledger(&dir).await;
+        assert!(matches!(
+            l.admit(&new("a", Some("k"), "fp1")).await.unwrap(),
+            Admission::Replay(_)
+        ));
+    }
+
+    #[tokio::test]
+    async fn refusals_release_the_key_or_keep_the_answer() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = ledger(&dir).await;
+        let Admission::Fresh(row) = l.admit(&new("a", Some("declined"), "fp")).await.unwrap()
+        else {
+            panic!()
+        };
+        l.refused(row, None).await.unwrap();
+        assert!(matches!(
+            l.admit(&new("a", Some("declined"), "fp")).await.unwrap(),
+            Admission::Fresh(_)
+        ));
+        let Admission::Fresh(row) = l.admit(&new("a", Some("invalid"), "fp")).await.unwrap() else {
+            panic!()
+        };
+        let kept = Answer {
+            status: 400,
+            body: "{}".into(),
+        };
+        l.refused(row, Some(&kept)).await.unwrap();
+        assert!(
+            matches!(l.admit(&new("a", Some("invalid"), "fp")).await.unwrap(), Admission::Replay(a) if a == kept)
+        );
+        let Admission::Fresh(row) = l.admit(&new("a", Some("lost"), "fp")).await.unwrap() else {
+            panic!()
+        };
+        l.outcome_unknown(row, "p").await.unwrap();
+        assert!(matches!(
+            l.admit(&new("a", Some("lost"), "fp")).await.unwrap(),
+            Admission::OutcomeUnknown
+        ));
+    }
+
+    #[tokio::test]
+    async fn quotas_count_the_day_and_give_failed_tasks_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = ledger(&dir).await;
+        let quota = QuotaConfig {
+            tasks_per_day: Some(2),
+            video_seconds_per_day: None,
+        };
+        let with_quota = |n: u32| NewTask {
+            quota: Some(quota),
+            ..new("q", None, &format!("fp{n}"))
+        };
+        let Admission::Fresh(first) = l.admit(&with_quota(1)).await.unwrap() else {
+            panic!()
+        };
+        create(&l, first, 1).await;
+        assert!(matches!(
+            l.admit(&with_quota(2)).await.unwrap(),
+            Admission::Fresh(_)
+        ));
+        let Admission::QuotaExceeded { what, resets_ms } = l.admit(&with_quota(3)).await.unwrap()
+        else {
+            panic!("the third task of the day is over the quota");
+        };
+        assert_eq!(what, "tasks_per_day");
+        assert_eq!(resets_ms % DAY_MS, 0);
+        assert!(resets_ms > now_ms() && resets_ms <= now_ms() + DAY_MS);
+        let failed = TaskState {
+            status: TaskStatus::Failed,
+            progress: None,
+            urls: vec![],
+            error: None,
+        };
+        l.finished("p", "up-1", &failed).await.unwrap();
+        assert!(matches!(
+            l.admit(&with_quota(3)).await.unwrap(),
+            Admission::Fresh(_)
+        ));
+    }
+
+    #[tokio::test]
+    async fn listing_pages_newest_first_without_gaps_while_tasks_arrive() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = ledger(&dir).await;
+        for n in 0..5 {
+            let Admission::Fresh(row) = l.admit(&new("a", None, "fp")).await.unwrap() else {
+                panic!()
+            };
+            create(&l, row, n).await;
+        }
+        let Admission::Fresh(other) = l.admit(&new("b", None, "fp")).await.unwrap() else {
+            panic!()
+        };
+        create(&l, other, 99).await;
+        let first = l.list("a", Endpoint::ModelCenter, None, 2).await.unwrap();
+        let ids = |p: &Page| {
+            p.rows
+                .iter()
+                .map(|r| r.task_id.clone().unwrap())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(ids(&first), ["task_4", "task_3"]);
+        assert!(first.has_more);
+        // A new task arrives between pages: it is not on the next page.
+        let Admission::Fresh(row) = l.admit(&new("a", None, "fp")).await.unwrap() else {
+            panic!()
+        };
+        create(&l, row, 5).await;
+        let second = l
+            .list("a", Endpoint::ModelCenter, Some("task_3"), 2)
+            .await
+            .unwrap();
+        assert_eq!(ids(&second), ["task_2", "task_1"]);
+        let last = l
+            .list("a", Endpoint::ModelCenter, Some("task_1"), 2)
+            .await
+            .unwrap();
+        assert_eq!(ids(&last), ["task_0"]);
+        assert!(!last.has_more);
+        // Another key's task is no cursor, and another endpoint lists nothing.
+        assert!(
+            !l.list("a", Endpoint::ModelCenter, Some("task_99"), 2)
+                .await
+                .unwrap()
+                .cursor_known
+        );
+        assert!(
+            l.list("a", Endpoint::AlphaVideos, None, 2)
+                .await
+                .unwrap()
+                .rows
+                .is_empty()
+        );
+    }
+
+    #[tokio::test]
+    async fn stale_submits_become_unknown_and_old_keys_are_forgotten() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = ledger(&dir).await;
+        let Admission::Fresh(row) = l.admit(&new("a", Some("k"), "fp")).await.unwrap() else {
+            panic!()
+        };
+        assert!(
+            l.sweep(Duration::from_secs(60), Duration::from_secs(3600))
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let expired = l
+            .sweep(Duration::from_millis(10), Duration::from_secs(3600))
+            .await
+            .unwrap();
+        assert_eq!(expired.iter().map(|r| r.id).collect::<Vec<_>>(), [row]);
+        assert_eq!(l.count(State::UnknownOutcome).await.unwrap(), 1);
+        l.sweep(Duration::from_secs(60), Duration::ZERO)
+            .await
+            .unwrap();
+        assert!(matches!(
+            l.admit(&new("a", Some("k"), "fp")).await.unwrap(),
+            Admission::Fresh(_)
+        ));
+    }
+}
