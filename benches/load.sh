@@ -10,7 +10,8 @@
 # Markdown report (also written to target/load/report.md).
 #
 # Workloads: submit; query of an unfinished task; query of a finished task; a polling
-# storm (1,000 connections polling 100 unfinished tasks). For each: throughput with
+# storm (1,000 connections polling 100 unfinished tasks); submit with the task ledger
+# off, on SQLite and on PostgreSQL (started here when /usr/lib/postgresql is there). For each: throughput with
 # wrk (closed loop, 64 connections), latency at a constant 1,000 req/s with
 # `loadgen rate` (open loop), and the upstream's own request count. Then the RSS of
 # mediagate idle and holding 10,000 idle keep-alive connections.
@@ -36,6 +37,7 @@ MODEL=bench-video
 TASKS=/v2/model-center/tasks
 BODY='{"model":"bench-video","prompt":"a red fox running through fresh snow at dawn, cinematic","duration":5,"aspect_ratio":"16:9","resolution":"720p"}'
 PIDS=()
+PG_STOP=()
 
 log() { printf '== %s\n' "$*" >&2; }
 
@@ -44,6 +46,7 @@ cleanup() {
   # Gateways are started inside command substitutions: their pids are in files.
   for f in "$WORK"/mediagate*.pid; do [[ -f $f ]] && kill "$(cat "$f")" 2>/dev/null || true; done
   if [[ -f $WORK/nginx.pid ]]; then kill "$(cat "$WORK/nginx.pid")" 2>/dev/null || true; fi
+  if [[ ${#PG_STOP[@]} -gt 0 ]]; then "${PG_STOP[@]}" >/dev/null 2>&1 || true; fi
   wait 2>/dev/null || true
 }
 trap cleanup EXIT
@@ -98,8 +101,11 @@ log "fast upstream on $UP_ADDR"
 
 # --- mediagate ----------------------------------------------------------------------
 key_sha=$(printf %s "$KEY" | sha256sum | cut -d' ' -f1)
-routes() { # $1 = poll cache ttl (ms)
+routes() { # $1 = poll cache ttl (ms), $2 = ledger url (default none)
   cat <<EOF
+[ledger]
+url = "${2:-none}"
+
 [server]
 listen = "127.0.0.1:0"
 max_body_bytes = 4194304
@@ -165,9 +171,9 @@ schema = "video"
 EOF
 }
 
-start_gateway() { # $1 = name, $2 = poll ttl; prints the address
+start_gateway() { # $1 = name, $2 = poll ttl, $3 = ledger url; prints the address
   local name=$1
-  routes "$2" >"$WORK/$name.toml"
+  routes "$2" "${3:-none}" >"$WORK/$name.toml"
   MEDIAGATE_TASK_SECRET=$SECRET RUST_LOG=${RUST_LOG:-info} \
     "$BIN/mediagate" serve --config "$WORK/$name.toml" >/dev/null 2>"$WORK/$name.log" &
   echo $! >"$WORK/$name.pid"
@@ -384,6 +390,36 @@ sm=($(storm "$WORK/storm-mg.lua" "http://$MG_ADDR/"))
 # interval in progress when the run starts).
 STORM_LIMIT=$(( STORM_TASKS * (DURATION * 1000 / POLL_TTL_MS + 1) ))
 
+# --- the ledger's cost ---------------------------------------------------------------
+# The same submit load against gateways whose ledger is off (the one measured above),
+# on SQLite, and on PostgreSQL (a cluster of its own, when the binaries are there).
+LEDGER_ROWS=()
+ledger_cost() { # $1 = label, $2 = address
+  local t l
+  log "ledger: $1"
+  t=($(run_wrk "$CONNS" "$WORK/submit.lua" "http://$2$TASKS"))
+  MG_ADDR_FOR_LAT=$2
+  l=($(run_rate "$2" "$TASKS" "${SUBMIT_ARGS[@]}"))
+  LEDGER_ROWS+=("| $1 | ${t[0]} | ${t[4]} | ${t[3]} | ${l[0]} / ${l[1]} | ${l[2]} |")
+}
+ledger_cost "off" "$MG_ADDR"
+MGS_ADDR=$(start_gateway mediagate-sqlite "$POLL_TTL_MS" "sqlite://$WORK/ledger.db")
+ledger_cost "SQLite (WAL, synchronous=NORMAL)" "$MGS_ADDR"
+PG_BIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+if [[ -n $PG_BIN ]]; then
+  PG_DIR=$WORK/pg
+  PG_PORT=$(free_port)
+  mkdir -p "$PG_DIR"
+  as_pg=()
+  if [[ $(id -u) == 0 ]]; then chown postgres "$PG_DIR"; as_pg=(runuser -u postgres --); fi
+  "${as_pg[@]}" "$PG_BIN/initdb" -D "$PG_DIR/data" --auth=trust -U postgres >/dev/null
+  "${as_pg[@]}" "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -l "$PG_DIR/log" -w \
+    -o "-p $PG_PORT -k $PG_DIR -c listen_addresses=127.0.0.1" start >/dev/null
+  PG_STOP=("${as_pg[@]}" "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -m fast stop)
+  MGP_ADDR=$(start_gateway mediagate-pg "$POLL_TTL_MS" "postgres://postgres@127.0.0.1:$PG_PORT/postgres")
+  ledger_cost "PostgreSQL $("$PG_BIN/postgres" --version | awk '{print $3}') (same machine)" "$MGP_ADDR"
+fi
+
 # --- memory -------------------------------------------------------------------------
 sleep 1
 RSS_AFTER=$(rss_kb "$MG_PID")
@@ -428,6 +464,12 @@ wait "$HOLD_PID" 2>/dev/null || true
   echo
   echo "mediagate/nginx in the storm: $(ratio "${sm[0]}" "${sn[0]}"); mediagate/direct: $(ratio "${sm[0]}" "${sd[0]}")."
   echo "Upstream requests caused by 2 s of queries of a finished task through mediagate: $FINISHED_UPSTREAM."
+  echo
+  echo "### The ledger's cost (submit; wrk -c$CONNS for throughput, $RATE req/s for latency)"
+  echo
+  echo "| ledger | submit req/s | CPU µs/req | errors | p50 / p99 µs at $RATE req/s | failed |"
+  echo "|---|---|---|---|---|---|"
+  printf '%s\n' "${LEDGER_ROWS[@]}"
   echo
   echo "### Memory (mediagate VmRSS)"
   echo
