@@ -15,13 +15,8 @@ fn alpha_body(model: &str) -> Value {
 async fn missing_malformed_and_unknown_keys_are_401() {
     let gw = Gateway::start(&shipped_routes()).await;
     let http = gw.client();
-    let center_id = http
-        .submit_id(
-            MODEL_CENTER,
-            DEMO,
-            &json!({"model": "zeta-5.0", "prompt": "a cat"}),
-        )
-        .await;
+    let sent = json!({"model": "zeta-5.0", "prompt": "a cat"});
+    let center_id = http.submit_id(MODEL_CENTER, DEMO, &sent).await;
     let alpha_id = http
         .submit_id(ALPHA, DEMO, &alpha_body("alpha2Stable"))
         .await;
@@ -112,12 +107,8 @@ async fn a_restricted_key_uses_only_its_models() {
         "gamma_1_5_pro_720p",
         "gamma_1_5_pro_1080p",
     ] {
-        http.submit(
-            MODEL_CENTER,
-            DEMO2,
-            &json!({"model": model, "prompt": "a cat"}),
-        )
-        .await;
+        let sent = json!({"model": model, "prompt": "a cat"});
+        http.submit(MODEL_CENTER, DEMO2, &sent).await;
     }
     for model in [
         "alpha2Stable",
@@ -126,12 +117,9 @@ async fn a_restricted_key_uses_only_its_models() {
         "alphaOpen2Plus",
     ] {
         let seconds = if model == "alpha2Stable" { 10 } else { 8 };
-        http.submit(
-            ALPHA,
-            DEMO2,
-            &json!({"model": model, "prompt": "a cat", "aspect_ratio": "1:1", "seconds": seconds}),
-        )
-        .await;
+        let sent =
+            json!({"model": model, "prompt": "a cat", "aspect_ratio": "1:1", "seconds": seconds});
+        http.submit(ALPHA, DEMO2, &sent).await;
     }
 
     // Any other model: 403 naming the model, whatever the parameters.
@@ -153,22 +141,13 @@ async fn a_restricted_key_uses_only_its_models() {
             assert!(message.contains(model), "{message}");
         }
         // The unrestricted key may.
-        http.submit(
-            MODEL_CENTER,
-            DEMO,
-            &json!({"model": model, "prompt": "a cat"}),
-        )
-        .await;
+        let sent = json!({"model": model, "prompt": "a cat"});
+        http.submit(MODEL_CENTER, DEMO, &sent).await;
     }
     // An unknown model is unknown (400), not forbidden, for either key.
     for key in [DEMO, DEMO2] {
-        let r = http
-            .post_json(
-                MODEL_CENTER,
-                key,
-                &json!({"model": "nope", "prompt": "a cat"}),
-            )
-            .await;
+        let sent = json!({"model": "nope", "prompt": "a cat"});
+        let r = http.post_json(MODEL_CENTER, key, &sent).await;
         assert_error(&r, 400, "unknown_model", Some("model"));
     }
 }

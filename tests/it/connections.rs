@@ -8,8 +8,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::support::{
-    Answer, DEMO, Fake, Gateway, MODEL_CENTER, Routes, family, model_center_provider,
-    read_response, read_to_close,
+    Answer, DEMO, Fake, Gateway, MODEL_CENTER, Routes, read_response, read_to_close,
 };
 
 /// Well under the 10 s default: the configured timeout is what closes a connection.
@@ -17,12 +16,8 @@ const CLOSED_WITHIN: Duration = Duration::from_secs(5);
 
 #[tokio::test]
 async fn slow_headers_are_cut_off() {
-    let gw = Gateway::start(
-        &Routes::simulated(&["m1"])
-            .server("header_read_timeout_ms = 300")
-            .render(),
-    )
-    .await;
+    let gw =
+        Gateway::start(Routes::simulated(&["m1"]).server("header_read_timeout_ms = 300")).await;
     let connect = || TcpStream::connect(gw.addr);
     let (mut slow, mut silent, mut idle) = (
         connect().await.unwrap(),
@@ -62,7 +57,7 @@ async fn slow_headers_are_cut_off() {
 /// The answer to a submit whose body stops after its first bytes, on a gateway with
 /// `server` lines; the connection stays open for the rest of the body.
 async fn stalled_body(server: &str) -> (u16, Value) {
-    let gw = Gateway::start(&Routes::simulated(&["m1"]).server(server).render()).await;
+    let gw = Gateway::start(Routes::simulated(&["m1"]).server(server)).await;
     let mut conn = TcpStream::connect(gw.addr).await.unwrap();
     let head = format!(
         "POST {MODEL_CENTER} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {DEMO}\r\n\
@@ -99,12 +94,7 @@ async fn first_answer(stream: &mut TcpStream) -> Vec<u8> {
 
 #[tokio::test]
 async fn connections_over_the_cap_are_closed_at_once() {
-    let gw = Gateway::start(
-        &Routes::simulated(&["m1"])
-            .server("max_connections = 2")
-            .render(),
-    )
-    .await;
+    let gw = Gateway::start(Routes::simulated(&["m1"]).server("max_connections = 2")).await;
     let request = b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n";
     // Two keep-alive connections, each served once and held open.
     let mut held = Vec::new();
@@ -142,20 +132,10 @@ async fn connections_over_the_cap_are_closed_at_once() {
 #[tokio::test]
 async fn whole_request_timeout_answers_504() {
     let fake = Fake::start().await;
-    let held = fake.hold(
-        "POST /v2/model-center/tasks",
-        Answer::json(200, json!({"id": "late", "status": "queued"})),
-    );
+    let held = fake.hold("POST /v2/model-center/tasks", Answer::queued("late"));
     let gw = Gateway::start(
-        &Routes::new()
-            .server("request_timeout_ms = 300")
-            .provider(model_center_provider(
-                "up",
-                &fake.url(),
-                "submit_timeout_ms = 60000",
-            ))
-            .family(family("test", &["up"], &["m1"]))
-            .render(),
+        Routes::upstream(&fake.url(), "submit_timeout_ms = 60000")
+            .server("request_timeout_ms = 300"),
     )
     .await;
     let r = gw

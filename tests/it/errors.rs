@@ -88,22 +88,12 @@ async fn request_body_errors_are_400_with_the_field() {
     }
 
     // A model of the other family, on the wrong endpoint, both ways.
-    let r = http
-        .post_json(
-            MODEL_CENTER,
-            DEMO,
-            &json!({"model": "alpha2Stable", "prompt": "a cat", "seconds": 10}),
-        )
-        .await;
+    let sent = json!({"model": "alpha2Stable", "prompt": "a cat", "seconds": 10});
+    let r = http.post_json(MODEL_CENTER, DEMO, &sent).await;
     let message = assert_error(&r, 400, "unknown_model", Some("model"));
     assert!(message.contains(MODEL_CENTER), "{message}");
-    let r = http
-        .post_json(
-            ALPHA,
-            DEMO,
-            &json!({"model": "sd_2.0_special", "prompt": "a cat", "seconds": 10}),
-        )
-        .await;
+    let sent = json!({"model": "sd_2.0_special", "prompt": "a cat", "seconds": 10});
+    let r = http.post_json(ALPHA, DEMO, &sent).await;
     let message = assert_error(&r, 400, "unknown_model", Some("model"));
     assert!(message.contains(ALPHA), "{message}");
 
@@ -115,33 +105,19 @@ async fn unreadable_task_ids_are_all_the_same_404() {
     let gw = Gateway::start(&routes()).await;
     let http = gw.client();
 
-    let mine = http
-        .submit(
-            MODEL_CENTER,
-            DEMO,
-            &json!({"model": "sd_2.0_special", "prompt": "a cat"}),
-        )
-        .await["id"]
+    let sent = json!({"model": "sd_2.0_special", "prompt": "a cat"});
+    let mine = http.submit(MODEL_CENTER, DEMO, &sent).await["id"]
         .as_str()
         .unwrap()
         .to_string();
-    let mine_alpha = http
-        .submit(
-            ALPHA,
-            DEMO,
-            &json!({"model": "alphaOpen2", "prompt": "a cat", "aspect_ratio": "1:1", "seconds": 4}),
-        )
-        .await["id"]
+    let sent =
+        json!({"model": "alphaOpen2", "prompt": "a cat", "aspect_ratio": "1:1", "seconds": 4});
+    let mine_alpha = http.submit(ALPHA, DEMO, &sent).await["id"]
         .as_str()
         .unwrap()
         .to_string();
-    let theirs = http
-        .submit(
-            MODEL_CENTER,
-            DEMO2,
-            &json!({"model": "zeta-5.0", "prompt": "a cat"}),
-        )
-        .await["id"]
+    let sent = json!({"model": "zeta-5.0", "prompt": "a cat"});
+    let theirs = http.submit(MODEL_CENTER, DEMO2, &sent).await["id"]
         .as_str()
         .unwrap()
         .to_string();

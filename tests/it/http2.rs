@@ -68,13 +68,8 @@ async fn the_interface_works_over_h2c() {
     let r = h2.get(MODEL_CENTER, DEMO).await;
     assert_error(&r, 405, "method_not_allowed", None);
     assert_eq!(r.header("allow"), Some("POST"));
-    let r = h2
-        .post_json(
-            MODEL_CENTER,
-            DEMO,
-            &json!({"model": "deltaq3-pro", "prompt": "x", "duration": 17}),
-        )
-        .await;
+    let sent = json!({"model": "deltaq3-pro", "prompt": "x", "duration": 17});
+    let r = h2.post_json(MODEL_CENTER, DEMO, &sent).await;
     assert_error(&r, 400, "invalid_parameter", Some("duration"));
 
     // Over the body limit, with a declared length and streamed: 413, and the
@@ -99,15 +94,9 @@ async fn the_interface_works_over_h2c() {
         .send_chunked(Method::POST, MODEL_CENTER, &headers, chunks)
         .await;
     assert_error(&r, 413, "body_too_large", None);
-    let r = h2
-        .post_json(
-            MODEL_CENTER,
-            DEMO,
-            &json!({"model": "zeta-5.0", "prompt": "a cat"}),
-        )
-        .await;
+    let sent = json!({"model": "zeta-5.0", "prompt": "a cat"});
+    let r = h2.post_json(MODEL_CENTER, DEMO, &sent).await;
     assert_eq!(r.status, 200, "{:?}", r.text());
     assert_eq!(r.json()["object"], "image");
     gw.assert_no_panic();
 }
-

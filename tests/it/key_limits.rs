@@ -8,7 +8,6 @@ use serde_json::json;
 
 use crate::support::{
     ALPHA, Answer, DEMO, DEMO2, Fake, Gateway, MODEL_CENTER, Routes, eventually, family,
-    model_center_provider,
 };
 
 const UNKNOWN_TASK: &str = "/v2/model-center/tasks/task_unknown";
@@ -16,9 +15,7 @@ const UNKNOWN_TASK: &str = "/v2/model-center/tasks/task_unknown";
 #[tokio::test]
 async fn burst_lets_exactly_the_configured_number_through() {
     let gw = Gateway::start(
-        &Routes::simulated(&["m1"])
-            .demo_key("limits = { rate_per_second = 0.01, burst = 3 }")
-            .render(),
+        Routes::simulated(&["m1"]).demo_key("limits = { rate_per_second = 0.01, burst = 3 }"),
     )
     .await;
     let http = gw.client();
@@ -48,9 +45,8 @@ async fn burst_lets_exactly_the_configured_number_through() {
 #[tokio::test]
 async fn submits_have_their_own_limit() {
     let gw = Gateway::start(
-        &Routes::simulated(&["m1"])
-            .top("[limits]\nsubmit_rate_per_second = 0.01\nsubmit_burst = 2\n")
-            .render(),
+        Routes::simulated(&["m1"])
+            .top("[limits]\nsubmit_rate_per_second = 0.01\nsubmit_burst = 2\n"),
     )
     .await;
     let http = gw.client();
@@ -76,16 +72,9 @@ async fn submits_have_their_own_limit() {
 #[tokio::test]
 async fn requests_in_progress_per_key_are_capped() {
     let fake = Fake::start().await;
-    let held = fake.hold(
-        "POST /v2/model-center/tasks",
-        Answer::json(200, json!({"id": "up-1", "status": "queued"})),
-    );
+    let held = fake.hold("POST /v2/model-center/tasks", Answer::queued("up-1"));
     let gw = Gateway::start(
-        &Routes::new()
-            .demo_key("limits = { max_concurrent_requests = 1 }")
-            .provider(model_center_provider("up", &fake.url(), ""))
-            .family(family("test", &["up"], &["m1"]))
-            .render(),
+        Routes::upstream(&fake.url(), "").demo_key("limits = { max_concurrent_requests = 1 }"),
     )
     .await;
     let http = gw.client();
@@ -105,38 +94,23 @@ async fn requests_in_progress_per_key_are_capped() {
     assert_eq!(http.post_json(MODEL_CENTER, DEMO, &body).await.status, 200);
 }
 
-const JOBS: &str = r#"
-[providers.jobs]
-base_url = "BASE"
-[providers.jobs.submit]
-path = '"/v1/videos"'
-id = '.id'
-[providers.jobs.query]
-path = '"/v1/videos/\($id | @uri)"'
-status = '.status'
-status_map = { queued = "queued", completed = "completed" }
-[providers.jobs.content]
-path = '"/v1/videos/\($id | @uri)/content"'
-"#;
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_download_holds_its_slot_until_it_ends() {
     let fake = Fake::start().await;
     let gw = Gateway::start(
-        &Routes::new()
+        Routes::new()
             .top("[limits]\nrate_per_second = 0\nmax_concurrent_requests = 1\n")
-            .provider(JOBS.replace("BASE", &fake.url()))
+            .provider(crate::providers_shapes::JOBS.replace("BASE", &fake.url()))
             .family(
                 family("jobs", &["jobs"], &["alpha2Stable"])
                     .alpha()
                     .upstream("alpha2Stable", "v2"),
-            )
-            .render(),
+            ),
     )
     .await;
     let http = gw.client();
 
-    fake.on("POST /v1/videos", Answer::json(200, json!({"id": "v1"})));
+    fake.on("POST /v1/videos", Answer::queued("v1"));
     fake.on(
         "GET /v1/videos/v1",
         Answer::json(200, json!({"status": "completed"})),
@@ -147,13 +121,8 @@ async fn a_download_holds_its_slot_until_it_ends() {
         "GET /v1/videos/v1/content",
         Answer::raw(200, "video/mp4", video),
     );
-    let id = http
-        .submit_id(
-            ALPHA,
-            DEMO,
-            &json!({"model": "alpha2Stable", "prompt": "p"}),
-        )
-        .await;
+    let sent = json!({"model": "alpha2Stable", "prompt": "p"});
+    let id = http.submit_id(ALPHA, DEMO, &sent).await;
     let done = http.wait_done(ALPHA, DEMO, &id).await;
     assert_eq!(done["status"], "completed");
 

@@ -34,13 +34,8 @@ async fn a_fail_prompt_ends_failed_with_a_reason_and_no_result() {
         runs.spawn(fails(http.clone(), collection, body));
     }
     // Only the marker fails a task, not the word.
-    let created = http
-        .submit(
-            MODEL_CENTER,
-            DEMO,
-            &json!({"model": "sd_2.0_special", "prompt": "a cat that does not fail [] fail]"}),
-        )
-        .await;
+    let sent = json!({"model": "sd_2.0_special", "prompt": "a cat that does not fail [] fail]"});
+    let created = http.submit(MODEL_CENTER, DEMO, &sent).await;
     let done = http
         .wait_done(MODEL_CENTER, DEMO, created["id"].as_str().unwrap())
         .await;
@@ -142,13 +137,8 @@ async fn tasks_created_before_a_restart_are_readable_after_it() {
         assert_error(&r, 404, "task_not_found", Some("id"));
     }
     // And the restarted gateway takes new work.
-    let c = http
-        .submit(
-            MODEL_CENTER,
-            DEMO,
-            &json!({"model": "theta-H3-c1", "prompt": "a cat"}),
-        )
-        .await;
+    let sent = json!({"model": "theta-H3-c1", "prompt": "a cat"});
+    let c = http.submit(MODEL_CENTER, DEMO, &sent).await;
     let done = http
         .wait_done(MODEL_CENTER, DEMO, c["id"].as_str().unwrap())
         .await;

@@ -6,8 +6,7 @@ use http::Method;
 use serde_json::{Value, json};
 
 use crate::support::{
-    Answer, ConfigDir, DEMO, DEMO2, Fake, Gateway, Http, MODEL_CENTER, Proc, Routes, family,
-    model_center_provider,
+    Answer, ConfigDir, DEMO, DEMO2, Fake, Gateway, Http, MODEL_CENTER, Proc, Routes,
 };
 
 const UPSTREAM_SECRET: &str = "up-secret-7d1c0ffee";
@@ -32,14 +31,11 @@ fn script(fake: &Fake, n: u32, status: &str) {
 #[tokio::test]
 async fn json_logs_one_object_per_line_with_access_fields_and_no_secrets() {
     let fake = Fake::start().await;
-    let routes = Routes::new()
-        .provider(model_center_provider(
-            "up",
-            &fake.url(),
-            "auth = { secret_env = \"EDGE_UPSTREAM_SECRET\" }",
-        ))
-        .family(family("test", &["up"], &["m1"]))
-        .render();
+    let routes = Routes::upstream(
+        &fake.url(),
+        "auth = { secret_env = \"EDGE_UPSTREAM_SECRET\" }",
+    )
+    .render();
     let gw = Proc::start_in(
         ConfigDir::new(&routes),
         &["--log-format", "json"],
@@ -125,11 +121,8 @@ async fn json_logs_one_object_per_line_with_access_fields_and_no_secrets() {
 async fn metrics_move_as_requests_are_made() {
     let fake = Fake::start().await;
     let gw = Gateway::start(
-        &Routes::new()
-            .demo_key("limits = { rate_per_second = 0.01, burst = 6 }")
-            .provider(model_center_provider("up", &fake.url(), ""))
-            .family(family("test", &["up"], &["m1"]))
-            .render(),
+        Routes::upstream(&fake.url(), "")
+            .demo_key("limits = { rate_per_second = 0.01, burst = 6 }"),
     )
     .await;
     let http = gw.client();
@@ -193,12 +186,8 @@ async fn metrics_move_as_requests_are_made() {
 
 #[tokio::test]
 async fn metrics_on_their_own_listener() {
-    let gw = Gateway::start(
-        &Routes::simulated(&["m1"])
-            .server("metrics_listen = \"127.0.0.1:0\"")
-            .render(),
-    )
-    .await;
+    let gw =
+        Gateway::start(Routes::simulated(&["m1"]).server("metrics_listen = \"127.0.0.1:0\"")).await;
     let admin = Http::new(gw.admin_addr.expect("metrics listener"));
     let r = admin.get_bare("/metrics").await;
     assert_eq!(r.status, 200);

@@ -11,7 +11,7 @@ use crate::support::{
 };
 
 async fn start(provider: &str, family: impl std::fmt::Display) -> Gateway {
-    Gateway::start(&Routes::new().provider(provider).family(family).render()).await
+    Gateway::start(Routes::new().provider(provider).family(family)).await
 }
 
 /// The public view fields a test compares, as one JSON object.
@@ -56,13 +56,8 @@ async fn a_chained_gateway_with_the_simulator_block() {
         "POST /v2/model-center/tasks",
         Answer::json(200, json!({"id": "task_up1", "object": "video", "model": "next-model", "status": "queued", "created": 1})),
     );
-    let created = http
-        .submit(
-            MODEL_CENTER,
-            DEMO,
-            &json!({"model": "sd_2.0_special", "prompt": "a cat", "duration": 5}),
-        )
-        .await;
+    let sent = json!({"model": "sd_2.0_special", "prompt": "a cat", "duration": 5});
+    let created = http.submit(MODEL_CENTER, DEMO, &sent).await;
     assert_eq!(created["status"], "queued");
     assert_eq!(created["model"], "sd_2.0_special");
     let seen = fake.only();
@@ -103,19 +98,9 @@ async fn a_chained_gateway_with_the_simulator_block() {
     }
 
     // A failed task keeps the upstream's code and message.
-    fake.on(
-        "POST /v2/model-center/tasks",
-        Answer::json(200, json!({"id": "task_up2", "status": "queued"})),
-    );
-    let id = id_of(
-        &http
-            .submit(
-                MODEL_CENTER,
-                DEMO,
-                &json!({"model": "sd_2.0_special", "prompt": "x"}),
-            )
-            .await,
-    );
+    fake.on("POST /v2/model-center/tasks", Answer::queued("task_up2"));
+    let sent = json!({"model": "sd_2.0_special", "prompt": "x"});
+    let id = http.submit_id(MODEL_CENTER, DEMO, &sent).await;
     fake.on(
         "GET /v2/model-center/tasks/task_up2",
         Answer::json(200, json!({"status": "failed", "error": {"code": "content_policy", "message": "refused by policy"}})),
@@ -127,7 +112,7 @@ async fn a_chained_gateway_with_the_simulator_block() {
 }
 
 // (b) A jobs API: the video only from a content endpoint that needs our key.
-const JOBS: &str = r#"
+pub(crate) const JOBS: &str = r#"
 [providers.jobs]
 base_url = "BASE"
 auth = { secret_file = "upstream.key" }
@@ -308,19 +293,9 @@ async fn b_jobs_api_with_a_keyed_content_endpoint() {
     assert_eq!(r.status, 401);
 
     // A failed job.
-    fake.on(
-        "POST /v1/videos",
-        Answer::json(200, json!({"id": "video_69e", "status": "queued"})),
-    );
-    let id = id_of(
-        &http
-            .submit(
-                ALPHA,
-                DEMO,
-                &json!({"model": "alpha2Stable", "prompt": "x"}),
-            )
-            .await,
-    );
+    fake.on("POST /v1/videos", Answer::queued("video_69e"));
+    let sent = json!({"model": "alpha2Stable", "prompt": "x"});
+    let id = http.submit_id(ALPHA, DEMO, &sent).await;
     fake.on(
         "GET /v1/videos/video_69e",
         Answer::json(200, json!({"id": "video_69e", "status": "failed", "progress": 0, "error": {"code": "moderation_blocked", "message": "the prompt was blocked"}})),
@@ -437,15 +412,8 @@ async fn c_task_api_with_a_typed_content_list() {
             &format!("POST {path}"),
             Answer::json(200, json!({"id": format!("cgt-f{n}")})),
         );
-        let id = id_of(
-            &http
-                .submit(
-                    MODEL_CENTER,
-                    DEMO,
-                    &json!({"model": "sd_2.0_special", "prompt": "p"}),
-                )
-                .await,
-        );
+        let sent = json!({"model": "sd_2.0_special", "prompt": "p"});
+        let id = http.submit_id(MODEL_CENTER, DEMO, &sent).await;
         fake.on(&format!("GET {path}/cgt-f{n}"), Answer::json(200, upstream));
         assert_eq!(
             view(&http.query(MODEL_CENTER, DEMO, &id).await),
@@ -554,15 +522,8 @@ async fn d_async_api_with_a_submit_header_and_nested_body() {
             json!({"output": {"task_id": "t-2", "task_status": "PENDING"}}),
         ),
     );
-    let id = id_of(
-        &http
-            .submit(
-                MODEL_CENTER,
-                DEMO,
-                &json!({"model": "sd_2.0_special", "prompt": "x"}),
-            )
-            .await,
-    );
+    let sent = json!({"model": "sd_2.0_special", "prompt": "x"});
+    let id = http.submit_id(MODEL_CENTER, DEMO, &sent).await;
     assert_eq!(
         fake.only().json(),
         json!({"model": "wan-t2v", "input": {"prompt": "x"}, "parameters": {}})
@@ -655,13 +616,8 @@ async fn e_wrapped_answers_with_codes() {
             json!({"code": 1201, "message": "duration must be 5 or 10", "data": null}),
         ),
     );
-    let r = http
-        .post_json(
-            MODEL_CENTER,
-            DEMO,
-            &json!({"model": "sd_2.0_special", "prompt": "x", "duration": 7}),
-        )
-        .await;
+    let sent = json!({"model": "sd_2.0_special", "prompt": "x", "duration": 7});
+    let r = http.post_json(MODEL_CENTER, DEMO, &sent).await;
     assert_eq!(r.status, 400);
     assert_eq!(r.error_code(), "upstream_invalid_request");
     assert!(
@@ -684,13 +640,8 @@ async fn e_wrapped_answers_with_codes() {
                 json!({"code": code, "message": "declined", "data": null}),
             ),
         );
-        let r = http
-            .post_json(
-                MODEL_CENTER,
-                DEMO,
-                &json!({"model": "sd_2.0_special", "prompt": "x"}),
-            )
-            .await;
+        let sent = json!({"model": "sd_2.0_special", "prompt": "x"});
+        let r = http.post_json(MODEL_CENTER, DEMO, &sent).await;
         assert_eq!(r.status, status);
         assert_eq!(r.error_code(), error);
         fake.take();
@@ -704,15 +655,8 @@ async fn e_wrapped_answers_with_codes() {
             json!({"code": 0, "data": {"task_id": "8681", "task_status": "submitted"}}),
         ),
     );
-    let id = id_of(
-        &http
-            .submit(
-                MODEL_CENTER,
-                DEMO,
-                &json!({"model": "sd_2.0_special", "prompt": "x"}),
-            )
-            .await,
-    );
+    let sent = json!({"model": "sd_2.0_special", "prompt": "x"});
+    let id = http.submit_id(MODEL_CENTER, DEMO, &sent).await;
     fake.on(
         "GET /v1/videos/text2video/8681",
         Answer::json(200, json!({"code": 0, "data": {"task_id": "8681", "task_status": "failed", "task_status_msg": "risk control"}})),
@@ -826,13 +770,8 @@ async fn f_file_id_looked_up_by_a_second_request() {
         "POST /v1/video_generation",
         Answer::json(200, json!({"task_id": "", "base_resp": {"status_code": 2013, "status_msg": "invalid params: duration"}})),
     );
-    let r = http
-        .post_json(
-            MODEL_CENTER,
-            DEMO,
-            &json!({"model": "sd_2.0_special", "prompt": "x"}),
-        )
-        .await;
+    let sent = json!({"model": "sd_2.0_special", "prompt": "x"});
+    let r = http.post_json(MODEL_CENTER, DEMO, &sent).await;
     assert_eq!(r.status, 400);
     assert!(
         r.json()["error"]["message"]
@@ -848,15 +787,8 @@ async fn f_file_id_looked_up_by_a_second_request() {
             json!({"task_id": "777", "base_resp": {"status_code": 0, "status_msg": "success"}}),
         ),
     );
-    let id = id_of(
-        &http
-            .submit(
-                MODEL_CENTER,
-                DEMO,
-                &json!({"model": "sd_2.0_special", "prompt": "x"}),
-            )
-            .await,
-    );
+    let sent = json!({"model": "sd_2.0_special", "prompt": "x"});
+    let id = http.submit_id(MODEL_CENTER, DEMO, &sent).await;
     fake.on(
         "GET /v1/query/video_generation",
         Answer::json(200, json!({"task_id": "777", "status": "Fail", "base_resp": {"status_code": 1027, "status_msg": "output video sensitive"}})),
@@ -989,15 +921,8 @@ async fn g_long_running_operations_with_slashed_ids() {
 
     let op2 = "models/veo-3.0-generate-001/operations/zz9";
     fake.on(submit, Answer::json(200, json!({"name": op2})));
-    let id = id_of(
-        &http
-            .submit(
-                MODEL_CENTER,
-                DEMO,
-                &json!({"model": "sd_2.0_special", "prompt": "x"}),
-            )
-            .await,
-    );
+    let sent = json!({"model": "sd_2.0_special", "prompt": "x"});
+    let id = http.submit_id(MODEL_CENTER, DEMO, &sent).await;
     fake.on(
         &format!("GET /v1beta/{op2}"),
         Answer::json(200, json!({"name": op2, "done": true, "error": {"code": 3, "status": "INVALID_ARGUMENT", "message": "prompt rejected"}})),
@@ -1046,13 +971,8 @@ async fn h_queue_api_with_status_and_result_urls() {
         &format!("POST {model}"),
         Answer::json(200, json!({"request_id": "764cabcf-b745", "status": "IN_QUEUE", "status_url": "x", "response_url": "y"})),
     );
-    let created = http
-        .submit(
-            ALPHA,
-            DEMO,
-            &json!({"model": "alphaOpen2", "prompt": "a train", "aspect_ratio": "16:9"}),
-        )
-        .await;
+    let sent = json!({"model": "alphaOpen2", "prompt": "a train", "aspect_ratio": "16:9"});
+    let created = http.submit(ALPHA, DEMO, &sent).await;
     assert_eq!(created["status"], "queued");
     let seen = fake.only();
     assert_eq!(seen.line(), format!("POST {model}"));

@@ -21,15 +21,10 @@ fn naming_a_missing_provider(models: &[&str]) -> String {
 
 #[tokio::test]
 async fn add_a_model_without_restart_and_survive_a_broken_file() {
-    let gw = Gateway::start(&Routes::simulated(&["m1"]).render()).await;
+    let gw = Gateway::start(Routes::simulated(&["m1"])).await;
     let http = gw.client();
-    let before = http
-        .submit_id(
-            MODEL_CENTER,
-            DEMO,
-            &json!({"model": "m1", "prompt": "before"}),
-        )
-        .await;
+    let sent = json!({"model": "m1", "prompt": "before"});
+    let before = http.submit_id(MODEL_CENTER, DEMO, &sent).await;
     let r = http
         .post_json(MODEL_CENTER, DEMO, &json!({"model": "m2", "prompt": "x"}))
         .await;
@@ -40,13 +35,8 @@ async fn add_a_model_without_restart_and_survive_a_broken_file() {
         .demo_key("limits = { rate_per_second = 0.01, burst = 1000 }")
         .render();
     gw.reload_with(&routes).await.expect("reloaded");
-    let created = http
-        .submit(
-            MODEL_CENTER,
-            DEMO,
-            &json!({"model": "m2", "prompt": "after"}),
-        )
-        .await;
+    let sent = json!({"model": "m2", "prompt": "after"});
+    let created = http.submit(MODEL_CENTER, DEMO, &sent).await;
     assert_eq!(created["model"], "m2");
     assert_eq!(demo_limit(&http).await.as_deref(), Some("1000"));
     // The task made before the reload is still there.
@@ -61,12 +51,8 @@ async fn add_a_model_without_restart_and_survive_a_broken_file() {
         .expect_err("a missing provider is refused");
     assert!(refused.contains("no provider named `nope`"), "{refused}");
     // Nothing changed: m2 is served, m3 is not, the limits are the reloaded ones.
-    http.submit(
-        MODEL_CENTER,
-        DEMO,
-        &json!({"model": "m2", "prompt": "still"}),
-    )
-    .await;
+    let sent = json!({"model": "m2", "prompt": "still"});
+    http.submit(MODEL_CENTER, DEMO, &sent).await;
     let r = http
         .post_json(MODEL_CENTER, DEMO, &json!({"model": "m3", "prompt": "x"}))
         .await;
@@ -103,13 +89,8 @@ async fn file_watch_reloads_without_a_signal() {
         reloads("success").await == 1.0
     })
     .await;
-    let created = http
-        .submit(
-            MODEL_CENTER,
-            DEMO,
-            &json!({"model": "m2", "prompt": "watched"}),
-        )
-        .await;
+    let sent = json!({"model": "m2", "prompt": "watched"});
+    let created = http.submit(MODEL_CENTER, DEMO, &sent).await;
     assert_eq!(created["model"], "m2");
 
     // A broken write is reported once and changes nothing.
@@ -118,12 +99,8 @@ async fn file_watch_reloads_without_a_signal() {
         reloads("failure").await == 1.0
     })
     .await;
-    http.submit(
-        MODEL_CENTER,
-        DEMO,
-        &json!({"model": "m2", "prompt": "still"}),
-    )
-    .await;
+    let sent = json!({"model": "m2", "prompt": "still"});
+    http.submit(MODEL_CENTER, DEMO, &sent).await;
     assert_eq!(reloads("failure").await, 1.0);
     assert_eq!(reloads("success").await, 1.0);
 }
@@ -131,7 +108,7 @@ async fn file_watch_reloads_without_a_signal() {
 /// A reload must never mint a new task secret: every outstanding id would become a 404.
 #[tokio::test]
 async fn a_reload_refuses_to_replace_a_vanished_task_secret() {
-    let gw = Gateway::start(&Routes::simulated(&["m1"]).render()).await;
+    let gw = Gateway::start(Routes::simulated(&["m1"])).await;
     let http = gw.client();
     let id = http
         .submit_id(MODEL_CENTER, DEMO, &json!({"model": "m1", "prompt": "x"}))
@@ -150,7 +127,7 @@ async fn a_reload_refuses_to_replace_a_vanished_task_secret() {
 /// SIGHUP reloads the running process; the outcome and its reasons are logged.
 #[tokio::test]
 async fn sighup_reloads_and_logs_the_outcome() {
-    let gw = Proc::start(&Routes::simulated(&["m1"]).render()).await;
+    let gw = Proc::start(Routes::simulated(&["m1"])).await;
     // The demo keys are announced as such.
     assert_eq!(gw.count_in_log("demo API key enabled"), 2, "{}", gw.log());
     let http = gw.client();

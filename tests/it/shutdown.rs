@@ -5,25 +5,13 @@
 use http::Method;
 use serde_json::json;
 
-use crate::support::{
-    Answer, DEMO, Fake, Held, Http, MODEL_CENTER, PATIENCE, Proc, Routes, family,
-    model_center_provider,
-};
+use crate::support::{Answer, DEMO, Fake, Held, Http, MODEL_CENTER, PATIENCE, Proc, Routes};
 
 /// A gateway in front of `fake`, whose submits are held; `server` lines added.
 async fn held_gateway(fake: &Fake, server: &str) -> (Proc, Held) {
-    let held = fake.hold(
-        "POST /v2/model-center/tasks",
-        Answer::json(200, json!({"id": "held-1", "status": "queued"})),
-    );
-    let routes = Routes::new()
+    let held = fake.hold("POST /v2/model-center/tasks", Answer::queued("held-1"));
+    let routes = Routes::upstream(&fake.url(), "submit_timeout_ms = 120000")
         .server(server)
-        .provider(model_center_provider(
-            "up",
-            &fake.url(),
-            "submit_timeout_ms = 120000",
-        ))
-        .family(family("test", &["up"], &["m1"]))
         .render();
     (Proc::start(&routes).await, held)
 }

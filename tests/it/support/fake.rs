@@ -38,12 +38,7 @@ impl Seen {
     }
 
     pub fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
-            panic!(
-                "request body is not JSON ({e}): {:?}",
-                String::from_utf8_lossy(&self.body)
-            )
-        })
+        super::http::parse_json(&self.body, "the request body")
     }
 
     /// `METHOD path?query`, for compact assertions.
@@ -86,6 +81,11 @@ impl Answer {
             hang_up: false,
             hold: None,
         }
+    }
+
+    /// A submit's answer in our own protocol: task `id`, queued.
+    pub fn queued(id: &str) -> Self {
+        Self::json(200, serde_json::json!({"id": id, "status": "queued"}))
     }
 
     pub fn hang_up() -> Self {

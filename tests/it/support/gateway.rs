@@ -17,9 +17,9 @@ use super::{Http, PATIENCE, panics_here, watch_panics};
 pub struct ConfigDir(tempfile::TempDir);
 
 impl ConfigDir {
-    pub fn new(routes: &str) -> Self {
+    pub fn new(routes: impl std::fmt::Display) -> Self {
         let dir = Self(tempfile::tempdir().expect("temp dir"));
-        dir.write("routes.toml", routes);
+        dir.write("routes.toml", &routes.to_string());
         dir.write(UPSTREAM_KEY_FILE, &format!("{UPSTREAM_KEY}\n"));
         dir
     }
@@ -54,8 +54,9 @@ pub struct Gateway {
 }
 
 impl Gateway {
-    /// Start on `routes` (a whole routes.toml) in a fresh directory.
-    pub async fn start(routes: &str) -> Self {
+    /// Start on `routes` (a whole routes.toml, or a [`super::Routes`]) in a fresh
+    /// directory.
+    pub async fn start(routes: impl std::fmt::Display) -> Self {
         Self::start_in(ConfigDir::new(routes)).await
     }
 
@@ -154,7 +155,7 @@ fn address_after(line: &str, marker: &str) -> Option<SocketAddr> {
 type Addresses = (SocketAddr, Option<SocketAddr>, Option<SocketAddr>);
 
 impl Proc {
-    pub async fn start(routes: &str) -> Self {
+    pub async fn start(routes: impl std::fmt::Display) -> Self {
         Self::start_in(ConfigDir::new(routes), &[], &[]).await
     }
 

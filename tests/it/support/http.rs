@@ -33,12 +33,7 @@ pub struct Reply {
 
 impl Reply {
     pub fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
-            panic!(
-                "body is not JSON ({e}): {:?}",
-                String::from_utf8_lossy(&self.body)
-            )
-        })
+        parse_json(&self.body, "the answer")
     }
 
     pub fn text(&self) -> String {
@@ -72,6 +67,16 @@ impl Reply {
             .unwrap_or_default()
             .to_string()
     }
+}
+
+/// `body` as JSON; a panic naming `what` when it is not.
+pub(super) fn parse_json(body: &[u8], what: &str) -> Value {
+    serde_json::from_slice(body).unwrap_or_else(|e| {
+        panic!(
+            "{what} is not JSON ({e}): {:?}",
+            String::from_utf8_lossy(body)
+        )
+    })
 }
 
 /// Assert that `r` is the refusal `status`/`code` in the catalogue shape

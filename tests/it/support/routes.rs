@@ -81,6 +81,13 @@ impl Routes {
             .family(family("test", &["up"], models))
     }
 
+    /// A model-center provider `up` at `base_url` (with `extra` lines), serving `m1`.
+    pub fn upstream(base_url: &str, extra: &str) -> Self {
+        Self::new()
+            .provider(model_center_provider("up", base_url, extra))
+            .family(family("test", &["up"], &["m1"]))
+    }
+
     /// Lines added to `[server]` (may end by opening `[server.tls]`).
     pub fn server(mut self, lines: &str) -> Self {
         self.server.push(lines.to_string());
@@ -112,7 +119,14 @@ impl Routes {
     }
 
     pub fn render(&self) -> String {
-        format!(
+        self.to_string()
+    }
+}
+
+impl fmt::Display for Routes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
             r#"
 [server]
 listen = "127.0.0.1:0"
