@@ -52,7 +52,7 @@ async fn sigterm_drains_in_flight_requests_then_exits_0() {
     let in_flight = submit_in_background(&http);
     held.arrived(1).await;
 
-    gw.signal("TERM");
+    gw.signal("TERM").await;
     gw.wait_for_log("shutdown requested", 1).await;
     // Not ready any more, while new connections are still taken for the delay.
     let ready = Http::new(gw.addr).get_bare("/readyz").await;
@@ -88,7 +88,7 @@ async fn grace_period_bounds_the_wait() {
     .await;
     let in_flight = submit_in_background(&gw.client());
     held.arrived(1).await;
-    gw.signal("TERM");
+    gw.signal("TERM").await;
     let status = gw.wait_exit(PATIENCE).await;
     assert_eq!(status.code(), Some(0), "{}", gw.log());
     assert!(gw.log().contains("grace period over"), "{}", gw.log());

@@ -252,8 +252,32 @@ impl Proc {
         }
     }
 
-    pub fn signal(&self, sig: &str) {
+    /// Send `sig` (`HUP` or `TERM`), once the process has taken the signal over: the
+    /// gateway announces its listeners before its SIGTERM handler is in place, and a
+    /// signal in between would end it by the default action.
+    pub async fn signal(&self, sig: &str) {
         let pid = self.child.as_ref().expect("running").id();
+        let number: u32 = match sig {
+            "HUP" => 1,
+            "TERM" => 15,
+            other => panic!("no signal {other} in the tests"),
+        };
+        let caught = || {
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("SigCgt:"))
+                .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+                .is_some_and(|mask| mask & (1 << (number - 1)) != 0)
+        };
+        let deadline = Instant::now() + PATIENCE;
+        while !caught() {
+            assert!(
+                Instant::now() < deadline,
+                "mediagate never took SIG{sig} over"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         let ok = Command::new("kill")
             .arg(format!("-{sig}"))
             .arg(pid.to_string())
@@ -270,7 +294,7 @@ impl Proc {
         const REFUSED: &str = "configuration NOT reloaded";
         let before = self.count_in_log(TAKEN) + self.count_in_log(REFUSED);
         self.dir.write("routes.toml", routes);
-        self.signal("HUP");
+        self.signal("HUP").await;
         let deadline = Instant::now() + PATIENCE;
         while self.count_in_log(TAKEN) + self.count_in_log(REFUSED) == before {
             assert!(Instant::now() < deadline, "no reload:\n{}", self.log());
