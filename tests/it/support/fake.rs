@@ -1,12 +1,10 @@
-//! Fake upstream providers: real HTTP servers on 127.0.0.1:0 inside the test process,
-//! answering from a script and recording every request they receive. Plus a routes
-//! file generator that puts provider blocks in front of them.
-#![allow(dead_code)]
+//! The fake upstream: a real HTTP server on loopback in the test process (HTTP/1.1 and
+//! h2c, or HTTPS), answering each `METHOD path` from a script, holding an answer until
+//! the test releases it, and recording every request it receives.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderMap, Request, Response, StatusCode, Version};
@@ -17,6 +15,9 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use serde_json::Value;
 use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use super::PATIENCE;
 
 /// One request as the fake received it.
 #[derive(Debug, Clone)]
@@ -35,14 +36,11 @@ impl Seen {
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).and_then(|v| v.to_str().ok())
     }
+
     pub fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
-            panic!(
-                "request body is not JSON ({e}): {:?}",
-                String::from_utf8_lossy(&self.body)
-            )
-        })
+        super::http::parse_json(&self.body, "the request body")
     }
+
     /// `METHOD path?query`, for compact assertions.
     pub fn line(&self) -> String {
         match &self.query {
@@ -53,49 +51,94 @@ impl Seen {
 }
 
 /// A scripted answer.
-#[derive(Debug, Clone)]
-pub struct Canned {
-    pub status: u16,
-    pub headers: Vec<(String, String)>,
-    pub body: Bytes,
-    pub delay: Option<Duration>,
+#[derive(Clone)]
+pub struct Answer {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Bytes,
     /// Close the connection after reading the request, without an answer.
-    pub hang_up: bool,
+    hang_up: bool,
+    /// Wait for the test's release before answering.
+    hold: Option<Hold>,
 }
 
-impl Canned {
+#[derive(Clone)]
+struct Hold {
+    released: watch::Receiver<bool>,
+    arrived: Arc<watch::Sender<usize>>,
+}
+
+impl Answer {
     pub fn json(status: u16, body: Value) -> Self {
         Self::raw(status, "application/json", body.to_string())
     }
+
     pub fn raw(status: u16, content_type: &str, body: impl Into<Bytes>) -> Self {
         Self {
             status,
             headers: vec![("content-type".into(), content_type.into())],
             body: body.into(),
-            delay: None,
             hang_up: false,
+            hold: None,
         }
     }
+
+    /// A submit's answer in our own protocol: task `id`, queued.
+    pub fn queued(id: &str) -> Self {
+        Self::json(200, serde_json::json!({"id": id, "status": "queued"}))
+    }
+
     pub fn hang_up() -> Self {
         Self {
             hang_up: true,
             ..Self::raw(500, "text/plain", "")
         }
     }
+
     pub fn header(mut self, name: &str, value: &str) -> Self {
         self.headers.push((name.into(), value.into()));
         self
     }
-    pub fn delayed(mut self, by: Duration) -> Self {
-        self.delay = Some(by);
-        self
+
+    /// This answer, given only once the returned [`Held`] is released (or dropped).
+    pub fn held(mut self) -> (Self, Held) {
+        let (release, released) = watch::channel(false);
+        let (arrived_tx, arrived) = watch::channel(0);
+        self.hold = Some(Hold {
+            released,
+            arrived: Arc::new(arrived_tx),
+        });
+        (self, Held { release, arrived })
+    }
+}
+
+/// An answer held back: requests that get it wait until [`Held::release`], or until
+/// this is dropped.
+pub struct Held {
+    release: watch::Sender<bool>,
+    arrived: watch::Receiver<usize>,
+}
+
+impl Held {
+    /// Wait until `n` requests in all have reached the held answer.
+    pub async fn arrived(&self, n: usize) {
+        let mut arrived = self.arrived.clone();
+        tokio::time::timeout(PATIENCE, arrived.wait_for(|seen| *seen >= n))
+            .await
+            .unwrap_or_else(|_| panic!("{n} request(s) never reached the held answer"))
+            .expect("the fake is running");
+    }
+
+    /// Let every waiting (and every later) request have its answer.
+    pub fn release(&self) {
+        let _ = self.release.send(true);
     }
 }
 
 #[derive(Default)]
 struct State {
     /// `METHOD path` (no query) → answer.
-    script: HashMap<String, Canned>,
+    script: HashMap<String, Answer>,
     seen: Vec<Seen>,
 }
 
@@ -103,7 +146,7 @@ struct State {
 #[derive(Clone)]
 pub struct Fake {
     pub addr: SocketAddr,
-    pub scheme: &'static str,
+    scheme: &'static str,
     state: Arc<Mutex<State>>,
 }
 
@@ -128,10 +171,7 @@ impl Fake {
         };
         let state = fake.state.clone();
         tokio::spawn(async move {
-            loop {
-                let Ok((tcp, peer)) = listener.accept().await else {
-                    return;
-                };
+            while let Ok((tcp, peer)) = listener.accept().await {
                 let state = state.clone();
                 let tls = tls.clone();
                 tokio::spawn(async move {
@@ -160,13 +200,20 @@ impl Fake {
         format!("{}://{}", self.scheme, self.addr)
     }
 
-    /// Answer `METHOD path` (path without query) with `canned` from now on.
-    pub fn on(&self, route: &str, canned: Canned) {
+    /// Answer `METHOD path` (path without query) with `answer` from now on.
+    pub fn on(&self, route: &str, answer: Answer) {
         self.state
             .lock()
             .unwrap()
             .script
-            .insert(route.to_string(), canned);
+            .insert(route.to_string(), answer);
+    }
+
+    /// Answer `METHOD path` with `answer` from now on, but only once released.
+    pub fn hold(&self, route: &str, answer: Answer) -> Held {
+        let (answer, held) = answer.held();
+        self.on(route, answer);
+        held
     }
 
     /// Every request received so far, oldest first; clears the record.
@@ -216,125 +263,34 @@ async fn answer(
         headers: parts.headers,
         body,
     };
-    let key = format!("{} {}", seen.method, seen.path);
-    let canned = {
+    let route = format!("{} {}", seen.method, seen.path);
+    let answer = {
         let mut state = state.lock().unwrap();
         state.seen.push(seen);
-        state.script.get(&key).cloned()
+        state.script.get(&route).cloned()
     };
-    let canned = canned.unwrap_or_else(|| {
-        Canned::json(
+    let answer = answer.unwrap_or_else(|| {
+        Answer::json(
             404,
             serde_json::json!({"error": {"message": "no such route"}}),
         )
     });
-    if let Some(delay) = canned.delay {
-        tokio::time::sleep(delay).await;
+    if let Some(mut hold) = answer.hold {
+        hold.arrived.send_modify(|n| *n += 1);
+        // A dropped `Held` releases too (the channel closes).
+        let _ = hold.released.wait_for(|released| *released).await;
     }
-    if canned.hang_up {
+    if answer.hang_up {
         // An error from the service makes hyper drop the connection unanswered.
         return Err(HungUp);
     }
-    let mut resp = Response::new(Full::new(canned.body));
-    *resp.status_mut() = StatusCode::from_u16(canned.status).expect("status");
-    for (k, v) in canned.headers {
+    let mut resp = Response::new(Full::new(answer.body));
+    *resp.status_mut() = StatusCode::from_u16(answer.status).expect("status");
+    for (k, v) in answer.headers {
         resp.headers_mut().insert(
             http::HeaderName::try_from(k).expect("header name"),
             http::HeaderValue::try_from(v).expect("header value"),
         );
     }
     Ok(resp)
-}
-
-/// A routes file: test server settings, the demo keys, the shipped schemas, then
-/// `providers` and `families` (TOML text).
-pub fn routes(providers: &str, families: &str) -> String {
-    format!(
-        r#"
-[server]
-listen = "127.0.0.1:0"
-request_timeout_ms = 20000
-
-[tasks]
-secret_file = "task-secret"
-create_secret_file = true
-poll_cache_ttl_ms = 0
-
-[[keys]]
-name = "demo"
-sha256 = "f77894fdfa58e447c57e077eaa9708e8e009c84dc6aba2db80461275e9b85be7"
-
-[[keys]]
-name = "demo-2"
-sha256 = "8210bbdaf0d08ca288d5c2fdd81f5a36d0367239ef386a952c245048d844561d"
-
-{SCHEMAS}
-
-{providers}
-
-{families}
-"#
-    )
-}
-
-const SCHEMAS: &str = r#"
-[schemas.video]
-required = ["prompt"]
-[schemas.video.properties]
-prompt = { type = "string", minLength = 1 }
-duration = { type = "integer", minimum = 1 }
-aspect_ratio = { type = "string" }
-resolution = { type = "string" }
-first_image = { type = "string" }
-last_image = { type = "string" }
-reference_images = { type = "array", items = { type = "string" } }
-
-[schemas.alpha]
-required = ["prompt"]
-[schemas.alpha.properties]
-prompt = { type = "string", minLength = 1 }
-aspect_ratio = { type = "string" }
-seconds = { type = "integer" }
-"#;
-
-/// A one-model family on the model center (`endpoint = "model-center"`) or alpha.
-pub fn family(
-    name: &str,
-    endpoint: &str,
-    providers: &[&str],
-    model: &str,
-    upstream: &str,
-) -> String {
-    let schema = if endpoint == "alpha-videos" {
-        "alpha"
-    } else {
-        "video"
-    };
-    let providers = providers
-        .iter()
-        .map(|p| format!("{p:?}"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    format!(
-        r#"
-[families.{name}]
-kind = "video"
-endpoints = ["{endpoint}"]
-providers = [{providers}]
-models = ["{model}"]
-upstream_models = {{ "{model}" = "{upstream}" }}
-schema = "{schema}"
-"#
-    )
-}
-
-/// The public view fields a test compares, as one JSON object.
-pub fn view(v: &Value) -> Value {
-    let mut out = BTreeMap::new();
-    for k in ["status", "progress", "video_url", "urls", "error"] {
-        if let Some(x) = v.get(k) {
-            out.insert(k.to_string(), x.clone());
-        }
-    }
-    serde_json::to_value(out).expect("object")
 }

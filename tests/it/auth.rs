@@ -1,36 +1,25 @@
 //! Bearer authentication (401), per-key model permissions (403), isolation of one
 //! key's tasks from another's, and the operational routes that need no key.
 
-mod common;
-
 use bytes::Bytes;
-use common::{ALPHA, DEMO, DEMO2, Gateway, Http, MODEL_CENTER, assert_error, shipped_routes};
 use http::Method;
 use serde_json::{Value, json};
+
+use crate::support::{ALPHA, DEMO, DEMO2, Gateway, MODEL_CENTER, assert_error, shipped_routes};
 
 fn alpha_body(model: &str) -> Value {
     json!({"model": model, "prompt": "a cat", "aspect_ratio": "16:9", "seconds": 10})
 }
 
-async fn id_of(http: &Http, path: &str, key: &str, body: &Value) -> String {
-    http.submit(path, key, body).await["id"]
-        .as_str()
-        .expect("id")
-        .to_string()
-}
-
 #[tokio::test]
 async fn missing_malformed_and_unknown_keys_are_401() {
-    let gw = Gateway::start(&shipped_routes());
+    let gw = Gateway::start(&shipped_routes()).await;
     let http = gw.client();
-    let center_id = id_of(
-        &http,
-        MODEL_CENTER,
-        DEMO,
-        &json!({"model": "zeta-5.0", "prompt": "a cat"}),
-    )
-    .await;
-    let alpha_id = id_of(&http, ALPHA, DEMO, &alpha_body("alpha2Stable")).await;
+    let sent = json!({"model": "zeta-5.0", "prompt": "a cat"});
+    let center_id = http.submit_id(MODEL_CENTER, DEMO, &sent).await;
+    let alpha_id = http
+        .submit_id(ALPHA, DEMO, &alpha_body("alpha2Stable"))
+        .await;
 
     let center_body = json!({"model": "zeta-5.0", "prompt": "a cat"}).to_string();
     let alpha_body = alpha_body("alpha2Stable").to_string();
@@ -107,7 +96,7 @@ async fn missing_malformed_and_unknown_keys_are_401() {
 
 #[tokio::test]
 async fn a_restricted_key_uses_only_its_models() {
-    let gw = Gateway::start(&shipped_routes());
+    let gw = Gateway::start(&shipped_routes()).await;
     let http = gw.client();
 
     // Every model sk-demo-2 is given in the shipped routes.toml.
@@ -118,12 +107,8 @@ async fn a_restricted_key_uses_only_its_models() {
         "gamma_1_5_pro_720p",
         "gamma_1_5_pro_1080p",
     ] {
-        http.submit(
-            MODEL_CENTER,
-            DEMO2,
-            &json!({"model": model, "prompt": "a cat"}),
-        )
-        .await;
+        let sent = json!({"model": model, "prompt": "a cat"});
+        http.submit(MODEL_CENTER, DEMO2, &sent).await;
     }
     for model in [
         "alpha2Stable",
@@ -132,12 +117,9 @@ async fn a_restricted_key_uses_only_its_models() {
         "alphaOpen2Plus",
     ] {
         let seconds = if model == "alpha2Stable" { 10 } else { 8 };
-        http.submit(
-            ALPHA,
-            DEMO2,
-            &json!({"model": model, "prompt": "a cat", "aspect_ratio": "1:1", "seconds": seconds}),
-        )
-        .await;
+        let sent =
+            json!({"model": model, "prompt": "a cat", "aspect_ratio": "1:1", "seconds": seconds});
+        http.submit(ALPHA, DEMO2, &sent).await;
     }
 
     // Any other model: 403 naming the model, whatever the parameters.
@@ -159,51 +141,44 @@ async fn a_restricted_key_uses_only_its_models() {
             assert!(message.contains(model), "{message}");
         }
         // The unrestricted key may.
-        http.submit(
-            MODEL_CENTER,
-            DEMO,
-            &json!({"model": model, "prompt": "a cat"}),
-        )
-        .await;
+        let sent = json!({"model": model, "prompt": "a cat"});
+        http.submit(MODEL_CENTER, DEMO, &sent).await;
     }
     // An unknown model is unknown (400), not forbidden, for either key.
     for key in [DEMO, DEMO2] {
-        let r = http
-            .post_json(
-                MODEL_CENTER,
-                key,
-                &json!({"model": "nope", "prompt": "a cat"}),
-            )
-            .await;
+        let sent = json!({"model": "nope", "prompt": "a cat"});
+        let r = http.post_json(MODEL_CENTER, key, &sent).await;
         assert_error(&r, 400, "unknown_model", Some("model"));
     }
 }
 
 #[tokio::test]
 async fn keys_see_only_their_own_tasks() {
-    let gw = Gateway::start(&shipped_routes());
+    let gw = Gateway::start(&shipped_routes()).await;
     let http = gw.client();
     let image = json!({"model": "zeta-5.0", "prompt": "a cat"});
     let tasks = [
         (
             DEMO,
             MODEL_CENTER,
-            id_of(&http, MODEL_CENTER, DEMO, &image).await,
+            http.submit_id(MODEL_CENTER, DEMO, &image).await,
         ),
         (
             DEMO2,
             MODEL_CENTER,
-            id_of(&http, MODEL_CENTER, DEMO2, &image).await,
+            http.submit_id(MODEL_CENTER, DEMO2, &image).await,
         ),
         (
             DEMO,
             ALPHA,
-            id_of(&http, ALPHA, DEMO, &alpha_body("alpha2Stable")).await,
+            http.submit_id(ALPHA, DEMO, &alpha_body("alpha2Stable"))
+                .await,
         ),
         (
             DEMO2,
             ALPHA,
-            id_of(&http, ALPHA, DEMO2, &alpha_body("alpha2Stable")).await,
+            http.submit_id(ALPHA, DEMO2, &alpha_body("alpha2Stable"))
+                .await,
         ),
     ];
     let made_up = http
@@ -228,7 +203,7 @@ async fn keys_see_only_their_own_tasks() {
 
 #[tokio::test]
 async fn health_and_readiness_need_no_key() {
-    let gw = Gateway::start(&shipped_routes());
+    let gw = Gateway::start(&shipped_routes()).await;
     let http = gw.client();
     for path in ["/healthz", "/readyz"] {
         for headers in [

@@ -1,8 +1,7 @@
-//! The provider guide's ready-made blocks (docs/providers.md) pass `mediagate check`.
+//! The documentation's examples work: the provider guide's ready-made blocks
+//! (docs/providers.md) pass `mediagate check`.
 
-mod fakes;
-
-use fakes::{family, routes};
+use crate::support::{Routes, check, family};
 
 #[test]
 fn every_block_of_the_provider_guide_passes_check() {
@@ -22,17 +21,18 @@ fn every_block_of_the_provider_guide_passes_check() {
         .map(str::to_string)
         .collect();
     assert_eq!(names.len(), 8, "{names:?}");
-    let families: String = names
-        .iter()
-        .enumerate()
-        .map(|(i, n)| family(n, "model-center", &[n], &format!("m{i}"), "up"))
-        .collect();
+    let routes = names.iter().enumerate().fold(
+        blocks
+            .iter()
+            .fold(Routes::new(), |routes, block| routes.provider(block)),
+        |routes, (i, n)| {
+            routes.family(family(n, &[n], &[&format!("m{i}")]).upstream(&format!("m{i}"), "up"))
+        },
+    );
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("routes.toml");
-    std::fs::write(&file, routes(&blocks.concat(), &families)).unwrap();
-    let mut check = std::process::Command::new(env!("CARGO_BIN_EXE_mediagate"));
-    check.arg("check").arg(&file);
-    for var in [
+    std::fs::write(&file, routes.render()).unwrap();
+    let env = [
         "NEXT_GATEWAY_KEY",
         "JOBS_API_KEY",
         "TASKS_API_KEY",
@@ -41,10 +41,9 @@ fn every_block_of_the_provider_guide_passes_check() {
         "FILES_API_KEY",
         "OPERATIONS_API_KEY",
         "QUEUE_API_KEY",
-    ] {
-        check.env(var, "k");
-    }
-    let out = check.output().unwrap();
+    ]
+    .map(|var| (var, "k"));
+    let out = check(dir.path(), &file, &env);
     assert!(
         out.status.success(),
         "{}",

@@ -1,20 +1,17 @@
 //! `mediagate check FILE`: exit 0 on a good routes file; on a broken one a non-zero
 //! exit and, for every problem, the file name, the key path and what is wrong.
 
-mod common;
+use std::process::Output;
 
-use std::path::Path;
-use std::process::{Command, Output};
-
-use common::{replace_once, shipped_routes_file};
+use crate::support::{DEMO, DEMO2, check, replace_once, sha256_hex, shipped_routes_file};
 
 /// Run `mediagate check` on `routes` written as `name` in a fresh directory (also the
 /// working directory). Returns the output and the file's path as the tool prints it.
-fn check(name: &str, routes: &str) -> (Output, String) {
+fn check_file(name: &str, routes: &str) -> (Output, String) {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join(name);
     std::fs::write(&path, routes).expect("write routes");
-    let out = run_check(dir.path(), &path);
+    let out = check(dir.path(), &path, &[]);
     // Checking writes nothing, not even the task secret a first start would create.
     let left: Vec<_> = std::fs::read_dir(dir.path())
         .unwrap()
@@ -22,16 +19,6 @@ fn check(name: &str, routes: &str) -> (Output, String) {
         .collect();
     assert_eq!(left, [std::ffi::OsString::from(name)], "check wrote files");
     (out, path.display().to_string())
-}
-
-fn run_check(cwd: &Path, path: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_mediagate"))
-        .arg("check")
-        .arg(path)
-        .current_dir(cwd)
-        .env_remove("MEDIAGATE_TASK_SECRET")
-        .output()
-        .expect("run mediagate check")
 }
 
 fn text(out: &Output) -> String {
@@ -66,45 +53,12 @@ fn line_of(text: &str, needle: &str) -> usize {
 
 #[test]
 fn the_shipped_routes_file_passes() {
-    let (out, file) = check("routes.toml", &shipped_routes_file());
+    let (out, file) = check_file("routes.toml", &shipped_routes_file());
     let all = text(&out);
     assert!(out.status.success(), "{all}");
     assert!(all.contains(&file), "{all}");
     assert!(all.contains("ok"), "{all}");
     assert!(all.contains("44 models"), "{all}");
-}
-
-#[test]
-fn a_broken_jq_program_is_named_by_its_key() {
-    let routes = replace_once(
-        &shipped_routes_file(),
-        "status = '.status'\n\n[providers.simulator.query]",
-        "status = '.status |'\n\n[providers.simulator.query]",
-    );
-    let (out, file) = check("broken-jq.toml", &routes);
-    assert_refused(&out, &file, &[&["providers.simulator.submit.status", "jq"]]);
-}
-
-#[test]
-fn an_unknown_provider_in_a_family_is_named() {
-    let routes = replace_once(
-        &shipped_routes_file(),
-        "[families.theta]\nkind = \"video\"\nproviders = [\"simulator\"]",
-        "[families.theta]\nkind = \"video\"\nproviders = [\"simulatr\"]",
-    );
-    let (out, file) = check("unknown-provider.toml", &routes);
-    assert_refused(&out, &file, &[&["families.theta.providers", "simulatr"]]);
-}
-
-#[test]
-fn an_invalid_json_schema_is_named() {
-    let routes = replace_once(
-        &shipped_routes_file(),
-        "params.properties.duration = { type = \"integer\", minimum = 1, maximum = 16 }",
-        "params.properties.duration = { type = \"integr\", minimum = 1, maximum = 16 }",
-    );
-    let (out, file) = check("bad-schema.toml", &routes);
-    assert_refused(&out, &file, &[&["families.delta", "JSON Schema"]]);
 }
 
 #[test]
@@ -116,7 +70,7 @@ fn a_misspelt_field_is_refused_with_its_line() {
         "submit_timout_ms = 10000",
     );
     let line = line_of(&routes, "submit_timout_ms");
-    let (out, file) = check("typo.toml", &routes);
+    let (out, file) = check_file("typo.toml", &routes);
     assert_refused(&out, &file, &[&[&format!("line {line}")]]);
     let all = text(&out);
     assert!(
@@ -135,7 +89,7 @@ fn a_misspelt_field_is_refused_with_its_line() {
         "[families.kappa]\nkind = \"video\"\nprovider = [\"simulator\"]",
     );
     let line = line_of(&routes, "provider = [");
-    let (out, file) = check("typo-family.toml", &routes);
+    let (out, file) = check_file("typo-family.toml", &routes);
     assert_refused(&out, &file, &[&[&format!("line {line}")]]);
     assert!(
         text(&out).contains("unknown field `provider`"),
@@ -146,47 +100,89 @@ fn a_misspelt_field_is_refused_with_its_line() {
 
 #[test]
 fn a_bad_key_digest_is_named() {
-    for bad in [
-        "f77894fdfa58e447c57e077eaa9708e8e009c84dc6aba2db80461275e9b85bzz",
-        "f77894fdfa58e447",
-        "sk-demo",
-    ] {
-        let routes = replace_once(
-            &shipped_routes_file(),
-            "f77894fdfa58e447c57e077eaa9708e8e009c84dc6aba2db80461275e9b85be7",
-            bad,
-        );
-        let (out, file) = check("bad-key.toml", &routes);
+    let digest = sha256_hex(DEMO);
+    for bad in [&format!("{}zz", &digest[..62]), &digest[..16], DEMO] {
+        let routes = replace_once(&shipped_routes_file(), &sha256_hex(DEMO), bad);
+        let (out, file) = check_file("bad-key.toml", &routes);
         assert_refused(&out, &file, &[&["keys[0].sha256", "64 hex"]]);
     }
 }
 
+/// A provider whose every program is broken, and a family with an invalid schema.
+const BROKEN_PROVIDER: &str = r#"
+[providers.broken]
+base_url = "http://127.0.0.1:9"
+[providers.broken.submit]
+path = '"/tasks"'
+body = '{model: $upstream_model'
+id = '.id'
+success = '$nope == 1'
+[providers.broken.query]
+path = '"/tasks/\($id)"'
+status = 'frobnicate(.status)'
+status_map = {}
+[providers.broken.result]
+path = '"/files"'
+urls = '.[] |'
+[providers.broken.content]
+path = '"/c"'
+public_base_url = "ftp://example.com"
+
+[families.f]
+kind = "video"
+providers = ["broken"]
+models = ["m1"]
+schema = "video"
+
+[families.badschema]
+kind = "video"
+providers = ["broken"]
+models = ["m2"]
+params = { type = 12 }
+"#;
+
 #[test]
 fn every_problem_of_a_file_is_reported_at_once() {
-    let routes = shipped_routes_file();
-    let routes = replace_once(
-        &routes,
-        "status = '.status'\n\n[providers.simulator.query]",
-        "status = '.status |'\n\n[providers.simulator.query]",
-    );
-    let routes = replace_once(
-        &routes,
-        "[families.theta]\nkind = \"video\"\nproviders = [\"simulator\"]",
-        "[families.theta]\nkind = \"video\"\nproviders = [\"simulatr\"]",
-    );
-    let routes = replace_once(
-        &routes,
-        "8210bbdaf0d08ca288d5c2fdd81f5a36d0367239ef386a952c245048d844561d",
-        "nothex",
-    );
-    let (out, file) = check("many.toml", &routes);
+    let routes = [
+        // A broken jq program of the shipped provider.
+        (
+            "status = '.status'\n\n[providers.simulator.query]",
+            "status = '.status |'\n\n[providers.simulator.query]",
+        ),
+        // An unknown provider in a family.
+        (
+            "[families.theta]\nkind = \"video\"\nproviders = [\"simulator\"]",
+            "[families.theta]\nkind = \"video\"\nproviders = [\"simulatr\"]",
+        ),
+        // A key digest that is no digest.
+        (&sha256_hex(DEMO2), "nothex"),
+        // An invalid JSON Schema in a family's parameters.
+        (
+            "params.properties.duration = { type = \"integer\", minimum = 1, maximum = 16 }",
+            "params.properties.duration = { type = \"integr\", minimum = 1, maximum = 16 }",
+        ),
+    ]
+    .iter()
+    .fold(shipped_routes_file(), |text, (from, to)| {
+        replace_once(&text, from, to)
+    }) + BROKEN_PROVIDER;
+    let (out, file) = check_file("many.toml", &routes);
     assert_refused(
         &out,
         &file,
         &[
-            &["providers.simulator.submit.status"],
-            &["families.theta.providers"],
-            &["keys[1].sha256"],
+            &["providers.simulator.submit.status", "jq"],
+            &["families.theta.providers", "simulatr"],
+            &["keys[1].sha256", "64 hex"],
+            &["families.delta", "JSON Schema"],
+            &["providers.broken.submit.body: jq: expected"],
+            &["providers.broken.submit.success: jq: undefined variable `$nope`"],
+            &["providers.broken.query.status: jq: undefined filter `frobnicate`"],
+            &["providers.broken.query.status_map: must map every upstream status word"],
+            &["providers.broken.result.urls: jq:"],
+            &["providers.broken.content.public_base_url: must be an http"],
+            &["families.badschema.params: invalid JSON Schema"],
+            &["check failed"],
         ],
     );
 }
@@ -195,17 +191,18 @@ fn every_problem_of_a_file_is_reported_at_once() {
 fn a_missing_file_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("nope.toml");
-    let out = run_check(dir.path(), &path);
+    let out = check(dir.path(), &path, &[]);
     assert_refused(&out, &path.display().to_string(), &[&[]]);
 }
 
 #[test]
 fn two_keys_with_the_same_secret_are_refused() {
-    let routes = shipped_routes_file().replace(
-        "8210bbdaf0d08ca288d5c2fdd81f5a36d0367239ef386a952c245048d844561d",
-        "f77894fdfa58e447c57e077eaa9708e8e009c84dc6aba2db80461275e9b85be7",
+    let routes = replace_once(
+        &shipped_routes_file(),
+        &sha256_hex(DEMO2),
+        &sha256_hex(DEMO),
     );
-    let (out, file) = check("routes.toml", &routes);
+    let (out, file) = check_file("routes.toml", &routes);
     assert_refused(&out, &file, &[&["keys[1].sha256", "same secret"]]);
 }
 
@@ -214,13 +211,7 @@ fn a_short_task_secret_is_refused() {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("routes.toml");
     std::fs::write(&path, shipped_routes_file()).expect("write routes");
-    let out = Command::new(env!("CARGO_BIN_EXE_mediagate"))
-        .arg("check")
-        .arg(&path)
-        .current_dir(dir.path())
-        .env("MEDIAGATE_TASK_SECRET", "hunter2")
-        .output()
-        .expect("run mediagate check");
+    let out = check(dir.path(), &path, &[("MEDIAGATE_TASK_SECRET", "hunter2")]);
     let file = path.display().to_string();
     assert_refused(&out, &file, &[&["tasks.secret_env", "shorter than 32"]]);
     assert!(!text(&out).contains("hunter2"), "the secret was printed");

@@ -2,10 +2,9 @@
 //! edge and refused just past it: 400, the field named in `error.param`, and a message
 //! that says what is allowed.
 
-mod common;
-
-use common::{ALPHA, DEMO, Gateway, Http, MODEL_CENTER, assert_error, shipped_routes};
 use serde_json::{Value, json};
+
+use crate::support::{ALPHA, DEMO, Gateway, Http, MODEL_CENTER, assert_error, shipped_routes};
 
 const ALPHA_OPEN: [&str; 3] = ["alphaOpen2", "alphaOpen2Stable", "alphaOpen2Plus"];
 const GAMMA_1_5: [&str; 3] = [
@@ -48,12 +47,7 @@ fn merge(body: &mut Value, set: Value) {
 
 async fn accepts(http: &Http, collection: &str, body: Value) {
     let r = http.post_json(collection, DEMO, &body).await;
-    assert_eq!(
-        r.status,
-        200,
-        "{body} is within the limits: {}",
-        String::from_utf8_lossy(&r.body)
-    );
+    assert_eq!(r.status, 200, "{body} is within the limits: {}", r.text());
     assert!(r.json()["id"].is_string(), "{body}");
 }
 
@@ -83,7 +77,7 @@ async fn refuses(
 
 #[tokio::test]
 async fn limits_of_section_8() {
-    let gw = Gateway::start(&shipped_routes());
+    let gw = Gateway::start(&shipped_routes()).await;
     let h = &gw.client();
     const BAD: &str = "invalid_parameter";
     const FORBIDDEN: &str = "unknown_parameter";
@@ -184,7 +178,7 @@ async fn limits_of_section_8() {
 
 #[tokio::test]
 async fn alpha_request_fields_and_unknown_parameters() {
-    let gw = Gateway::start(&shipped_routes());
+    let gw = Gateway::start(&shipped_routes()).await;
     let h = &gw.client();
     const BAD: &str = "invalid_parameter";
     let m = "alpha2Stable";

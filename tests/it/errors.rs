@@ -1,16 +1,16 @@
 //! The error catalogue of the brief (§2), as far as the gateway core produces it:
 //! 400 request errors, 404 for every kind of unreadable task id (all alike), 405 with
 //! `Allow`, 404 for unknown paths, 413 and 415. Every refusal has the catalogue shape
-//! and a request id. (401 and 403 are in `auth.rs`.)
-
-mod common;
+//! and a request id. (401 and 403 are in `auth`; 408 in `connections`.)
 
 use bytes::Bytes;
-use common::{
-    ALPHA, DEMO, DEMO2, Gateway, Http, MODEL_CENTER, assert_error, replace_once, shipped_routes,
-};
 use http::Method;
 use serde_json::json;
+
+use crate::support::{
+    ALPHA, DEMO, DEMO2, Gateway, Http, MODEL_CENTER, Reply, assert_error, replace_once,
+    shipped_routes,
+};
 
 const LIMIT: usize = 1024;
 
@@ -28,7 +28,7 @@ fn auth(key: &str) -> String {
 }
 
 /// POST `body` as given, with a JSON content type.
-async fn post_raw(http: &Http, path: &str, body: &'static [u8]) -> common::Reply {
+async fn post_raw(http: &Http, path: &str, body: &'static [u8]) -> Reply {
     http.send(
         Method::POST,
         path,
@@ -43,7 +43,7 @@ async fn post_raw(http: &Http, path: &str, body: &'static [u8]) -> common::Reply
 
 #[tokio::test]
 async fn request_body_errors_are_400_with_the_field() {
-    let gw = Gateway::start(&routes());
+    let gw = Gateway::start(&routes()).await;
     let http = gw.client();
 
     for path in [MODEL_CENTER, ALPHA] {
@@ -88,22 +88,12 @@ async fn request_body_errors_are_400_with_the_field() {
     }
 
     // A model of the other family, on the wrong endpoint, both ways.
-    let r = http
-        .post_json(
-            MODEL_CENTER,
-            DEMO,
-            &json!({"model": "alpha2Stable", "prompt": "a cat", "seconds": 10}),
-        )
-        .await;
+    let sent = json!({"model": "alpha2Stable", "prompt": "a cat", "seconds": 10});
+    let r = http.post_json(MODEL_CENTER, DEMO, &sent).await;
     let message = assert_error(&r, 400, "unknown_model", Some("model"));
     assert!(message.contains(MODEL_CENTER), "{message}");
-    let r = http
-        .post_json(
-            ALPHA,
-            DEMO,
-            &json!({"model": "sd_2.0_special", "prompt": "a cat", "seconds": 10}),
-        )
-        .await;
+    let sent = json!({"model": "sd_2.0_special", "prompt": "a cat", "seconds": 10});
+    let r = http.post_json(ALPHA, DEMO, &sent).await;
     let message = assert_error(&r, 400, "unknown_model", Some("model"));
     assert!(message.contains(ALPHA), "{message}");
 
@@ -112,36 +102,22 @@ async fn request_body_errors_are_400_with_the_field() {
 
 #[tokio::test]
 async fn unreadable_task_ids_are_all_the_same_404() {
-    let gw = Gateway::start(&routes());
+    let gw = Gateway::start(&routes()).await;
     let http = gw.client();
 
-    let mine = http
-        .submit(
-            MODEL_CENTER,
-            DEMO,
-            &json!({"model": "sd_2.0_special", "prompt": "a cat"}),
-        )
-        .await["id"]
+    let sent = json!({"model": "sd_2.0_special", "prompt": "a cat"});
+    let mine = http.submit(MODEL_CENTER, DEMO, &sent).await["id"]
         .as_str()
         .unwrap()
         .to_string();
-    let mine_alpha = http
-        .submit(
-            ALPHA,
-            DEMO,
-            &json!({"model": "alphaOpen2", "prompt": "a cat", "aspect_ratio": "1:1", "seconds": 4}),
-        )
-        .await["id"]
+    let sent =
+        json!({"model": "alphaOpen2", "prompt": "a cat", "aspect_ratio": "1:1", "seconds": 4});
+    let mine_alpha = http.submit(ALPHA, DEMO, &sent).await["id"]
         .as_str()
         .unwrap()
         .to_string();
-    let theirs = http
-        .submit(
-            MODEL_CENTER,
-            DEMO2,
-            &json!({"model": "zeta-5.0", "prompt": "a cat"}),
-        )
-        .await["id"]
+    let sent = json!({"model": "zeta-5.0", "prompt": "a cat"});
+    let theirs = http.submit(MODEL_CENTER, DEMO2, &sent).await["id"]
         .as_str()
         .unwrap()
         .to_string();
@@ -219,12 +195,12 @@ async fn unreadable_task_ids_are_all_the_same_404() {
 
 #[tokio::test]
 async fn wrong_method_is_405_with_allow_and_unknown_path_is_404() {
-    let gw = Gateway::start(&routes());
+    let gw = Gateway::start(&routes()).await;
     let http = gw.client();
     let key = auth(DEMO);
     let headers = [("authorization", key.as_str())];
 
-    let allow_of = |r: &common::Reply| -> Vec<String> {
+    let allow_of = |r: &Reply| -> Vec<String> {
         r.header("allow")
             .expect("405 carries Allow")
             .split(',')
@@ -298,7 +274,7 @@ fn body_of_len(len: usize) -> Bytes {
 
 #[tokio::test]
 async fn body_limit_is_413_with_and_without_content_length() {
-    let gw = Gateway::start(&routes());
+    let gw = Gateway::start(&routes()).await;
     let http = gw.client();
     let key = auth(DEMO);
     let headers = [
@@ -355,7 +331,7 @@ async fn next_request_works(http: &Http, headers: &[(&str, &str)]) {
 
 #[tokio::test]
 async fn body_without_json_content_type_is_415() {
-    let gw = Gateway::start(&routes());
+    let gw = Gateway::start(&routes()).await;
     let http = gw.client();
     let key = auth(DEMO);
     let body = || Bytes::from(json!({"model": "zeta-5.0", "prompt": "a cat"}).to_string());
@@ -412,7 +388,7 @@ async fn body_without_json_content_type_is_415() {
 
 #[tokio::test]
 async fn every_response_carries_a_request_id() {
-    let gw = Gateway::start(&routes());
+    let gw = Gateway::start(&routes()).await;
     let http = gw.client();
     let key = auth(DEMO);
     let submit = json!({"model": "zeta-5.0", "prompt": "a cat"}).to_string();
@@ -464,76 +440,5 @@ async fn every_response_carries_a_request_id() {
 async fn assert_still_serving(gw: &Gateway) {
     let r = gw.client().get("/healthz", DEMO).await;
     assert_eq!(r.status, 200);
-    assert!(!gw.log().contains("panicked"), "{}", gw.log());
-}
-
-/// Send `head` and the start of a body on a raw connection, then stall; the answer's
-/// status and JSON body.
-async fn stalled_body(gw: &Gateway) -> (u16, serde_json::Value) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut conn = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
-    let body = br#"{"model":"zeta-5.0","#;
-    let head = format!(
-        "POST {MODEL_CENTER} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {DEMO}\r\n\
-         content-type: application/json\r\ncontent-length: 100\r\n\r\n"
-    );
-    conn.write_all(head.as_bytes()).await.unwrap();
-    conn.write_all(body).await.unwrap();
-    // Read until the answer is complete (the connection stays open for the rest).
-    let mut got = Vec::new();
-    let mut buf = [0u8; 4096];
-    let answer = tokio::time::timeout(std::time::Duration::from_secs(30), async {
-        loop {
-            let n = conn.read(&mut buf).await.unwrap();
-            got.extend_from_slice(&buf[..n]);
-            let text = String::from_utf8_lossy(&got).to_string();
-            if let Some((head, body)) = text.split_once("\r\n\r\n") {
-                let len: usize = head
-                    .lines()
-                    .find_map(|l| {
-                        l.to_ascii_lowercase()
-                            .strip_prefix("content-length: ")
-                            .map(|v| v.trim().parse().unwrap())
-                    })
-                    .expect("content-length");
-                if body.len() >= len || n == 0 {
-                    let status = head[9..12].parse().unwrap();
-                    return (status, serde_json::from_str(&body[..len]).unwrap());
-                }
-            }
-            assert!(n > 0, "connection closed without an answer: {text}");
-        }
-    })
-    .await;
-    answer.expect("a stalled body gets an answer, not a hang")
-}
-
-fn short_request_timeout() -> String {
-    replace_once(
-        &routes(),
-        "request_timeout_ms = 120000",
-        "request_timeout_ms = 1000",
-    )
-}
-
-#[tokio::test]
-async fn a_stalled_body_is_answered_not_hung() {
-    let gw = Gateway::start(&short_request_timeout());
-    let (status, body) = stalled_body(&gw).await;
-    assert!(status >= 400, "{status} {body}");
-    assert!(body["error"]["code"].is_string(), "{body}");
-    assert!(body["error"]["message"].is_string(), "{body}");
-}
-
-#[tokio::test]
-async fn a_stalled_body_is_408() {
-    let routes = replace_once(
-        &routes(),
-        "body_read_timeout_ms = 30000",
-        "body_read_timeout_ms = 500",
-    );
-    let gw = Gateway::start(&routes);
-    let (status, body) = stalled_body(&gw).await;
-    assert_eq!(status, 408, "{body}");
-    assert_eq!(body["error"]["code"], "body_timeout", "{body}");
+    gw.assert_no_panic();
 }

@@ -1,29 +1,28 @@
-//! Real upstream API shapes, each a fake HTTP server driven through the real binary by
-//! a provider block: the exact request the upstream receives, and the normalised
+//! Real upstream API shapes, each a fake HTTP server driven through the gateway by a
+//! provider block: the exact request the upstream receives, and the normalised
 //! answer in every state, failure included.
 
-mod common;
-mod fakes;
+use std::collections::BTreeMap;
 
-use common::{ALPHA, DEMO, DEMO2, Gateway, Http, MODEL_CENTER};
-use fakes::{Canned, Fake, family, routes, view};
 use serde_json::{Value, json};
 
-const KEY: &str = "upstream-secret-123";
+use crate::support::{
+    ALPHA, Answer, DEMO, DEMO2, Fake, Gateway, MODEL_CENTER, Routes, UPSTREAM_KEY as KEY, family,
+};
 
-fn start(providers: &str, families: &str) -> Gateway {
-    Gateway::start_with_env(&routes(providers, families), &[("FAKE_UPSTREAM_KEY", KEY)])
+async fn start(provider: &str, family: impl std::fmt::Display) -> Gateway {
+    Gateway::start(Routes::new().provider(provider).family(family)).await
 }
 
-async fn query(http: &Http, collection: &str, id: &str) -> Value {
-    let r = http.get(&format!("{collection}/{id}"), DEMO).await;
-    assert_eq!(
-        r.status,
-        200,
-        "query: {:?}",
-        String::from_utf8_lossy(&r.body)
-    );
-    r.json()
+/// The public view fields a test compares, as one JSON object.
+fn view(v: &Value) -> Value {
+    let mut out = BTreeMap::new();
+    for k in ["status", "progress", "video_url", "urls", "error"] {
+        if let Some(x) = v.get(k) {
+            out.insert(k.to_string(), x.clone());
+        }
+    }
+    serde_json::to_value(out).expect("object")
 }
 
 fn id_of(created: &Value) -> String {
@@ -42,40 +41,30 @@ async fn a_chained_gateway_with_the_simulator_block() {
     let block = shipped[start_at..end_at].replace(
         r#"base_url = "builtin:simulator""#,
         &format!(
-            "base_url = \"{}\"\nauth = {{ secret_env = \"FAKE_UPSTREAM_KEY\" }}",
+            "base_url = \"{}\"\nauth = {{ secret_file = \"upstream.key\" }}",
             fake.url()
         ),
     );
     let gw = start(
         &block,
-        &family(
-            "g",
-            "model-center",
-            &["simulator"],
-            "sd_2.0_special",
-            "next-model",
-        ),
-    );
+        &family("g", &["simulator"], &["sd_2.0_special"]).upstream("sd_2.0_special", "next-model"),
+    )
+    .await;
     let http = gw.client();
 
     fake.on(
         "POST /v2/model-center/tasks",
-        Canned::json(200, json!({"id": "task_up1", "object": "video", "model": "next-model", "status": "queued", "created": 1})),
+        Answer::json(200, json!({"id": "task_up1", "object": "video", "model": "next-model", "status": "queued", "created": 1})),
     );
-    let created = http
-        .submit(
-            MODEL_CENTER,
-            DEMO,
-            &json!({"model": "sd_2.0_special", "prompt": "a cat", "duration": 5}),
-        )
-        .await;
+    let sent = json!({"model": "sd_2.0_special", "prompt": "a cat", "duration": 5});
+    let created = http.submit(MODEL_CENTER, DEMO, &sent).await;
     assert_eq!(created["status"], "queued");
     assert_eq!(created["model"], "sd_2.0_special");
     let seen = fake.only();
     assert_eq!(seen.line(), "POST /v2/model-center/tasks?kind=video");
     assert_eq!(
         seen.header("authorization"),
-        Some("Bearer upstream-secret-123")
+        Some(format!("Bearer {KEY}").as_str())
     );
     assert_eq!(seen.header("content-type"), Some("application/json"));
     assert_eq!(
@@ -97,46 +86,36 @@ async fn a_chained_gateway_with_the_simulator_block() {
     for (upstream, expected) in states {
         fake.on(
             "GET /v2/model-center/tasks/task_up1",
-            Canned::json(200, upstream),
+            Answer::json(200, upstream),
         );
-        assert_eq!(view(&query(&http, MODEL_CENTER, &id).await), expected);
+        assert_eq!(view(&http.query(MODEL_CENTER, DEMO, &id).await), expected);
         let seen = fake.only();
         assert_eq!(seen.line(), "GET /v2/model-center/tasks/task_up1");
         assert_eq!(
             seen.header("authorization"),
-            Some("Bearer upstream-secret-123")
+            Some(format!("Bearer {KEY}").as_str())
         );
     }
 
     // A failed task keeps the upstream's code and message.
-    fake.on(
-        "POST /v2/model-center/tasks",
-        Canned::json(200, json!({"id": "task_up2", "status": "queued"})),
-    );
-    let id = id_of(
-        &http
-            .submit(
-                MODEL_CENTER,
-                DEMO,
-                &json!({"model": "sd_2.0_special", "prompt": "x"}),
-            )
-            .await,
-    );
+    fake.on("POST /v2/model-center/tasks", Answer::queued("task_up2"));
+    let sent = json!({"model": "sd_2.0_special", "prompt": "x"});
+    let id = http.submit_id(MODEL_CENTER, DEMO, &sent).await;
     fake.on(
         "GET /v2/model-center/tasks/task_up2",
-        Canned::json(200, json!({"status": "failed", "error": {"code": "content_policy", "message": "refused by policy"}})),
+        Answer::json(200, json!({"status": "failed", "error": {"code": "content_policy", "message": "refused by policy"}})),
     );
     assert_eq!(
-        view(&query(&http, MODEL_CENTER, &id).await),
+        view(&http.query(MODEL_CENTER, DEMO, &id).await),
         json!({"status": "failed", "urls": [], "error": {"code": "content_policy", "message": "refused by policy"}})
     );
 }
 
 // (b) A jobs API: the video only from a content endpoint that needs our key.
-const JOBS: &str = r#"
+pub(crate) const JOBS: &str = r#"
 [providers.jobs]
 base_url = "BASE"
-auth = { secret_env = "FAKE_UPSTREAM_KEY" }
+auth = { secret_file = "upstream.key" }
 [providers.jobs.submit]
 path = '"/v1/videos"'
 body = '{model: $upstream_model, prompt, seconds: (.seconds // 4 | tostring), size: ({"16:9": "1280x720", "9:16": "720x1280"}[.aspect_ratio // "16:9"])}'
@@ -158,13 +137,16 @@ async fn b_jobs_api_with_a_keyed_content_endpoint() {
     let fake = Fake::start().await;
     let gw = start(
         &JOBS.replace("BASE", &fake.url()),
-        &family("jobs", "alpha-videos", &["jobs"], "alpha2Stable", "vid-2"),
-    );
+        &family("jobs", &["jobs"], &["alpha2Stable"])
+            .alpha()
+            .upstream("alpha2Stable", "vid-2"),
+    )
+    .await;
     let http = gw.client();
 
     fake.on(
         "POST /v1/videos",
-        Canned::json(
+        Answer::json(
             200,
             json!({"id": "video_68d", "object": "video", "status": "queued", "progress": 0}),
         ),
@@ -177,7 +159,7 @@ async fn b_jobs_api_with_a_keyed_content_endpoint() {
     assert_eq!(seen.line(), "POST /v1/videos");
     assert_eq!(
         seen.header("authorization"),
-        Some("Bearer upstream-secret-123")
+        Some(format!("Bearer {KEY}").as_str())
     );
     assert_eq!(
         seen.json(),
@@ -187,24 +169,24 @@ async fn b_jobs_api_with_a_keyed_content_endpoint() {
 
     fake.on(
         "GET /v1/videos/video_68d",
-        Canned::json(
+        Answer::json(
             200,
             json!({"id": "video_68d", "status": "queued", "progress": 0}),
         ),
     );
     assert_eq!(
-        view(&query(&http, ALPHA, &id).await),
+        view(&http.query(ALPHA, DEMO, &id).await),
         json!({"status": "queued", "progress": 0, "urls": [], "error": null})
     );
     fake.on(
         "GET /v1/videos/video_68d",
-        Canned::json(
+        Answer::json(
             200,
             json!({"id": "video_68d", "status": "in_progress", "progress": 42}),
         ),
     );
     assert_eq!(
-        view(&query(&http, ALPHA, &id).await),
+        view(&http.query(ALPHA, DEMO, &id).await),
         json!({"status": "processing", "progress": 42, "urls": [], "error": null})
     );
     // No content before the task is completed.
@@ -217,12 +199,12 @@ async fn b_jobs_api_with_a_keyed_content_endpoint() {
     );
     fake.on(
         "GET /v1/videos/video_68d",
-        Canned::json(
+        Answer::json(
             200,
             json!({"id": "video_68d", "status": "completed", "progress": 100}),
         ),
     );
-    let done = query(&http, ALPHA, &id).await;
+    let done = http.query(ALPHA, DEMO, &id).await;
     let content_url = format!("http://{}{ALPHA}/{id}/content", gw.addr);
     assert_eq!(
         view(&done),
@@ -232,14 +214,14 @@ async fn b_jobs_api_with_a_keyed_content_endpoint() {
     assert!(seen.iter().all(|s| s.line() == "GET /v1/videos/video_68d"));
     assert!(
         seen.iter()
-            .all(|s| s.header("authorization") == Some("Bearer upstream-secret-123"))
+            .all(|s| s.header("authorization") == Some(format!("Bearer {KEY}").as_str()))
     );
 
     // The content streams through with our key; the client never sees it.
     let video: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
     fake.on(
         "GET /v1/videos/video_68d/content",
-        Canned::raw(200, "video/mp4", video.clone()),
+        Answer::raw(200, "video/mp4", video.clone()),
     );
     let r = http.get(&format!("{ALPHA}/{id}/content"), DEMO).await;
     assert_eq!(r.status, 200);
@@ -250,14 +232,14 @@ async fn b_jobs_api_with_a_keyed_content_endpoint() {
     assert_eq!(seen.line(), "GET /v1/videos/video_68d/content");
     assert_eq!(
         seen.header("authorization"),
-        Some("Bearer upstream-secret-123")
+        Some(format!("Bearer {KEY}").as_str())
     );
     assert_eq!(seen.header("range"), None);
 
     // A range is passed on, and the partial answer back.
     fake.on(
         "GET /v1/videos/video_68d/content",
-        Canned::raw(206, "video/mp4", video[10..20].to_vec())
+        Answer::raw(206, "video/mp4", video[10..20].to_vec())
             .header("content-range", "bytes 10-19/3000000")
             .header("accept-ranges", "bytes"),
     );
@@ -311,25 +293,15 @@ async fn b_jobs_api_with_a_keyed_content_endpoint() {
     assert_eq!(r.status, 401);
 
     // A failed job.
-    fake.on(
-        "POST /v1/videos",
-        Canned::json(200, json!({"id": "video_69e", "status": "queued"})),
-    );
-    let id = id_of(
-        &http
-            .submit(
-                ALPHA,
-                DEMO,
-                &json!({"model": "alpha2Stable", "prompt": "x"}),
-            )
-            .await,
-    );
+    fake.on("POST /v1/videos", Answer::queued("video_69e"));
+    let sent = json!({"model": "alpha2Stable", "prompt": "x"});
+    let id = http.submit_id(ALPHA, DEMO, &sent).await;
     fake.on(
         "GET /v1/videos/video_69e",
-        Canned::json(200, json!({"id": "video_69e", "status": "failed", "progress": 0, "error": {"code": "moderation_blocked", "message": "the prompt was blocked"}})),
+        Answer::json(200, json!({"id": "video_69e", "status": "failed", "progress": 0, "error": {"code": "moderation_blocked", "message": "the prompt was blocked"}})),
     );
     assert_eq!(
-        view(&query(&http, ALPHA, &id).await),
+        view(&http.query(ALPHA, DEMO, &id).await),
         json!({"status": "failed", "progress": 0, "urls": [], "error": {"code": "moderation_blocked", "message": "the prompt was blocked"}})
     );
 }
@@ -338,7 +310,7 @@ async fn b_jobs_api_with_a_keyed_content_endpoint() {
 const TASKS: &str = r#"
 [providers.tasks]
 base_url = "BASE"
-auth = { secret_env = "FAKE_UPSTREAM_KEY" }
+auth = { secret_file = "upstream.key" }
 [providers.tasks.submit]
 path = '"/api/v3/contents/generations/tasks"'
 body = '''
@@ -365,20 +337,15 @@ async fn c_task_api_with_a_typed_content_list() {
     let fake = Fake::start().await;
     let gw = start(
         &TASKS.replace("BASE", &fake.url()),
-        &family(
-            "tasks",
-            "model-center",
-            &["tasks"],
-            "sd_2.0_special",
-            "gen-video-2",
-        ),
-    );
+        &family("tasks", &["tasks"], &["sd_2.0_special"]).upstream("sd_2.0_special", "gen-video-2"),
+    )
+    .await;
     let http = gw.client();
     let path = "/api/v3/contents/generations/tasks";
 
     fake.on(
         &format!("POST {path}"),
-        Canned::json(200, json!({"id": "cgt-2025"})),
+        Answer::json(200, json!({"id": "cgt-2025"})),
     );
     let created = http
         .submit(
@@ -392,7 +359,7 @@ async fn c_task_api_with_a_typed_content_list() {
     assert_eq!(seen.line(), format!("POST {path}"));
     assert_eq!(
         seen.header("authorization"),
-        Some("Bearer upstream-secret-123")
+        Some(format!("Bearer {KEY}").as_str())
     );
     assert_eq!(
         seen.json(),
@@ -418,8 +385,8 @@ async fn c_task_api_with_a_typed_content_list() {
             json!({"status": "completed", "video_url": "https://cdn.example/fox.mp4", "urls": ["https://cdn.example/fox.mp4"], "error": null}),
         ),
     ] {
-        fake.on(&task, Canned::json(200, upstream));
-        assert_eq!(view(&query(&http, MODEL_CENTER, &id).await), expected);
+        fake.on(&task, Answer::json(200, upstream));
+        assert_eq!(view(&http.query(MODEL_CENTER, DEMO, &id).await), expected);
         assert_eq!(fake.only().line(), task);
     }
 
@@ -443,20 +410,13 @@ async fn c_task_api_with_a_typed_content_list() {
     ] {
         fake.on(
             &format!("POST {path}"),
-            Canned::json(200, json!({"id": format!("cgt-f{n}")})),
+            Answer::json(200, json!({"id": format!("cgt-f{n}")})),
         );
-        let id = id_of(
-            &http
-                .submit(
-                    MODEL_CENTER,
-                    DEMO,
-                    &json!({"model": "sd_2.0_special", "prompt": "p"}),
-                )
-                .await,
-        );
-        fake.on(&format!("GET {path}/cgt-f{n}"), Canned::json(200, upstream));
+        let sent = json!({"model": "sd_2.0_special", "prompt": "p"});
+        let id = http.submit_id(MODEL_CENTER, DEMO, &sent).await;
+        fake.on(&format!("GET {path}/cgt-f{n}"), Answer::json(200, upstream));
         assert_eq!(
-            view(&query(&http, MODEL_CENTER, &id).await),
+            view(&http.query(MODEL_CENTER, DEMO, &id).await),
             json!({"status": "failed", "urls": [], "error": error})
         );
     }
@@ -467,7 +427,7 @@ async fn c_task_api_with_a_typed_content_list() {
 const ASYNC: &str = r#"
 [providers.async]
 base_url = "BASE"
-auth = { secret_env = "FAKE_UPSTREAM_KEY" }
+auth = { secret_file = "upstream.key" }
 headers = { "X-Workspace" = "ws-7" }
 [providers.async.submit]
 path = '"/api/v1/services/aigc/video-generation/video-synthesis"'
@@ -489,19 +449,14 @@ async fn d_async_api_with_a_submit_header_and_nested_body() {
     let fake = Fake::start().await;
     let gw = start(
         &ASYNC.replace("BASE", &fake.url()),
-        &family(
-            "async",
-            "model-center",
-            &["async"],
-            "sd_2.0_special",
-            "wan-t2v",
-        ),
-    );
+        &family("async", &["async"], &["sd_2.0_special"]).upstream("sd_2.0_special", "wan-t2v"),
+    )
+    .await;
     let http = gw.client();
     let submit = "POST /api/v1/services/aigc/video-generation/video-synthesis";
     fake.on(
         submit,
-        Canned::json(
+        Answer::json(
             200,
             json!({"request_id": "r1", "output": {"task_id": "t-1", "task_status": "PENDING"}}),
         ),
@@ -516,7 +471,7 @@ async fn d_async_api_with_a_submit_header_and_nested_body() {
     assert_eq!(seen.header("x-workspace"), Some("ws-7"));
     assert_eq!(
         seen.header("authorization"),
-        Some("Bearer upstream-secret-123")
+        Some(format!("Bearer {KEY}").as_str())
     );
     assert_eq!(
         seen.json(),
@@ -535,12 +490,12 @@ async fn d_async_api_with_a_submit_header_and_nested_body() {
     ] {
         fake.on(
             "GET /api/v1/tasks/t-1",
-            Canned::json(
+            Answer::json(
                 200,
                 json!({"output": {"task_id": "t-1", "task_status": word}}),
             ),
         );
-        assert_eq!(view(&query(&http, MODEL_CENTER, &id).await), expected);
+        assert_eq!(view(&http.query(MODEL_CENTER, DEMO, &id).await), expected);
         let seen = fake.only();
         assert_eq!(seen.line(), "GET /api/v1/tasks/t-1");
         assert_eq!(
@@ -552,40 +507,33 @@ async fn d_async_api_with_a_submit_header_and_nested_body() {
     }
     fake.on(
         "GET /api/v1/tasks/t-1",
-        Canned::json(200, json!({"output": {"task_id": "t-1", "task_status": "SUCCEEDED", "video_url": "https://oss.example/t-1.mp4"}})),
+        Answer::json(200, json!({"output": {"task_id": "t-1", "task_status": "SUCCEEDED", "video_url": "https://oss.example/t-1.mp4"}})),
     );
     assert_eq!(
-        view(&query(&http, MODEL_CENTER, &id).await),
+        view(&http.query(MODEL_CENTER, DEMO, &id).await),
         json!({"status": "completed", "video_url": "https://oss.example/t-1.mp4", "urls": ["https://oss.example/t-1.mp4"], "error": null})
     );
     assert_eq!(fake.only().line(), "GET /api/v1/tasks/t-1");
 
     fake.on(
         submit,
-        Canned::json(
+        Answer::json(
             200,
             json!({"output": {"task_id": "t-2", "task_status": "PENDING"}}),
         ),
     );
-    let id = id_of(
-        &http
-            .submit(
-                MODEL_CENTER,
-                DEMO,
-                &json!({"model": "sd_2.0_special", "prompt": "x"}),
-            )
-            .await,
-    );
+    let sent = json!({"model": "sd_2.0_special", "prompt": "x"});
+    let id = http.submit_id(MODEL_CENTER, DEMO, &sent).await;
     assert_eq!(
         fake.only().json(),
         json!({"model": "wan-t2v", "input": {"prompt": "x"}, "parameters": {}})
     );
     fake.on(
         "GET /api/v1/tasks/t-2",
-        Canned::json(200, json!({"output": {"task_id": "t-2", "task_status": "FAILED", "code": "DataInspectionFailed", "message": "input data may contain inappropriate content"}})),
+        Answer::json(200, json!({"output": {"task_id": "t-2", "task_status": "FAILED", "code": "DataInspectionFailed", "message": "input data may contain inappropriate content"}})),
     );
     assert_eq!(
-        view(&query(&http, MODEL_CENTER, &id).await),
+        view(&http.query(MODEL_CENTER, DEMO, &id).await),
         json!({"status": "failed", "urls": [], "error": {"code": "DataInspectionFailed", "message": "input data may contain inappropriate content"}})
     );
 }
@@ -594,7 +542,7 @@ async fn d_async_api_with_a_submit_header_and_nested_body() {
 const WRAPPED: &str = r#"
 [providers.wrapped]
 base_url = "BASE"
-auth = { secret_env = "FAKE_UPSTREAM_KEY" }
+auth = { secret_file = "upstream.key" }
 [providers.wrapped.submit]
 path = '"/v1/videos/text2video"'
 body = '{model_name: $upstream_model, prompt, duration: (.duration // 5 | tostring), aspect_ratio}'
@@ -617,18 +565,14 @@ async fn e_wrapped_answers_with_codes() {
     let fake = Fake::start().await;
     let gw = start(
         &WRAPPED.replace("BASE", &fake.url()),
-        &family(
-            "wrapped",
-            "model-center",
-            &["wrapped"],
-            "sd_2.0_special",
-            "kv-2-master",
-        ),
-    );
+        &family("wrapped", &["wrapped"], &["sd_2.0_special"])
+            .upstream("sd_2.0_special", "kv-2-master"),
+    )
+    .await;
     let http = gw.client();
     fake.on(
         "POST /v1/videos/text2video",
-        Canned::json(200, json!({"code": 0, "message": "SUCCEED", "request_id": "q", "data": {"task_id": "8680", "task_status": "submitted"}})),
+        Answer::json(200, json!({"code": 0, "message": "SUCCEED", "request_id": "q", "data": {"task_id": "8680", "task_status": "submitted"}})),
     );
     let created = http
         .submit(MODEL_CENTER, DEMO, &json!({"model": "sd_2.0_special", "prompt": "waves", "duration": 10, "aspect_ratio": "16:9"}))
@@ -637,7 +581,7 @@ async fn e_wrapped_answers_with_codes() {
     assert_eq!(seen.line(), "POST /v1/videos/text2video");
     assert_eq!(
         seen.header("authorization"),
-        Some("Bearer upstream-secret-123")
+        Some(format!("Bearer {KEY}").as_str())
     );
     assert_eq!(
         seen.json(),
@@ -659,26 +603,21 @@ async fn e_wrapped_answers_with_codes() {
             json!({"status": "completed", "video_url": "https://cdn.example/1.mp4", "urls": ["https://cdn.example/1.mp4", "https://cdn.example/2.mp4"], "error": null}),
         ),
     ] {
-        fake.on(task, Canned::json(200, upstream));
-        assert_eq!(view(&query(&http, MODEL_CENTER, &id).await), expected);
+        fake.on(task, Answer::json(200, upstream));
+        assert_eq!(view(&http.query(MODEL_CENTER, DEMO, &id).await), expected);
         assert_eq!(fake.only().line(), task);
     }
 
     // code != 0 on HTTP 200: a refused submit, 400 with the upstream's reason.
     fake.on(
         "POST /v1/videos/text2video",
-        Canned::json(
+        Answer::json(
             200,
             json!({"code": 1201, "message": "duration must be 5 or 10", "data": null}),
         ),
     );
-    let r = http
-        .post_json(
-            MODEL_CENTER,
-            DEMO,
-            &json!({"model": "sd_2.0_special", "prompt": "x", "duration": 7}),
-        )
-        .await;
+    let sent = json!({"model": "sd_2.0_special", "prompt": "x", "duration": 7});
+    let r = http.post_json(MODEL_CENTER, DEMO, &sent).await;
     assert_eq!(r.status, 400);
     assert_eq!(r.error_code(), "upstream_invalid_request");
     assert!(
@@ -696,18 +635,13 @@ async fn e_wrapped_answers_with_codes() {
     ] {
         fake.on(
             "POST /v1/videos/text2video",
-            Canned::json(
+            Answer::json(
                 200,
                 json!({"code": code, "message": "declined", "data": null}),
             ),
         );
-        let r = http
-            .post_json(
-                MODEL_CENTER,
-                DEMO,
-                &json!({"model": "sd_2.0_special", "prompt": "x"}),
-            )
-            .await;
+        let sent = json!({"model": "sd_2.0_special", "prompt": "x"});
+        let r = http.post_json(MODEL_CENTER, DEMO, &sent).await;
         assert_eq!(r.status, status);
         assert_eq!(r.error_code(), error);
         fake.take();
@@ -716,26 +650,19 @@ async fn e_wrapped_answers_with_codes() {
     // A failed task.
     fake.on(
         "POST /v1/videos/text2video",
-        Canned::json(
+        Answer::json(
             200,
             json!({"code": 0, "data": {"task_id": "8681", "task_status": "submitted"}}),
         ),
     );
-    let id = id_of(
-        &http
-            .submit(
-                MODEL_CENTER,
-                DEMO,
-                &json!({"model": "sd_2.0_special", "prompt": "x"}),
-            )
-            .await,
-    );
+    let sent = json!({"model": "sd_2.0_special", "prompt": "x"});
+    let id = http.submit_id(MODEL_CENTER, DEMO, &sent).await;
     fake.on(
         "GET /v1/videos/text2video/8681",
-        Canned::json(200, json!({"code": 0, "data": {"task_id": "8681", "task_status": "failed", "task_status_msg": "risk control"}})),
+        Answer::json(200, json!({"code": 0, "data": {"task_id": "8681", "task_status": "failed", "task_status_msg": "risk control"}})),
     );
     assert_eq!(
-        view(&query(&http, MODEL_CENTER, &id).await),
+        view(&http.query(MODEL_CENTER, DEMO, &id).await),
         json!({"status": "failed", "urls": [], "error": {"code": "generation_failed", "message": "risk control"}})
     );
 }
@@ -745,7 +672,7 @@ async fn e_wrapped_answers_with_codes() {
 const FILES: &str = r#"
 [providers.files]
 base_url = "BASE"
-auth = { secret_env = "FAKE_UPSTREAM_KEY" }
+auth = { secret_file = "upstream.key" }
 [providers.files.submit]
 path = '"/v1/video_generation"'
 body = '{model: $upstream_model, prompt, duration, resolution} | with_entries(select(.value != null))'
@@ -770,18 +697,13 @@ async fn f_file_id_looked_up_by_a_second_request() {
     let fake = Fake::start().await;
     let gw = start(
         &FILES.replace("BASE", &fake.url()),
-        &family(
-            "files",
-            "model-center",
-            &["files"],
-            "sd_2.0_special",
-            "Hailuo-02",
-        ),
-    );
+        &family("files", &["files"], &["sd_2.0_special"]).upstream("sd_2.0_special", "Hailuo-02"),
+    )
+    .await;
     let http = gw.client();
     fake.on(
         "POST /v1/video_generation",
-        Canned::json(200, json!({"task_id": "106916112212032", "base_resp": {"status_code": 0, "status_msg": "success"}})),
+        Answer::json(200, json!({"task_id": "106916112212032", "base_resp": {"status_code": 0, "status_msg": "success"}})),
     );
     let created = http
         .submit(MODEL_CENTER, DEMO, &json!({"model": "sd_2.0_special", "prompt": "a kite", "duration": 6, "resolution": "1080P"}))
@@ -790,7 +712,7 @@ async fn f_file_id_looked_up_by_a_second_request() {
     assert_eq!(seen.line(), "POST /v1/video_generation");
     assert_eq!(
         seen.header("authorization"),
-        Some("Bearer upstream-secret-123")
+        Some(format!("Bearer {KEY}").as_str())
     );
     assert_eq!(
         seen.json(),
@@ -798,7 +720,7 @@ async fn f_file_id_looked_up_by_a_second_request() {
     );
     let id = id_of(&created);
     let status = |word: &str, file_id: &str| {
-        Canned::json(
+        Answer::json(
             200,
             json!({"task_id": "106916112212032", "status": word, "file_id": file_id, "base_resp": {"status_code": 0, "status_msg": "success"}}),
         )
@@ -810,7 +732,7 @@ async fn f_file_id_looked_up_by_a_second_request() {
     ] {
         fake.on("GET /v1/query/video_generation", status(word, ""));
         assert_eq!(
-            view(&query(&http, MODEL_CENTER, &id).await),
+            view(&http.query(MODEL_CENTER, DEMO, &id).await),
             json!({"status": expected, "urls": [], "error": null})
         );
         assert_eq!(
@@ -824,10 +746,10 @@ async fn f_file_id_looked_up_by_a_second_request() {
     );
     fake.on(
         "GET /v1/files/retrieve",
-        Canned::json(200, json!({"file": {"file_id": 205258526306433u64, "filename": "out.mp4", "download_url": "https://files.example/out.mp4?sig=1"}, "base_resp": {"status_code": 0}})),
+        Answer::json(200, json!({"file": {"file_id": 205258526306433u64, "filename": "out.mp4", "download_url": "https://files.example/out.mp4?sig=1"}, "base_resp": {"status_code": 0}})),
     );
     assert_eq!(
-        view(&query(&http, MODEL_CENTER, &id).await),
+        view(&http.query(MODEL_CENTER, DEMO, &id).await),
         json!({"status": "completed", "video_url": "https://files.example/out.mp4?sig=1", "urls": ["https://files.example/out.mp4?sig=1"], "error": null})
     );
     let seen = fake.take();
@@ -840,21 +762,16 @@ async fn f_file_id_looked_up_by_a_second_request() {
     );
     assert_eq!(
         seen[1].header("authorization"),
-        Some("Bearer upstream-secret-123")
+        Some(format!("Bearer {KEY}").as_str())
     );
 
     // base_resp.status_code != 0 on HTTP 200: refused submit, and a failed task.
     fake.on(
         "POST /v1/video_generation",
-        Canned::json(200, json!({"task_id": "", "base_resp": {"status_code": 2013, "status_msg": "invalid params: duration"}})),
+        Answer::json(200, json!({"task_id": "", "base_resp": {"status_code": 2013, "status_msg": "invalid params: duration"}})),
     );
-    let r = http
-        .post_json(
-            MODEL_CENTER,
-            DEMO,
-            &json!({"model": "sd_2.0_special", "prompt": "x"}),
-        )
-        .await;
+    let sent = json!({"model": "sd_2.0_special", "prompt": "x"});
+    let r = http.post_json(MODEL_CENTER, DEMO, &sent).await;
     assert_eq!(r.status, 400);
     assert!(
         r.json()["error"]["message"]
@@ -865,26 +782,19 @@ async fn f_file_id_looked_up_by_a_second_request() {
     fake.take();
     fake.on(
         "POST /v1/video_generation",
-        Canned::json(
+        Answer::json(
             200,
             json!({"task_id": "777", "base_resp": {"status_code": 0, "status_msg": "success"}}),
         ),
     );
-    let id = id_of(
-        &http
-            .submit(
-                MODEL_CENTER,
-                DEMO,
-                &json!({"model": "sd_2.0_special", "prompt": "x"}),
-            )
-            .await,
-    );
+    let sent = json!({"model": "sd_2.0_special", "prompt": "x"});
+    let id = http.submit_id(MODEL_CENTER, DEMO, &sent).await;
     fake.on(
         "GET /v1/query/video_generation",
-        Canned::json(200, json!({"task_id": "777", "status": "Fail", "base_resp": {"status_code": 1027, "status_msg": "output video sensitive"}})),
+        Answer::json(200, json!({"task_id": "777", "status": "Fail", "base_resp": {"status_code": 1027, "status_msg": "output video sensitive"}})),
     );
     assert_eq!(
-        view(&query(&http, MODEL_CENTER, &id).await),
+        view(&http.query(MODEL_CENTER, DEMO, &id).await),
         json!({"status": "failed", "urls": [], "error": {"code": "1027", "message": "output video sensitive"}})
     );
 }
@@ -894,7 +804,7 @@ async fn f_file_id_looked_up_by_a_second_request() {
 const OPERATIONS: &str = r#"
 [providers.operations]
 base_url = "BASE"
-auth = { header = "x-goog-api-key", scheme = "", secret_file = "SECRET_FILE" }
+auth = { header = "x-goog-api-key", scheme = "", secret_file = "upstream.key" }
 [providers.operations.submit]
 path = '"/v1beta/models/\($upstream_model):predictLongRunning"'
 body = '{instances: [{prompt}], parameters: ({durationSeconds: .duration, aspectRatio: .aspect_ratio} | with_entries(select(.value != null)))}'
@@ -916,25 +826,16 @@ query = '{alt: "media"}'
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn g_long_running_operations_with_slashed_ids() {
     let fake = Fake::start().await;
-    let secrets = tempfile::tempdir().unwrap();
-    let secret_file = secrets.path().join("upstream.key");
-    std::fs::write(&secret_file, format!("{KEY}\n")).unwrap();
     let gw = start(
-        &OPERATIONS
-            .replace("BASE", &fake.url())
-            .replace("SECRET_FILE", &secret_file.display().to_string()),
-        &family(
-            "ops",
-            "model-center",
-            &["operations"],
-            "sd_2.0_special",
-            "veo-3.0-generate-001",
-        ),
-    );
+        &OPERATIONS.replace("BASE", &fake.url()),
+        &family("ops", &["operations"], &["sd_2.0_special"])
+            .upstream("sd_2.0_special", "veo-3.0-generate-001"),
+    )
+    .await;
     let http = gw.client();
     let submit = "POST /v1beta/models/veo-3.0-generate-001:predictLongRunning";
     let op = "models/veo-3.0-generate-001/operations/a1b2c3";
-    fake.on(submit, Canned::json(200, json!({"name": op})));
+    fake.on(submit, Answer::json(200, json!({"name": op})));
     let created = http
         .submit(MODEL_CENTER, DEMO, &json!({"model": "sd_2.0_special", "prompt": "a lighthouse", "duration": 8, "aspect_ratio": "16:9"}))
         .await;
@@ -949,20 +850,20 @@ async fn g_long_running_operations_with_slashed_ids() {
     );
     let id = id_of(&created);
     let poll = format!("GET /v1beta/{op}");
-    fake.on(&poll, Canned::json(200, json!({"name": op, "done": false})));
+    fake.on(&poll, Answer::json(200, json!({"name": op, "done": false})));
     assert_eq!(
-        view(&query(&http, MODEL_CENTER, &id).await),
+        view(&http.query(MODEL_CENTER, DEMO, &id).await),
         json!({"status": "processing", "urls": [], "error": null})
     );
     assert_eq!(fake.only().line(), poll);
     let file = format!("{}/v1beta/files/abc:download", fake.url());
     fake.on(
         &poll,
-        Canned::json(200, json!({"name": op, "done": true, "response": {"generateVideoResponse": {"generatedSamples": [{"video": {"uri": file}}]}}})),
+        Answer::json(200, json!({"name": op, "done": true, "response": {"generateVideoResponse": {"generatedSamples": [{"video": {"uri": file}}]}}})),
     );
     let content_url = format!("http://{}{MODEL_CENTER}/{id}/content", gw.addr);
     assert_eq!(
-        view(&query(&http, MODEL_CENTER, &id).await),
+        view(&http.query(MODEL_CENTER, DEMO, &id).await),
         json!({"status": "completed", "video_url": content_url, "urls": [content_url], "error": null})
     );
     assert_eq!(fake.only().line(), poll);
@@ -971,11 +872,11 @@ async fn g_long_running_operations_with_slashed_ids() {
     let storage = Fake::start().await;
     storage.on(
         "GET /bucket/abc.mp4",
-        Canned::raw(200, "video/mp4", &b"MP4DATA"[..]),
+        Answer::raw(200, "video/mp4", &b"MP4DATA"[..]),
     );
     fake.on(
         "GET /v1beta/files/abc:download",
-        Canned::raw(302, "text/plain", "").header(
+        Answer::raw(302, "text/plain", "").header(
             "location",
             &format!("{}/bucket/abc.mp4?sig=s1", storage.url()),
         ),
@@ -1019,22 +920,15 @@ async fn g_long_running_operations_with_slashed_ids() {
     );
 
     let op2 = "models/veo-3.0-generate-001/operations/zz9";
-    fake.on(submit, Canned::json(200, json!({"name": op2})));
-    let id = id_of(
-        &http
-            .submit(
-                MODEL_CENTER,
-                DEMO,
-                &json!({"model": "sd_2.0_special", "prompt": "x"}),
-            )
-            .await,
-    );
+    fake.on(submit, Answer::json(200, json!({"name": op2})));
+    let sent = json!({"model": "sd_2.0_special", "prompt": "x"});
+    let id = http.submit_id(MODEL_CENTER, DEMO, &sent).await;
     fake.on(
         &format!("GET /v1beta/{op2}"),
-        Canned::json(200, json!({"name": op2, "done": true, "error": {"code": 3, "status": "INVALID_ARGUMENT", "message": "prompt rejected"}})),
+        Answer::json(200, json!({"name": op2, "done": true, "error": {"code": 3, "status": "INVALID_ARGUMENT", "message": "prompt rejected"}})),
     );
     assert_eq!(
-        view(&query(&http, MODEL_CENTER, &id).await),
+        view(&http.query(MODEL_CENTER, DEMO, &id).await),
         json!({"status": "failed", "urls": [], "error": {"code": "INVALID_ARGUMENT", "message": "prompt rejected"}})
     );
 }
@@ -1043,7 +937,7 @@ async fn g_long_running_operations_with_slashed_ids() {
 const QUEUE: &str = r#"
 [providers.queue]
 base_url = "BASE"
-auth = { scheme = "Key", secret_env = "FAKE_UPSTREAM_KEY" }
+auth = { scheme = "Key", secret_file = "upstream.key" }
 [providers.queue.submit]
 path = '"/\($upstream_model)"'
 body = '{prompt, duration: (.duration // 5 | tostring), aspect_ratio} | with_entries(select(.value != null))'
@@ -1066,33 +960,25 @@ async fn h_queue_api_with_status_and_result_urls() {
     let fake = Fake::start().await;
     let gw = start(
         &QUEUE.replace("BASE", &fake.url()),
-        &family(
-            "queue",
-            "alpha-videos",
-            &["queue"],
-            "alphaOpen2",
-            "fal-ai/vid/v2/text-to-video",
-        ),
-    );
+        &family("queue", &["queue"], &["alphaOpen2"])
+            .alpha()
+            .upstream("alphaOpen2", "fal-ai/vid/v2/text-to-video"),
+    )
+    .await;
     let http = gw.client();
     let model = "/fal-ai/vid/v2/text-to-video";
     fake.on(
         &format!("POST {model}"),
-        Canned::json(200, json!({"request_id": "764cabcf-b745", "status": "IN_QUEUE", "status_url": "x", "response_url": "y"})),
+        Answer::json(200, json!({"request_id": "764cabcf-b745", "status": "IN_QUEUE", "status_url": "x", "response_url": "y"})),
     );
-    let created = http
-        .submit(
-            ALPHA,
-            DEMO,
-            &json!({"model": "alphaOpen2", "prompt": "a train", "aspect_ratio": "16:9"}),
-        )
-        .await;
+    let sent = json!({"model": "alphaOpen2", "prompt": "a train", "aspect_ratio": "16:9"});
+    let created = http.submit(ALPHA, DEMO, &sent).await;
     assert_eq!(created["status"], "queued");
     let seen = fake.only();
     assert_eq!(seen.line(), format!("POST {model}"));
     assert_eq!(
         seen.header("authorization"),
-        Some("Key upstream-secret-123")
+        Some(format!("Key {KEY}").as_str())
     );
     assert_eq!(
         seen.json(),
@@ -1103,26 +989,26 @@ async fn h_queue_api_with_status_and_result_urls() {
     for (word, expected) in [("IN_QUEUE", "queued"), ("IN_PROGRESS", "processing")] {
         fake.on(
             &status,
-            Canned::json(200, json!({"status": word, "queue_position": 0})),
+            Answer::json(200, json!({"status": word, "queue_position": 0})),
         );
         assert_eq!(
-            view(&query(&http, ALPHA, &id).await),
+            view(&http.query(ALPHA, DEMO, &id).await),
             json!({"status": expected, "urls": [], "error": null})
         );
         let seen = fake.only();
         assert_eq!(seen.line(), format!("{status}?logs=0"));
         assert_eq!(
             seen.header("authorization"),
-            Some("Key upstream-secret-123")
+            Some(format!("Key {KEY}").as_str())
         );
     }
-    fake.on(&status, Canned::json(200, json!({"status": "COMPLETED"})));
+    fake.on(&status, Answer::json(200, json!({"status": "COMPLETED"})));
     fake.on(
         &format!("GET {model}/requests/764cabcf-b745"),
-        Canned::json(200, json!({"video": {"url": "https://v3.example/train.mp4", "content_type": "video/mp4"}, "seed": 1})),
+        Answer::json(200, json!({"video": {"url": "https://v3.example/train.mp4", "content_type": "video/mp4"}, "seed": 1})),
     );
     assert_eq!(
-        view(&query(&http, ALPHA, &id).await),
+        view(&http.query(ALPHA, DEMO, &id).await),
         json!({"status": "completed", "video_url": "https://v3.example/train.mp4", "urls": ["https://v3.example/train.mp4"], "error": null})
     );
     assert_eq!(
@@ -1135,7 +1021,7 @@ async fn h_queue_api_with_status_and_result_urls() {
 
     fake.on(
         &format!("POST {model}"),
-        Canned::json(200, json!({"request_id": "r-2", "status": "IN_QUEUE"})),
+        Answer::json(200, json!({"request_id": "r-2", "status": "IN_QUEUE"})),
     );
     let id = id_of(
         &http
@@ -1144,10 +1030,10 @@ async fn h_queue_api_with_status_and_result_urls() {
     );
     fake.on(
         &format!("GET {model}/requests/r-2/status"),
-        Canned::json(200, json!({"status": "COMPLETED", "error": "generation failed: NSFW", "error_type": "content_policy_violation"})),
+        Answer::json(200, json!({"status": "COMPLETED", "error": "generation failed: NSFW", "error_type": "content_policy_violation"})),
     );
     assert_eq!(
-        view(&query(&http, ALPHA, &id).await),
+        view(&http.query(ALPHA, DEMO, &id).await),
         json!({"status": "failed", "urls": [], "error": {"code": "content_policy_violation", "message": "generation failed: NSFW"}})
     );
 }

@@ -1,0 +1,90 @@
+//! The one harness of the integration tests: a gateway started in-process (or, where
+//! the process itself is under test, as a subprocess), one routes-file builder, one
+//! fake upstream, one HTTP client, test certificates.
+
+mod fake;
+mod gateway;
+mod http;
+mod routes;
+mod tls;
+
+use std::sync::{Mutex, Once};
+use std::thread::ThreadId;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+pub use fake::{Answer, Fake, Held};
+pub use gateway::{ConfigDir, Gateway, Proc, check};
+pub use http::{Alpn, Http, Reply, assert_error, read_response, read_to_close};
+pub use routes::{
+    Family, Routes, UPSTREAM_KEY, family, replace_once, shipped_routes, shipped_routes_file,
+    tasks_provider,
+};
+pub use tls::Certs;
+
+pub const DEMO: &str = "sk-demo";
+pub const DEMO2: &str = "sk-demo-2";
+
+pub const MODEL_CENTER: &str = "/v2/model-center/tasks";
+pub const ALPHA: &str = "/v1/alpha/videos";
+
+/// The four statuses a client may ever see.
+pub const STATUSES: [&str; 4] = ["queued", "processing", "completed", "failed"];
+
+/// How long anything a test waits for may take before the test fails.
+pub const PATIENCE: Duration = Duration::from_secs(20);
+
+/// Hex SHA-256 of `secret`: how a key is stored in routes.toml.
+pub fn sha256_hex(secret: &str) -> String {
+    hex::encode(ring::digest::digest(
+        &ring::digest::SHA256,
+        secret.as_bytes(),
+    ))
+}
+
+/// Unix seconds now.
+pub fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_secs()
+}
+
+/// Poll `done` every 25 ms until it holds; fail the test, saying `what`, after
+/// [`PATIENCE`].
+pub async fn eventually(what: &str, mut done: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + PATIENCE;
+    while !done().await {
+        assert!(Instant::now() < deadline, "never happened: {what}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// Panics seen in this process, by thread. In-process gateways on a current-thread
+/// runtime run their tasks on the test's own thread, so a panic of theirs that a
+/// client never sees (a detached task) is still found.
+static PANICS: Mutex<Vec<ThreadId>> = Mutex::new(Vec::new());
+
+fn watch_panics() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            PANICS
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(std::thread::current().id());
+            previous(info);
+        }));
+    });
+}
+
+/// Panics so far on this thread.
+fn panics_here() -> usize {
+    let me = std::thread::current().id();
+    PANICS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .filter(|t| **t == me)
+        .count()
+}
