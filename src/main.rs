@@ -187,8 +187,10 @@ fn serve(path: &Path, log_format: Option<LogFormat>) -> ExitCode {
         }
     };
     runtime.block_on(async {
-        // SIGHUP is taken over before the gateway is announced (it would end the process).
+        // Signals are taken over before the gateway is announced: SIGHUP would end the
+        // process, and a SIGTERM must always mean a graceful stop.
         let hangups = mediagate::gateway::reload::hangups();
+        let stop = mediagate::edge::shutdown_signal();
         let running = match mediagate::start(path).await {
             Ok(r) => r,
             Err(e) => {
@@ -200,7 +202,7 @@ fn serve(path: &Path, log_format: Option<LogFormat>) -> ExitCode {
             hangups,
             running.gateway().clone(),
         ));
-        match running.until(mediagate::edge::shutdown_signal()).await {
+        match running.until(stop).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("server error: {e}");

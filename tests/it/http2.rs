@@ -65,9 +65,19 @@ async fn the_interface_works_over_h2c() {
     assert_eq!(r.header("www-authenticate"), Some("Bearer"));
     let r = h2.get(&format!("{MODEL_CENTER}/task_abc"), DEMO).await;
     assert_error(&r, 404, "task_not_found", Some("id"));
-    let r = h2.get(MODEL_CENTER, DEMO).await;
+    let r = h2
+        .send(
+            Method::DELETE,
+            MODEL_CENTER,
+            &[("authorization", "Bearer sk-demo")],
+            "",
+        )
+        .await;
     assert_error(&r, 405, "method_not_allowed", None);
-    assert_eq!(r.header("allow"), Some("POST"));
+    assert_eq!(r.header("allow"), Some("GET, HEAD, POST"));
+    let r = h2.get(MODEL_CENTER, DEMO).await;
+    assert_eq!((r.version, r.status.as_u16()), (Version::HTTP_2, 200));
+    assert_eq!(r.json()["object"], "list");
     let sent = json!({"model": "deltaq3-pro", "prompt": "x", "duration": 17});
     let r = h2.post_json(MODEL_CENTER, DEMO, &sent).await;
     assert_error(&r, 400, "invalid_parameter", Some("duration"));

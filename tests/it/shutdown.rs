@@ -5,13 +5,16 @@
 use http::Method;
 use serde_json::json;
 
-use crate::support::{Answer, DEMO, Fake, Held, Http, MODEL_CENTER, PATIENCE, Proc, Routes};
+use crate::support::{
+    Answer, DEMO, Fake, Held, Http, MODEL_CENTER, PATIENCE, Proc, Routes, operator,
+};
 
 /// A gateway in front of `fake`, whose submits are held; `server` lines added.
-async fn held_gateway(fake: &Fake, server: &str) -> (Proc, Held) {
+async fn held_gateway(fake: &Fake, server: &str, top: &str) -> (Proc, Held) {
     let held = fake.hold("POST /v2/model-center/tasks", Answer::queued("held-1"));
     let routes = Routes::upstream(&fake.url(), "submit_timeout_ms = 120000")
         .server(server)
+        .top(top)
         .render();
     (Proc::start(&routes).await, held)
 }
@@ -42,6 +45,7 @@ async fn sigterm_drains_in_flight_requests_then_exits_0() {
     let (mut gw, held) = held_gateway(
         &fake,
         "shutdown_delay_ms = 2000\nshutdown_grace_ms = 20000\nrequest_timeout_ms = 120000",
+        "",
     )
     .await;
     let http = gw.client();
@@ -81,9 +85,11 @@ async fn sigterm_drains_in_flight_requests_then_exits_0() {
 #[tokio::test]
 async fn grace_period_bounds_the_wait() {
     let fake = Fake::start().await;
+    // Without a ledger nothing outlives its request.
     let (mut gw, held) = held_gateway(
         &fake,
         "shutdown_grace_ms = 300\nrequest_timeout_ms = 120000",
+        "[ledger]\nurl = \"none\"",
     )
     .await;
     let in_flight = submit_in_background(&gw.client());
@@ -96,4 +102,32 @@ async fn grace_period_bounds_the_wait() {
     let cut = in_flight.await.unwrap();
     assert!(cut.is_err(), "{cut:?}");
     drop(held);
+}
+
+#[tokio::test]
+async fn a_stop_waits_for_submits_the_provider_received() {
+    let fake = Fake::start().await;
+    let (mut gw, held) = held_gateway(
+        &fake,
+        "shutdown_grace_ms = 300\nrequest_timeout_ms = 120000",
+        "",
+    )
+    .await;
+    let in_flight = submit_in_background(&gw.client());
+    held.arrived(1).await;
+    gw.signal("TERM").await;
+    // The client is cut at the end of the grace period, but the submit goes on…
+    let cut = in_flight.await.unwrap();
+    assert!(cut.is_err(), "{cut:?}");
+    gw.wait_for_log("waiting for submits in flight", 1).await;
+    // …until the provider answers; then the process exits, the task in its ledger.
+    held.release();
+    let status = gw.wait_exit(PATIENCE).await;
+    assert_eq!(status.code(), Some(0), "{}", gw.log());
+    let tasks = operator(gw.dir(), &["tasks"]);
+    let row = tasks.lines().nth(1).unwrap_or_default();
+    assert!(
+        row.contains("\tsubmitted\t") && row.contains("\theld-1\t"),
+        "{tasks}"
+    );
 }

@@ -120,6 +120,23 @@ fn binary(cwd: &Path) -> Command {
     cmd
 }
 
+/// Run an operator command (`tasks`, `usage`, …) on the ledger of the routes file in
+/// `dir`; its standard output, which must be a success.
+pub fn operator(dir: &ConfigDir, args: &[&str]) -> String {
+    let out = binary(dir.path())
+        .arg("--config")
+        .arg(dir.routes_path())
+        .args(args)
+        .output()
+        .expect("mediagate runs");
+    assert!(
+        out.status.success(),
+        "mediagate {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// Run `mediagate check FILE` in `cwd` with `env` set.
 pub fn check(cwd: &Path, file: &Path, env: &[(&str, &str)]) -> Output {
     let mut cmd = binary(cwd);
@@ -155,6 +172,10 @@ fn address_after(line: &str, marker: &str) -> Option<SocketAddr> {
 type Addresses = (SocketAddr, Option<SocketAddr>, Option<SocketAddr>);
 
 impl Proc {
+    pub fn dir(&self) -> &ConfigDir {
+        &self.dir
+    }
+
     pub async fn start(routes: impl std::fmt::Display) -> Self {
         Self::start_in(ConfigDir::new(routes), &[], &[]).await
     }
