@@ -7,15 +7,30 @@ use std::time::Duration;
 
 use super::Gateway;
 
-/// How often the sweep runs after the first one at start.
-const EVERY: Duration = Duration::from_secs(30);
-
-/// Sweep now, then every [`EVERY`], for as long as the gateway runs.
+/// Sweep now, then again as often as a submit can go stale (between 1 and 30
+/// seconds), for as long as the gateway runs.
 pub async fn run(gateway: Arc<Gateway>) {
+    if gateway.ledger.is_none() {
+        return;
+    }
     loop {
         once(&gateway).await;
-        tokio::time::sleep(EVERY).await;
+        let every = stale_after(&gateway).clamp(Duration::from_secs(1), Duration::from_secs(30));
+        tokio::time::sleep(every).await;
     }
+}
+
+/// Past the longest submit a provider allows (and the body read before it), no
+/// submit of any replica can still be waiting for its answer.
+fn stale_after(gateway: &Gateway) -> Duration {
+    let snapshot = gateway.snapshot();
+    let longest = snapshot
+        .providers
+        .values()
+        .map(|p| p.submit_timeout())
+        .max()
+        .unwrap_or_default();
+    longest + Duration::from_millis(snapshot.server.body_read_timeout_ms)
 }
 
 /// One sweep.
@@ -23,18 +38,9 @@ pub async fn once(gateway: &Gateway) {
     let Some(ledger) = &gateway.ledger else {
         return;
     };
-    let snapshot = gateway.snapshot();
-    // Past the longest submit a provider allows (and the body read before it), no
-    // submit of any replica can still be waiting for its answer.
-    let longest = snapshot
-        .providers
-        .values()
-        .map(|p| p.submit_timeout())
-        .max()
-        .unwrap_or_default();
-    let stale = longest + Duration::from_millis(snapshot.server.body_read_timeout_ms);
-    let ttl = Duration::from_secs(snapshot.ledger.idempotency_ttl_hours.saturating_mul(3600));
-    match ledger.sweep(stale, ttl).await {
+    let hours = gateway.snapshot().ledger.idempotency_ttl_hours;
+    let ttl = Duration::from_secs(hours.saturating_mul(3600));
+    match ledger.sweep(stale_after(gateway), ttl).await {
         Ok(expired) => {
             for row in expired {
                 tracing::error!(

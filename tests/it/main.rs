@@ -9,6 +9,7 @@ mod docs;
 mod errors;
 mod http2;
 mod key_limits;
+mod ledger;
 mod lifecycle;
 mod models;
 mod observability;

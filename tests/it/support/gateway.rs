@@ -80,6 +80,13 @@ impl Gateway {
         &self.dir
     }
 
+    /// Stop as SIGTERM does (submits in flight finish), keeping the directory for a
+    /// restart.
+    pub async fn stop(self) -> ConfigDir {
+        self.running.stop().await.expect("a clean stop");
+        self.dir
+    }
+
     pub fn client(&self) -> Http {
         Http::new(self.addr)
     }

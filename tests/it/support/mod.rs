@@ -5,6 +5,7 @@
 mod fake;
 mod gateway;
 mod http;
+mod postgres;
 mod routes;
 mod tls;
 
@@ -15,6 +16,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 pub use fake::{Answer, Fake, Held};
 pub use gateway::{ConfigDir, Gateway, Proc, check, operator};
 pub use http::{Alpn, Http, Reply, assert_error, read_response, read_to_close};
+pub use postgres::Postgres;
 pub use routes::{
     Family, Routes, UPSTREAM_KEY, family, replace_once, shipped_routes, shipped_routes_file,
     tasks_provider,

@@ -1,0 +1,429 @@
+//! The task ledger, through HTTP: idempotent submits, no submit lost to a disconnect
+//! or a crash, daily quotas, listing — on SQLite (the default) and on PostgreSQL (a
+//! cluster of the test's own).
+
+use http::Method;
+use serde_json::{Value, json};
+use tokio::task::JoinSet;
+
+use crate::support::{
+    ALPHA, Answer, ConfigDir, DEMO, DEMO2, Fake, Gateway, Http, MODEL_CENTER, Postgres, Proc,
+    Reply, Routes, assert_error, eventually, operator,
+};
+
+const SUBMIT: &str = "POST /v2/model-center/tasks";
+
+fn body(prompt: &str) -> Value {
+    json!({"model": "m1", "prompt": prompt})
+}
+
+/// A submit of `body` by `key` with `Idempotency-Key: idem`; its answer.
+async fn submit_keyed(http: &Http, key: &str, idem: &str, body: &Value) -> Reply {
+    let auth = format!("Bearer {key}");
+    http.send(
+        Method::POST,
+        MODEL_CENTER,
+        &[
+            ("authorization", &auth),
+            ("content-type", "application/json"),
+            ("idempotency-key", idem),
+        ],
+        body.to_string(),
+    )
+    .await
+}
+
+/// How many submits the fake upstream received.
+fn submits_seen(fake: &Fake) -> usize {
+    fake.take().iter().filter(|s| s.method == "POST").count()
+}
+
+/// `[ledger]` on a fresh PostgreSQL database of `pg`.
+fn on_postgres(pg: &Postgres, db: &str) -> String {
+    format!("[ledger]\nurl = {:?}", pg.database(db))
+}
+
+#[tokio::test]
+async fn a_retry_with_the_same_key_gets_the_same_task_also_after_a_restart() {
+    let fake = Fake::start().await;
+    fake.on(SUBMIT, Answer::queued("up-1"));
+    let gw = Gateway::start(Routes::upstream(&fake.url(), "")).await;
+    let http = gw.client();
+
+    let first = submit_keyed(&http, DEMO, "order-1", &body("a fox")).await;
+    assert_eq!(first.status, 200, "{}", first.text());
+    assert_eq!(first.header("idempotent-replayed"), None);
+    let id = first.json()["id"].as_str().unwrap().to_string();
+
+    let again = submit_keyed(&http, DEMO, "order-1", &body("a fox")).await;
+    assert_eq!(again.status, 200);
+    assert_eq!(again.json()["id"], id);
+    assert_eq!(again.header("idempotent-replayed"), Some("true"));
+
+    let other = submit_keyed(&http, DEMO, "order-1", &body("a dog")).await;
+    assert_error(&other, 422, "idempotency_key_reused", None);
+
+    // The same key of another client key is another request.
+    let theirs = submit_keyed(&http, DEMO2, "order-1", &body("a fox")).await;
+    assert_eq!(theirs.status, 200);
+    assert_ne!(theirs.json()["id"], id);
+
+    let gw = Gateway::start_in(gw.stop().await).await;
+    let after_restart = submit_keyed(&gw.client(), DEMO, "order-1", &body("a fox")).await;
+    assert_eq!(after_restart.status, 200);
+    assert_eq!(after_restart.json()["id"], id);
+    assert_eq!(
+        submits_seen(&fake),
+        2,
+        "one task per (client key, idempotency key)"
+    );
+}
+
+#[tokio::test]
+async fn bad_and_required_idempotency_keys_are_refused() {
+    let fake = Fake::start().await;
+    fake.on(SUBMIT, Answer::queued("up-1"));
+    let routes = Routes::upstream(&fake.url(), "").demo_key("require_idempotency_key = true");
+    let gw = Gateway::start(routes).await;
+    let http = gw.client();
+    let r = http.post_json(MODEL_CENTER, DEMO, &body("x")).await;
+    assert_error(&r, 400, "idempotency_key_required", None);
+    let r = submit_keyed(&http, DEMO, "has space", &body("x")).await;
+    assert_error(&r, 400, "invalid_idempotency_key", None);
+    let r = submit_keyed(&http, DEMO, "\"quoted-key\"", &body("x")).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    // The other key is not required to send one.
+    assert_eq!(
+        http.post_json(MODEL_CENTER, DEMO2, &body("x")).await.status,
+        200
+    );
+    assert_eq!(submits_seen(&fake), 2);
+}
+
+/// Twenty submits with one key at once, while the upstream holds the first: one
+/// upstream task, and every client gets its id.
+async fn twenty_at_once_make_one_task(ledger: &str) {
+    let fake = Fake::start().await;
+    let held = fake.hold(SUBMIT, Answer::queued("up-1"));
+    let gw = Gateway::start(Routes::upstream(&fake.url(), "").top(ledger)).await;
+    let mut clients = JoinSet::new();
+    for _ in 0..20 {
+        let http = gw.client();
+        clients.spawn(async move { submit_keyed(&http, DEMO, "once", &body("a fox")).await });
+    }
+    held.arrived(1).await;
+    held.release();
+    let mut ids = Vec::new();
+    while let Some(reply) = clients.join_next().await {
+        let reply = reply.unwrap();
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        ids.push(reply.json()["id"].as_str().unwrap().to_string());
+    }
+    ids.dedup();
+    assert_eq!(ids.len(), 1, "every client got the one task: {ids:?}");
+    assert_eq!(submits_seen(&fake), 1);
+}
+
+#[tokio::test]
+async fn twenty_concurrent_submits_with_one_key_create_one_task_on_sqlite() {
+    twenty_at_once_make_one_task("").await;
+}
+
+#[tokio::test]
+async fn twenty_concurrent_submits_with_one_key_create_one_task_on_postgres() {
+    let pg = Postgres::start();
+    twenty_at_once_make_one_task(&on_postgres(&pg, "twenty")).await;
+}
+
+#[tokio::test]
+async fn two_gateway_processes_sharing_postgres_create_one_task_per_key() {
+    let pg = Postgres::start();
+    let fake = Fake::start().await;
+    let held = fake.hold(SUBMIT, Answer::queued("up-1"));
+    let queued = json!({"id": "up-1", "status": "queued"});
+    fake.on("GET /v2/model-center/tasks/up-1", Answer::json(200, queued));
+    let routes = Routes::upstream(&fake.url(), "")
+        .top(&on_postgres(&pg, "shared"))
+        .render();
+    // Replicas share the task secret too, so either answers the other's ids.
+    let secret = "a-task-secret-shared-by-both-replicas-0123456789";
+    let dir = || ConfigDir::new(&routes).with("task-secret", secret);
+    let (a, b) = (
+        Proc::start_in(dir(), &[], &[]).await,
+        Proc::start_in(dir(), &[], &[]).await,
+    );
+    let mut clients = JoinSet::new();
+    for http in [a.client(), b.client(), a.client(), b.client()] {
+        clients.spawn(async move { submit_keyed(&http, DEMO, "shared-key", &body("x")).await });
+    }
+    held.arrived(1).await;
+    held.release();
+    let mut ids = Vec::new();
+    while let Some(reply) = clients.join_next().await {
+        let reply = reply.unwrap();
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        ids.push(reply.json()["id"].as_str().unwrap().to_string());
+    }
+    ids.dedup();
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    assert_eq!(submits_seen(&fake), 1);
+    // Either replica answers the task.
+    let id = &ids[0];
+    assert_eq!(b.client().query(MODEL_CENTER, DEMO, id).await["id"], *id);
+    assert_eq!(a.client().query(MODEL_CENTER, DEMO, id).await["id"], *id);
+}
+
+#[tokio::test]
+async fn a_killed_gateway_leaves_every_submit_in_the_ledger_to_reconcile() {
+    let fake = Fake::start().await;
+    let held = fake.hold(SUBMIT, Answer::queued("never-answered"));
+    // Short timeouts, so that interrupted submits are known stale soon after.
+    let routes = Routes::upstream(
+        &fake.url(),
+        "connect_timeout_ms = 200\nsubmit_timeout_ms = 1000",
+    )
+    .server("body_read_timeout_ms = 500");
+    let mut gw = Proc::start(routes).await;
+    let mut in_flight = JoinSet::new();
+    for n in 0..3 {
+        let http = gw.client();
+        in_flight.spawn(async move {
+            let auth = format!("Bearer {DEMO}");
+            let headers = [
+                ("authorization", auth.as_str()),
+                ("content-type", "application/json"),
+                ("idempotency-key", &format!("k{n}")),
+            ];
+            let _ = http
+                .try_send(Method::POST, MODEL_CENTER, &headers, body("x").to_string())
+                .await;
+        });
+    }
+    held.arrived(3).await;
+    gw.restart().await; // SIGKILL, then the same files again
+    drop(held);
+    in_flight.join_all().await;
+
+    // Retrying a key never submits again: its outcome is unknown.
+    for n in 0..3 {
+        let r = submit_keyed(&gw.client(), DEMO, &format!("k{n}"), &body("x")).await;
+        assert_eq!(r.status, 502, "{}\n{}", r.text(), gw.log());
+        assert_error(&r, 502, "submit_outcome_unknown", None);
+    }
+    let unknown = operator(gw.dir(), &["tasks", "--state", "unknown_outcome"]);
+    assert_eq!(
+        unknown.lines().count(),
+        4,
+        "a header and three rows:\n{unknown}"
+    );
+    let all = operator(gw.dir(), &["tasks"]);
+    assert_eq!(all.lines().count(), 4, "nothing else, nothing lost:\n{all}");
+    assert_eq!(submits_seen(&fake), 3);
+    let metrics = gw.client().metrics().await;
+    assert_eq!(
+        metrics.sum(&["mediagate_ledger_unknown_outcome_tasks"]),
+        3.0
+    );
+}
+
+#[tokio::test]
+async fn a_client_that_goes_away_does_not_cancel_its_submit() {
+    let fake = Fake::start().await;
+    let held = fake.hold(SUBMIT, Answer::queued("up-late"));
+    let gw = Gateway::start(Routes::upstream(&fake.url(), "")).await;
+    let http = gw.client();
+    let gone = tokio::spawn({
+        let http = http.clone();
+        async move { submit_keyed(&http, DEMO, "impatient", &body("x")).await }
+    });
+    held.arrived(1).await;
+    gone.abort(); // the client hangs up while the provider works
+    let _ = gone.await;
+    held.release();
+    // The submit ran to its end: the retry gets the task, and no second one exists.
+    let mut retry = None;
+    eventually("the retry gets the recorded task", async || {
+        let r = submit_keyed(&http, DEMO, "impatient", &body("x")).await;
+        let done = r.status == 200;
+        retry = Some(r);
+        done
+    })
+    .await;
+    let retry = retry.unwrap();
+    assert_eq!(retry.header("idempotent-replayed"), Some("true"));
+    let listed = http.get(MODEL_CENTER, DEMO).await.json();
+    assert_eq!(listed["data"][0]["id"], retry.json()["id"]);
+    assert_eq!(submits_seen(&fake), 1);
+    let tasks = operator(gw.dir(), &["tasks"]);
+    assert!(
+        tasks.contains("\tsubmitted\t") && tasks.contains("\tup-late\t"),
+        "{tasks}"
+    );
+}
+
+async fn quota_gives_failed_tasks_back(ledger: &str) {
+    let routes = Routes::simulated(&["m1"])
+        .demo_key("quota = { tasks_per_day = 2 }")
+        .top(ledger);
+    let gw = Gateway::start(routes).await;
+    let http = gw.client();
+    http.submit(MODEL_CENTER, DEMO, &body("a fox")).await;
+    let failing = http.submit(MODEL_CENTER, DEMO, &body("a fox [fail]")).await;
+    let over = http.post_json(MODEL_CENTER, DEMO, &body("one more")).await;
+    let message = assert_error(&over, 429, "quota_exceeded", None);
+    assert!(message.contains("tasks_per_day"), "{message}");
+    let wait = over.header_u64("retry-after");
+    assert!(
+        (1..=86_400).contains(&wait),
+        "Retry-After until midnight UTC: {wait}"
+    );
+    // Another key has its own day.
+    assert_eq!(
+        http.post_json(MODEL_CENTER, DEMO2, &body("x")).await.status,
+        200
+    );
+    // Once the failure is seen, its unit is given back.
+    let id = failing["id"].as_str().unwrap();
+    assert_eq!(
+        http.wait_done(MODEL_CENTER, DEMO, id).await["status"],
+        "failed"
+    );
+    let r = http.post_json(MODEL_CENTER, DEMO, &body("one more")).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = http
+        .post_json(MODEL_CENTER, DEMO, &body("and another"))
+        .await;
+    assert_error(&r, 429, "quota_exceeded", None);
+}
+
+#[tokio::test]
+async fn the_quota_refuses_the_next_submit_of_the_day_on_sqlite() {
+    quota_gives_failed_tasks_back("").await;
+}
+
+#[tokio::test]
+async fn the_quota_refuses_the_next_submit_of_the_day_on_postgres() {
+    let pg = Postgres::start();
+    quota_gives_failed_tasks_back(&on_postgres(&pg, "quota")).await;
+}
+
+#[tokio::test]
+async fn video_seconds_count_against_their_own_quota() {
+    let routes = Routes::simulated(&["m1"]).demo_key("quota = { video_seconds_per_day = 12 }");
+    let gw = Gateway::start(routes).await;
+    let http = gw.client();
+    let long = json!({"model": "m1", "prompt": "x", "duration": 10});
+    http.submit(MODEL_CENTER, DEMO, &long).await;
+    let r = http.post_json(MODEL_CENTER, DEMO, &long).await;
+    let message = assert_error(&r, 429, "quota_exceeded", None);
+    assert!(message.contains("video_seconds_per_day"), "{message}");
+    let short = json!({"model": "m1", "prompt": "x", "duration": 2});
+    assert_eq!(http.post_json(MODEL_CENTER, DEMO, &short).await.status, 200);
+    let usage = operator(gw.dir(), &["usage", "--key", "demo"]);
+    let row = usage.lines().nth(1).unwrap_or_default();
+    assert!(row.ends_with("\tdemo\tm1\t2\t0\t0\t12"), "{usage}");
+}
+
+async fn listing_pages(ledger: &str) {
+    let gw = Gateway::start(Routes::simulated(&["m1"]).top(ledger)).await;
+    let http = gw.client();
+    let mut mine = Vec::new();
+    for n in 0..5 {
+        mine.push(
+            http.submit_id(MODEL_CENTER, DEMO, &body(&format!("task {n}")))
+                .await,
+        );
+    }
+    let theirs = [
+        http.submit_id(MODEL_CENTER, DEMO2, &body("theirs")).await,
+        http.submit_id(MODEL_CENTER, DEMO2, &body("theirs")).await,
+    ];
+    mine.reverse(); // newest first
+
+    let page = |after: Option<String>| {
+        let http = http.clone();
+        async move {
+            let path = match after {
+                Some(a) => format!("{MODEL_CENTER}?limit=2&after={a}"),
+                None => format!("{MODEL_CENTER}?limit=2"),
+            };
+            let r = http.get(&path, DEMO).await;
+            assert_eq!(r.status, 200, "{}", r.text());
+            r.json()
+        }
+    };
+    let ids = |p: &Value| -> Vec<String> {
+        p["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let first = page(None).await;
+    assert_eq!(first["object"], "list");
+    assert_eq!(ids(&first), mine[..2]);
+    assert_eq!(first["has_more"], true);
+    assert_eq!(first["first_id"], mine[0].as_str());
+    let item = &first["data"][0];
+    assert_eq!(
+        (item["object"].as_str(), item["model"].as_str()),
+        (Some("video"), Some("m1"))
+    );
+    // A task created between pages is on none of the following ones.
+    let newer = http.submit_id(MODEL_CENTER, DEMO, &body("newer")).await;
+    let second = page(first["last_id"].as_str().map(String::from)).await;
+    assert_eq!(ids(&second), mine[2..4]);
+    let third = page(second["last_id"].as_str().map(String::from)).await;
+    assert_eq!(ids(&third), mine[4..]);
+    assert_eq!(third["has_more"], false);
+    assert_eq!(ids(&page(None).await)[0], newer);
+
+    // Never another key's tasks, never another endpoint's.
+    let listed: Vec<String> = ids(&http.get(MODEL_CENTER, DEMO2).await.json());
+    assert_eq!(listed, [theirs[1].clone(), theirs[0].clone()]);
+    assert!(ids(&http.get(ALPHA, DEMO).await.json()).is_empty());
+    let r = http
+        .get(&format!("{MODEL_CENTER}?after={}", theirs[0]), DEMO)
+        .await;
+    assert_error(&r, 400, "invalid_parameter", Some("after"));
+    let r = http.get(&format!("{MODEL_CENTER}?limit=101"), DEMO).await;
+    assert_error(&r, 400, "invalid_parameter", Some("limit"));
+    assert_error(
+        &http.get(MODEL_CENTER, "sk-nope").await,
+        401,
+        "invalid_api_key",
+        None,
+    );
+
+    // A finished task is listed as it finished.
+    let done = http.wait_done(MODEL_CENTER, DEMO, &newer).await;
+    let listed = http
+        .get(&format!("{MODEL_CENTER}?limit=1"), DEMO)
+        .await
+        .json();
+    assert_eq!(listed["data"][0]["status"], "completed");
+    assert_eq!(listed["data"][0]["urls"], done["urls"]);
+}
+
+#[tokio::test]
+async fn listing_shows_only_the_callers_tasks_and_pages_without_gaps_on_sqlite() {
+    listing_pages("").await;
+}
+
+#[tokio::test]
+async fn listing_shows_only_the_callers_tasks_and_pages_without_gaps_on_postgres() {
+    let pg = Postgres::start();
+    listing_pages(&on_postgres(&pg, "listing")).await;
+}
+
+#[tokio::test]
+async fn without_a_ledger_listing_is_501_and_keys_are_ignored() {
+    let gw = Gateway::start(Routes::simulated(&["m1"]).top("[ledger]\nurl = \"none\"")).await;
+    let http = gw.client();
+    assert_error(&http.get(MODEL_CENTER, DEMO).await, 501, "ledger_off", None);
+    let a = submit_keyed(&http, DEMO, "k", &body("x")).await;
+    let b = submit_keyed(&http, DEMO, "k", &body("x")).await;
+    assert_eq!((a.status.as_u16(), b.status.as_u16()), (200, 200));
+    assert_ne!(a.json()["id"], b.json()["id"]);
+}
