@@ -102,6 +102,13 @@ macro_rules! on_db {
     };
 }
 
+/// Run one statement with its bound arguments on either engine.
+macro_rules! exec {
+    ($ledger:expr, $sql:expr $(, $arg:expr)* $(,)?) => {
+        on_db!($ledger, pool => sqlx::query($sql)$(.bind($arg))*.execute(pool).await.map(drop))
+    };
+}
+
 static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
 static POSTGRES_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
 
@@ -205,31 +212,25 @@ impl Ledger {
 
     /// The upstream created the task: its ids, its first status and the answer given.
     pub async fn created(&self, row: i64, c: &Created<'_>) -> Result<(), LedgerError> {
-        on_db!(self, pool => sqlx::query(record::SET_CREATED)
-            .bind(row)
-            .bind(c.provider)
-            .bind(c.upstream_id)
-            .bind(c.task_id)
-            .bind(c.status.as_str())
-            .bind(i64::from(c.answer.status))
-            .bind(&c.answer.body)
-            .bind(now_ms())
-            .execute(pool)
-            .await
-            .map(drop))?;
+        exec!(
+            self,
+            record::SET_CREATED,
+            row,
+            c.provider,
+            c.upstream_id,
+            c.task_id,
+            c.status.as_str(),
+            i64::from(c.answer.status),
+            &c.answer.body,
+            now_ms()
+        )?;
         Ok(())
     }
 
     /// A provider is about to be tried: it is named on the row, and the row's clock
     /// restarts (a submit may take each provider's timeout in turn).
     pub async fn attempt(&self, row: i64, provider: &str) -> Result<(), LedgerError> {
-        on_db!(self, pool => sqlx::query(record::SET_ATTEMPT)
-            .bind(row)
-            .bind(provider)
-            .bind(now_ms())
-            .execute(pool)
-            .await
-            .map(drop))?;
+        exec!(self, record::SET_ATTEMPT, row, provider, now_ms())?;
         Ok(())
     }
 
@@ -239,27 +240,14 @@ impl Ledger {
     pub async fn refused(&self, row: i64, answer: Option<&Answer>) -> Result<(), LedgerError> {
         let (status, body) =
             answer.map_or((None, None), |a| (Some(i64::from(a.status)), Some(&a.body)));
-        on_db!(self, pool => sqlx::query(record::SET_REFUSED)
-            .bind(row)
-            .bind(status)
-            .bind(body)
-            .bind(now_ms())
-            .execute(pool)
-            .await
-            .map(drop))?;
+        exec!(self, record::SET_REFUSED, row, status, body, now_ms())?;
         Ok(())
     }
 
     /// The request was sent but its outcome is unknown (timeout, broken connection):
     /// the operator reconciles it; it is never resubmitted.
     pub async fn outcome_unknown(&self, row: i64, provider: &str) -> Result<(), LedgerError> {
-        on_db!(self, pool => sqlx::query(record::SET_UNKNOWN)
-            .bind(row)
-            .bind(provider)
-            .bind(now_ms())
-            .execute(pool)
-            .await
-            .map(drop))?;
+        exec!(self, record::SET_UNKNOWN, row, provider, now_ms())?;
         Ok(())
     }
 
@@ -284,18 +272,18 @@ impl Ledger {
             None => (None, None),
         };
         let now = now_ms();
-        on_db!(self, pool => sqlx::query(record::SET_FINISHED)
-            .bind(provider)
-            .bind(upstream_id)
-            .bind(State::from(state.status).as_str())
-            .bind(state.status.as_str())
-            .bind(urls)
-            .bind(code)
-            .bind(message)
-            .bind(now)
-            .execute(pool)
-            .await
-            .map(drop))?;
+        exec!(
+            self,
+            record::SET_FINISHED,
+            provider,
+            upstream_id,
+            State::from(state.status).as_str(),
+            state.status.as_str(),
+            urls,
+            code,
+            message,
+            now
+        )?;
         Ok(())
     }
 
@@ -353,11 +341,7 @@ impl Ledger {
             .bind(now)
             .fetch_all(pool)
             .await)?;
-        on_db!(self, pool => sqlx::query(record::FORGET_KEYS)
-            .bind(forget_before)
-            .execute(pool)
-            .await
-            .map(drop))?;
+        exec!(self, record::FORGET_KEYS, forget_before)?;
         Ok(expired)
     }
 
