@@ -22,6 +22,9 @@ pub struct RoutesFile {
     /// The task ledger: where every task is recorded.
     #[serde(default)]
     pub ledger: LedgerConfig,
+    /// The background tracker that follows unfinished tasks in the ledger.
+    #[serde(default)]
+    pub tracker: TrackerConfig,
     /// Per-key limits every key gets unless its own `limits` says otherwise.
     #[serde(default)]
     pub limits: LimitsConfig,
@@ -234,6 +237,33 @@ impl Default for LedgerConfig {
             idempotency_ttl_hours: 24,
             idempotency_wait_ms: 10_000,
             max_connections: 8,
+        }
+    }
+}
+
+/// The background tracker: it follows every unfinished task in the ledger until it is
+/// completed or failed, so that long-polling clients learn the outcome at once.
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields, default)]
+pub struct TrackerConfig {
+    /// Off: tasks are only asked about when a client queries them.
+    pub enabled: bool,
+    /// Longest interval between two status requests of one task.
+    pub max_interval_ms: u64,
+    /// A task unfinished after this long is given up: `failed`, `tracking_expired`.
+    pub max_age_hours: u64,
+    /// How long a replica holds the tasks it polls; a replica that dies leaves
+    /// them to others after this.
+    pub lease_ms: u64,
+}
+
+impl Default for TrackerConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            max_interval_ms: 60_000,
+            max_age_hours: 48,
+            lease_ms: 30_000,
         }
     }
 }

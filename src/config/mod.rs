@@ -11,7 +11,7 @@ use std::path::Path;
 
 pub use self::file::{
     Endpoint, FamilyConfig, KeyConfig, KeyLimitsConfig, LedgerConfig, LimitsConfig, LogFormat,
-    QuotaConfig, RoutesFile, ServerConfig, SimulatorConfig, TasksConfig, TlsConfig,
+    QuotaConfig, RoutesFile, ServerConfig, SimulatorConfig, TasksConfig, TlsConfig, TrackerConfig,
 };
 pub use self::problems::{LoadError, Problems, Scope};
 pub use self::provider::{

@@ -22,6 +22,14 @@ pub struct ProviderConfig {
     pub submit_timeout_ms: u64,
     #[serde(default = "default_query_timeout")]
     pub query_timeout_ms: u64,
+    /// How often the background tracker asks about an unfinished task at first; the
+    /// interval grows by half at each unchanged answer, up to `[tracker]
+    /// max_interval_ms`.
+    #[serde(default = "default_poll_interval")]
+    pub poll_interval_ms: u64,
+    /// Status requests of the tracker in flight to this provider at most.
+    #[serde(default = "default_poll_in_flight")]
+    pub poll_max_in_flight: usize,
     /// Extra PEM CA file trusted for this provider, besides the webpki roots.
     #[serde(default)]
     pub ca_file: Option<PathBuf>,
@@ -49,6 +57,12 @@ fn default_submit_timeout() -> u64 {
 }
 fn default_query_timeout() -> u64 {
     10_000
+}
+fn default_poll_interval() -> u64 {
+    5_000
+}
+fn default_poll_in_flight() -> usize {
+    8
 }
 
 /// How our secret for a provider is sent.

@@ -5,14 +5,17 @@
 
 pub mod reload;
 pub mod sweep;
+pub mod tracker;
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use tokio::sync::watch;
 use tokio_util::task::TaskTracker;
 
 use crate::config::{LoadError, read_routes};
@@ -21,7 +24,7 @@ use crate::metrics::Metrics;
 use crate::simulator;
 use crate::snapshot::{LoadContext, SIMULATOR_URL, SecretFileMode, Snapshot};
 use crate::tasks::ledger::Ledger;
-use crate::tasks::{CacheStats, TaskCache};
+use crate::tasks::{CacheStats, TaskCache, TaskState};
 
 /// State shared by every connection: the current config snapshot, the results cache,
 /// the metrics, and whether the gateway is draining.
@@ -30,7 +33,11 @@ pub struct Gateway {
     snapshot: ArcSwap<Snapshot>,
     pub cache: TaskCache,
     pub metrics: Metrics,
-    draining: AtomicBool,
+    /// True once a stop was requested: `/readyz` answers 503, long-polls return.
+    stopping: watch::Sender<bool>,
+    /// Clients long-polling a task, by its cache key: each state seen of the task is
+    /// sent to them.
+    watchers: Mutex<HashMap<Arc<str>, watch::Sender<Arc<TaskState>>>>,
     simulator_addr: Option<SocketAddr>,
     /// SIGHUP and the file watch may fire together; one reload at a time, so that
     /// limiter state inherited by one is not dropped by the other.
@@ -90,7 +97,8 @@ impl Gateway {
             snapshot: ArcSwap::from_pointee(snapshot),
             cache,
             metrics,
-            draining: AtomicBool::new(false),
+            stopping: watch::Sender::new(false),
+            watchers: Mutex::default(),
             simulator_addr,
             reloading: std::sync::Mutex::new(()),
             ledger: ledger.map(Arc::new),
@@ -161,11 +169,49 @@ impl Gateway {
 
     /// Stop reporting ready: load balancers take the instance out while it drains.
     pub fn start_draining(&self) {
-        self.draining.store(true, Ordering::SeqCst);
+        self.stopping.send_replace(true);
     }
 
     pub fn is_draining(&self) -> bool {
-        self.draining.load(Ordering::SeqCst)
+        *self.stopping.borrow()
+    }
+
+    /// Resolves once a stop was requested.
+    pub async fn stopped(&self) {
+        let mut stopping = self.stopping.subscribe();
+        let _ = stopping.wait_for(|stop| *stop).await;
+    }
+
+    /// A state of a task just read from its provider (by a client query or the
+    /// tracker): long-polling clients of the task get it.
+    pub fn observe(&self, key: &Arc<str>, state: &Arc<TaskState>) {
+        let mut watchers = self.watchers.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(watch) = watchers.get(key) {
+            if watch.receiver_count() == 0 {
+                watchers.remove(key);
+            } else {
+                watch.send_replace(state.clone());
+            }
+        }
+    }
+
+    /// Follow a task's states from `current` on.
+    pub fn watch(&self, key: Arc<str>, current: Arc<TaskState>) -> watch::Receiver<Arc<TaskState>> {
+        let mut watchers = self.watchers.lock().unwrap_or_else(PoisonError::into_inner);
+        watchers
+            .entry(key)
+            .or_insert_with(|| watch::Sender::new(current))
+            .subscribe()
+    }
+
+    /// A finished task goes into the ledger once, when first seen (by a client query
+    /// or the tracker).
+    pub async fn record_finished(&self, provider: &str, upstream_id: &str, state: &TaskState) {
+        let Some(ledger) = &self.ledger else { return };
+        if let Err(e) = ledger.finished(provider, upstream_id, state).await {
+            self.metrics.ledger_errors.inc();
+            tracing::warn!(provider, error = %e, "ledger update of a finished task failed");
+        }
     }
 }
 

@@ -67,6 +67,8 @@ pub struct Provider {
     origin: Origin,
     submit_timeout: Duration,
     query_timeout: Duration,
+    poll_interval: Duration,
+    poll_max_in_flight: usize,
     client: UpstreamClient,
     submit: SubmitPlan,
     query: QueryPlan,
@@ -131,6 +133,8 @@ impl Provider {
             origin,
             submit_timeout: Duration::from_millis(cfg.submit_timeout_ms),
             query_timeout: Duration::from_millis(cfg.query_timeout_ms),
+            poll_interval: Duration::from_millis(cfg.poll_interval_ms.max(1)),
+            poll_max_in_flight: cfg.poll_max_in_flight.max(1),
             client: client?,
             submit: submit?,
             query: query?,
@@ -138,6 +142,16 @@ impl Provider {
             content: content.map_or(Some(None), |c| c.map(Some))?,
             redactor,
         })
+    }
+
+    /// The tracker's first interval between status requests of one task.
+    pub fn poll_interval(&self) -> Duration {
+        self.poll_interval
+    }
+
+    /// The tracker's status requests to this provider in flight at most.
+    pub fn poll_max_in_flight(&self) -> usize {
+        self.poll_max_in_flight
     }
 
     /// How long a submit may take: after that, its outcome is unknown.

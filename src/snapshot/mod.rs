@@ -23,7 +23,7 @@ use prometheus_client::metrics::counter::Counter;
 use crate::access::{KeyLimits, KeyRing};
 use crate::config::{
     Endpoint, LedgerConfig, LoadError, Problems, RoutesFile, ServerConfig, SimulatorConfig,
-    TasksConfig, config_dir, read_routes,
+    TasksConfig, TrackerConfig, config_dir, read_routes,
 };
 use crate::edge;
 use crate::models::Model;
@@ -54,6 +54,7 @@ pub struct Snapshot {
     /// Where the ledger lives (opened once, at start).
     pub ledger_url: LedgerUrl,
     pub ledger: LedgerConfig,
+    pub tracker: TrackerConfig,
 }
 
 /// What the load needs from the running process.
@@ -117,6 +118,7 @@ impl Snapshot {
             demo_keys: keys.demo,
             ledger_url: ledger?,
             ledger: file.ledger,
+            tracker: file.tracker,
         })
     }
 

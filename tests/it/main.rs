@@ -20,3 +20,4 @@ mod providers_tls;
 mod reload;
 mod shutdown;
 mod tls;
+mod tracker;

@@ -5,6 +5,7 @@
 mod content;
 mod idempotency;
 mod list;
+mod long_poll;
 mod ops;
 mod public_url;
 mod query;

@@ -1,11 +1,12 @@
 //! `GET {collection}/{id}`: open the id (owner checked) → cached or upstream state →
-//! the public task shape.
+//! (long-poll: wait for a change) → the public task shape.
 
 use std::sync::Arc;
 
 use http::request::Parts;
 use http::{Response, StatusCode};
 
+use super::long_poll::{self, Wait};
 use super::public_url::PublicBase;
 use super::task_ref::OpenTask;
 use crate::api::context::RequestContext;
@@ -23,8 +24,15 @@ pub(super) async fn query(
     id: &str,
     req: &Parts,
 ) -> Result<Response<ResponseBody>, ApiError> {
+    let wait = Wait::of(req)?;
     let open = OpenTask::open(ctx, endpoint, id)?;
     let mut state = open.state(gateway, ctx).await?;
+    // Without the tracker nobody would wake a waiting client: answer at once.
+    let wait = wait.filter(|_| gateway.ledger.is_some() && ctx.snapshot.tracker.enabled);
+    if let Some(w) = &wait {
+        let seen = w.seen.unwrap_or(state.status);
+        state = long_poll::changed(gateway, open.cache_key(), state, seen, w.wait).await;
+    }
     // A result only the upstream key can download is served by our content route.
     if state.status == TaskStatus::Completed
         && let Some(configured) = open.provider.content_url_base()
@@ -33,8 +41,12 @@ pub(super) async fn query(
         Arc::make_mut(&mut state).urls = vec![url];
     }
     let task = &open.task;
-    Ok(json(
+    let mut resp = json(
         StatusCode::OK,
         &TaskView::new(id, task.kind, &task.model, task.created, &state),
-    ))
+    );
+    if let Some(w) = wait {
+        w.applied(&mut resp);
+    }
+    Ok(resp)
 }

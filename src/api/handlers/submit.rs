@@ -106,6 +106,7 @@ async fn detached(
                 task_id: &created.id,
                 status: created.status,
                 answer: &answer,
+                first_poll: created.first_poll,
             };
             ledger.created(row, &done).await
         }
@@ -125,6 +126,8 @@ struct Forwarded {
     task: TaskId,
     id: String,
     status: crate::tasks::TaskStatus,
+    /// When the tracker first asks about it.
+    first_poll: Duration,
 }
 
 impl Forwarded {
@@ -226,6 +229,7 @@ fn seal(
             task,
             id,
             status: created.status,
+            first_poll: provider.poll_interval(),
         }),
         Err(_) => {
             // The task exists upstream: log its id so it can be recovered.

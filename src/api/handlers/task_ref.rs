@@ -70,35 +70,29 @@ impl<'s> OpenTask<'s> {
     ) -> Result<Arc<TaskState>, ApiError> {
         let task = &self.task;
         let upstream_time = OnceLock::new();
+        let key = self.cache_key();
         let state = gateway
             .cache
-            .get_or_fetch(TaskCache::key(&task.provider, &task.upstream_id), async {
+            .get_or_fetch(key.clone(), async {
                 let (state, took) = self.provider.query(self.call(), &task.upstream_id).await?;
                 let _ = upstream_time.set(took);
                 if state.status.is_terminal() {
-                    record_finished(gateway, task, &state).await;
+                    gateway
+                        .record_finished(&task.provider, &task.upstream_id, &state)
+                        .await;
                 }
                 Ok(state)
             })
-            .await;
+            .await?;
         if let Some(took) = upstream_time.get() {
             ctx.note(|f| f.upstream = Some(*took));
+            gateway.observe(&key, &state);
         }
-        state
+        Ok(state)
     }
-}
 
-/// A finished task goes into the ledger once, when first seen. This runs only on a
-/// cache miss: a query answered from the cache never touches the ledger.
-async fn record_finished(gateway: &Gateway, task: &TaskId, state: &TaskState) {
-    let Some(ledger) = &gateway.ledger else {
-        return;
-    };
-    if let Err(e) = ledger
-        .finished(&task.provider, &task.upstream_id, state)
-        .await
-    {
-        gateway.metrics.ledger_errors.inc();
-        tracing::warn!(provider = %task.provider, error = %e, "ledger update of a finished task failed");
+    /// The task's key in the results cache (and among long-polls).
+    pub fn cache_key(&self) -> Arc<str> {
+        TaskCache::key(&self.task.provider, &self.task.upstream_id)
     }
 }

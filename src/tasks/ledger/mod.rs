@@ -222,7 +222,8 @@ impl Ledger {
             c.status.as_str(),
             i64::from(c.answer.status),
             &c.answer.body,
-            now_ms()
+            now_ms(),
+            c.first_poll.as_millis() as i64
         )?;
         Ok(())
     }
@@ -259,29 +260,81 @@ impl Ledger {
             .await)?)
     }
 
-    /// A query saw the task finished: written once, the first time.
+    /// A query or the tracker saw the task finished: written once, the first time.
+    /// True when this call was the first.
     pub async fn finished(
         &self,
         provider: &str,
         upstream_id: &str,
         state: &TaskState,
-    ) -> Result<(), LedgerError> {
+    ) -> Result<bool, LedgerError> {
         let urls = serde_json::to_string(&state.urls).unwrap_or_default();
         let (code, message) = match &state.error {
             Some(e) => (Some(e.code.as_str()), Some(e.message.as_str())),
             None => (None, None),
         };
         let now = now_ms();
+        let changed = on_db!(self, pool => sqlx::query(record::SET_FINISHED)
+            .bind(provider)
+            .bind(upstream_id)
+            .bind(State::from(state.status).as_str())
+            .bind(state.status.as_str())
+            .bind(urls)
+            .bind(code)
+            .bind(message)
+            .bind(now)
+            .execute(pool)
+            .await
+            .map(|done| done.rows_affected()))?;
+        Ok(changed == 1)
+    }
+
+    /// Lease up to `limit` tasks due for a status request to `owner` (this replica)
+    /// for `lease`; rows another replica holds are left to it.
+    pub async fn claim_due(
+        &self,
+        owner: &str,
+        lease: Duration,
+        limit: i64,
+    ) -> Result<Vec<TaskRecord>, LedgerError> {
+        let now = now_ms();
+        let until = now + lease.as_millis() as i64;
+        macro_rules! claim {
+            ($pool:ident, $sql:expr) => {
+                sqlx::query_as($sql)
+                    .bind(owner)
+                    .bind(until)
+                    .bind(now)
+                    .bind(limit)
+                    .fetch_all($pool)
+                    .await?
+            };
+        }
+        Ok(match &self.db {
+            Db::Sqlite(pool) => claim!(pool, record::CLAIM_SQLITE),
+            Db::Postgres(pool) => claim!(pool, record::CLAIM_POSTGRES),
+        })
+    }
+
+    /// The tracker asked about a task it leased and it is not finished: its status,
+    /// the next request in `interval`, and the lease given back.
+    pub async fn polled(
+        &self,
+        row: i64,
+        owner: &str,
+        status: TaskStatus,
+        interval: Duration,
+    ) -> Result<(), LedgerError> {
+        let now = now_ms();
+        let interval = interval.as_millis() as i64;
         exec!(
             self,
-            record::SET_FINISHED,
-            provider,
-            upstream_id,
-            State::from(state.status).as_str(),
-            state.status.as_str(),
-            urls,
-            code,
-            message,
+            record::SET_POLLED,
+            row,
+            owner,
+            status.as_str(),
+            now + interval,
+            interval,
             now
         )?;
         Ok(())
@@ -467,6 +520,7 @@ mod tests {
             task_id: &format!("task_{n}"),
             status: TaskStatus::Queued,
             answer: &a,
+            first_poll: Duration::from_secs(5),
         };
         l.created(row, &c).await.unwrap();
     }

@@ -88,6 +88,8 @@ pub struct Created<'a> {
     pub task_id: &'a str,
     pub status: crate::tasks::TaskStatus,
     pub answer: &'a Answer,
+    /// When the tracker first asks about it, from now.
+    pub first_poll: std::time::Duration,
 }
 
 /// What the ledger says about a submit.
@@ -163,6 +165,12 @@ pub struct TaskRecord {
     pub created_ms: i64,
     pub updated_ms: i64,
     pub finished_ms: Option<i64>,
+    /// When the tracker asks about the task next, and its current interval.
+    pub next_poll_ms: Option<i64>,
+    pub poll_interval_ms: Option<i64>,
+    /// The replica polling it now, until `lease_until_ms`.
+    pub lease_owner: Option<String>,
+    pub lease_until_ms: Option<i64>,
 }
 
 impl TaskRecord {
@@ -246,15 +254,16 @@ fn canonical(v: &serde_json::Value, out: &mut ring::digest::Context) {
     }
 }
 
-#[cfg(test)]
-const COLUMNS: &str = "id, owner, endpoint, model, kind, fingerprint, idempotency_key, video_seconds, state, status, provider, upstream_id, task_id, answer_status, answer_body, urls, error_code, error_message, created_ms, updated_ms, finished_ms";
+/// Every column of a row, in [`TaskRecord`]'s order.
+macro_rules! columns {
+    () => {
+        "id, owner, endpoint, model, kind, fingerprint, idempotency_key, video_seconds, state, status, provider, upstream_id, task_id, answer_status, answer_body, urls, error_code, error_message, created_ms, updated_ms, finished_ms, next_poll_ms, poll_interval_ms, lease_owner, lease_until_ms"
+    };
+}
 
 macro_rules! select {
     ($rest:literal) => {
-        concat!(
-            "SELECT id, owner, endpoint, model, kind, fingerprint, idempotency_key, video_seconds, state, status, provider, upstream_id, task_id, answer_status, answer_body, urls, error_code, error_message, created_ms, updated_ms, finished_ms FROM tasks ",
-            $rest
-        )
+        concat!("SELECT ", columns!(), " FROM tasks ", $rest)
     };
 }
 
@@ -271,14 +280,30 @@ pub(super) const LIST: &str = select!(
 pub(super) const ROW_OF_TASK: &str = "SELECT id FROM tasks WHERE owner = $1 AND task_id = $2";
 pub(super) const USED_TODAY: &str = "SELECT COUNT(*), CAST(COALESCE(SUM(video_seconds), 0) AS BIGINT) FROM tasks WHERE owner = $1 AND created_ms >= $2 AND state IN ('submitting', 'submitted', 'completed', 'unknown_outcome')";
 pub(super) const INSERT: &str = "INSERT INTO tasks (owner, endpoint, model, kind, fingerprint, idempotency_key, video_seconds, state, created_ms, updated_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, 'submitting', $8, $8) RETURNING id";
-pub(super) const SET_CREATED: &str = "UPDATE tasks SET state = 'submitted', provider = $2, upstream_id = $3, task_id = $4, status = $5, answer_status = $6, answer_body = $7, updated_ms = $8 WHERE id = $1";
+pub(super) const SET_CREATED: &str = "UPDATE tasks SET state = 'submitted', provider = $2, upstream_id = $3, task_id = $4, status = $5, answer_status = $6, answer_body = $7, updated_ms = $8, next_poll_ms = $8 + $9, poll_interval_ms = $9 WHERE id = $1";
+/// Due tasks no other replica holds, leased to `$1` until `$2`. SQLite has one
+/// writer at a time, so the statement itself is the lock.
+pub(super) const CLAIM_SQLITE: &str = concat!(
+    "UPDATE tasks SET lease_owner = $1, lease_until_ms = $2 WHERE id IN (SELECT id FROM tasks WHERE state = 'submitted' AND next_poll_ms <= $3 AND (lease_until_ms IS NULL OR lease_until_ms < $3) ORDER BY next_poll_ms LIMIT $4) RETURNING ",
+    columns!()
+);
+/// The same on PostgreSQL: rows another replica is claiming right now are skipped,
+/// never waited for.
+pub(super) const CLAIM_POSTGRES: &str = concat!(
+    "UPDATE tasks SET lease_owner = $1, lease_until_ms = $2 WHERE id IN (SELECT id FROM tasks WHERE state = 'submitted' AND next_poll_ms <= $3 AND (lease_until_ms IS NULL OR lease_until_ms < $3) ORDER BY next_poll_ms LIMIT $4 FOR UPDATE SKIP LOCKED) RETURNING ",
+    columns!()
+);
+pub(super) const SET_POLLED: &str = "UPDATE tasks SET status = $3, next_poll_ms = $4, poll_interval_ms = $5, lease_owner = NULL, lease_until_ms = NULL, updated_ms = $6 WHERE id = $1 AND lease_owner = $2";
 pub(super) const SET_ATTEMPT: &str =
     "UPDATE tasks SET provider = $2, updated_ms = $3 WHERE id = $1 AND state = 'submitting'";
 pub(super) const SET_REFUSED: &str = "UPDATE tasks SET state = 'refused', answer_status = $2, answer_body = $3, idempotency_key = CASE WHEN $2 IS NULL THEN NULL ELSE idempotency_key END, updated_ms = $4, finished_ms = $4 WHERE id = $1";
 pub(super) const SET_UNKNOWN: &str =
     "UPDATE tasks SET state = 'unknown_outcome', provider = $2, updated_ms = $3 WHERE id = $1";
 pub(super) const SET_FINISHED: &str = "UPDATE tasks SET state = $3, status = $4, urls = $5, error_code = $6, error_message = $7, updated_ms = $8, finished_ms = $8 WHERE provider = $1 AND upstream_id = $2 AND state = 'submitted'";
-pub(super) const EXPIRE_SUBMITTING: &str = "UPDATE tasks SET state = 'unknown_outcome', updated_ms = $2 WHERE state = 'submitting' AND updated_ms < $1 RETURNING id, owner, endpoint, model, kind, fingerprint, idempotency_key, video_seconds, state, status, provider, upstream_id, task_id, answer_status, answer_body, urls, error_code, error_message, created_ms, updated_ms, finished_ms";
+pub(super) const EXPIRE_SUBMITTING: &str = concat!(
+    "UPDATE tasks SET state = 'unknown_outcome', updated_ms = $2 WHERE state = 'submitting' AND updated_ms < $1 RETURNING ",
+    columns!()
+);
 pub(super) const FORGET_KEYS: &str =
     "UPDATE tasks SET idempotency_key = NULL WHERE idempotency_key IS NOT NULL AND created_ms < $1";
 pub(super) const COUNT_STATE: &str = "SELECT COUNT(*) FROM tasks WHERE state = $1";
@@ -343,8 +368,14 @@ mod tests {
     }
 
     #[test]
-    fn the_column_list_matches_the_selects() {
-        assert!(SELECT_BY_ROW.contains(COLUMNS));
-        assert!(EXPIRE_SUBMITTING.ends_with(COLUMNS));
+    fn every_statement_returning_rows_returns_every_column() {
+        for sql in [
+            SELECT_BY_ROW,
+            EXPIRE_SUBMITTING,
+            CLAIM_SQLITE,
+            CLAIM_POSTGRES,
+        ] {
+            assert!(sql.contains(columns!()), "{sql}");
+        }
     }
 }

@@ -1,0 +1,196 @@
+//! The background tracker: it follows every unfinished task in the ledger until it is
+//! completed or failed, so that long-polling clients (and, next, webhooks) learn the
+//! outcome without anybody polling.
+//!
+//! Each task is asked about at its provider's `poll_interval_ms`, growing by half at
+//! each unchanged answer up to `[tracker] max_interval_ms`, with at most
+//! `poll_max_in_flight` status requests to one provider at a time. It goes through the
+//! results cache like a client query, so a task is never asked about twice within the
+//! poll cache interval. Replicas sharing a PostgreSQL ledger lease the tasks they
+//! poll (`FOR UPDATE SKIP LOCKED`); a replica that dies leaves its leases to expire.
+
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use tokio::sync::Semaphore;
+
+use super::Gateway;
+use crate::providers::Call;
+use crate::tasks::ledger::{TaskRecord, now_ms};
+use crate::tasks::{MediaKind, TaskCache, TaskError, TaskState, TaskStatus};
+
+/// Rows leased at once; when there were as many, the next batch follows at once.
+const BATCH: i64 = 64;
+/// Pause between looks at the ledger when nothing more is due.
+const TICK: Duration = Duration::from_millis(250);
+
+/// Follow unfinished tasks until the gateway stops.
+pub async fn run(gateway: Arc<Gateway>) {
+    let Some(ledger) = gateway.ledger.clone() else {
+        return;
+    };
+    let me = replica_name();
+    let mut in_flight: HashMap<String, Arc<Semaphore>> = HashMap::new();
+    while !gateway.is_draining() {
+        let settings = gateway.snapshot().tracker.clone();
+        if !settings.enabled {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            continue;
+        }
+        let lease = Duration::from_millis(settings.lease_ms);
+        let due = match ledger.claim_due(&me, lease, BATCH).await {
+            Ok(due) => due,
+            Err(e) => {
+                gateway.metrics.ledger_errors.inc();
+                tracing::warn!(error = %e, "tracker: the ledger cannot be read");
+                Vec::new()
+            }
+        };
+        let full = due.len() as i64 == BATCH;
+        for row in due {
+            let provider = row.provider.clone().unwrap_or_default();
+            let slots = in_flight.entry(provider).or_insert_with(|| {
+                let limit = gateway
+                    .snapshot()
+                    .providers
+                    .get(row.provider.as_deref().unwrap_or_default())
+                    .map_or(1, |p| p.poll_max_in_flight());
+                Arc::new(Semaphore::new(limit))
+            });
+            let Ok(slot) = slots.clone().acquire_owned().await else {
+                continue;
+            };
+            let (gateway, me) = (gateway.clone(), me.clone());
+            tokio::spawn(async move {
+                poll(&gateway, &me, row).await;
+                drop(slot);
+            });
+        }
+        if !full {
+            tokio::select! {
+                () = tokio::time::sleep(TICK) => {}
+                () = gateway.stopped() => {}
+            }
+        }
+    }
+}
+
+/// Ask about one leased task and write down what was learned.
+async fn poll(gateway: &Gateway, me: &str, row: TaskRecord) {
+    let Some(ledger) = &gateway.ledger else {
+        return;
+    };
+    let (Some(provider_name), Some(upstream_id)) = (&row.provider, &row.upstream_id) else {
+        return;
+    };
+    let snapshot = gateway.snapshot();
+    let key = TaskCache::key(provider_name, upstream_id);
+    let max_age = Duration::from_secs(snapshot.tracker.max_age_hours.saturating_mul(3600));
+    if now_ms() - row.created_ms > max_age.as_millis() as i64 {
+        let expired = Arc::new(expired());
+        gateway
+            .record_finished(provider_name, upstream_id, &expired)
+            .await;
+        gateway.observe(&key, &expired);
+        return;
+    }
+    let Some(provider) = snapshot.providers.get(provider_name) else {
+        // The provider left the configuration; look again later, it may come back.
+        let later = Duration::from_millis(snapshot.tracker.max_interval_ms);
+        let _ = ledger.polled(row.id, me, last_status(&row), later).await;
+        return;
+    };
+    let upstream_model = snapshot
+        .models
+        .get(&row.model)
+        .map_or(row.model.as_str(), |m| m.upstream_model.as_str());
+    let kind = if row.kind == "image" {
+        MediaKind::Image
+    } else {
+        MediaKind::Video
+    };
+    let call = Call {
+        model: &row.model,
+        upstream_model,
+        kind,
+    };
+    let fetched = OnceLock::new();
+    let state = gateway
+        .cache
+        .get_or_fetch(key.clone(), async {
+            let (state, _) = provider.query(call, upstream_id).await?;
+            let _ = fetched.set(());
+            if state.status.is_terminal() {
+                gateway
+                    .record_finished(provider_name, upstream_id, &state)
+                    .await;
+            }
+            Ok(state)
+        })
+        .await;
+    let status = match &state {
+        Ok(state) => {
+            if fetched.get().is_some() {
+                gateway.observe(&key, state);
+            }
+            if state.status.is_terminal() {
+                return;
+            }
+            state.status
+        }
+        Err(e) => {
+            tracing::debug!(provider = %provider_name, code = e.code, "tracker: status request failed");
+            last_status(&row)
+        }
+    };
+    let interval = next_interval(&row, status, provider.poll_interval(), &snapshot.tracker);
+    if let Err(e) = ledger.polled(row.id, me, status, interval).await {
+        gateway.metrics.ledger_errors.inc();
+        tracing::warn!(row = row.id, error = %e, "tracker: the ledger cannot be written");
+    }
+}
+
+/// The provider's interval again after a change; otherwise half as long again, up to
+/// the configured maximum.
+fn next_interval(
+    row: &TaskRecord,
+    status: TaskStatus,
+    base: Duration,
+    settings: &crate::config::TrackerConfig,
+) -> Duration {
+    let max = Duration::from_millis(settings.max_interval_ms).max(base);
+    let unchanged = row.status.as_deref() == Some(status.as_str());
+    match row.poll_interval_ms {
+        Some(ms) if unchanged => (Duration::from_millis(ms as u64) * 3 / 2).clamp(base, max),
+        _ => base,
+    }
+}
+
+fn last_status(row: &TaskRecord) -> TaskStatus {
+    match row.status.as_deref() {
+        Some("processing") => TaskStatus::Processing,
+        _ => TaskStatus::Queued,
+    }
+}
+
+/// What a task that never finished within `max_age_hours` becomes.
+fn expired() -> TaskState {
+    TaskState {
+        status: TaskStatus::Failed,
+        progress: None,
+        urls: Vec::new(),
+        error: Some(TaskError {
+            code: "tracking_expired".into(),
+            message: "the task did not finish within the time the gateway follows tasks".into(),
+        }),
+    }
+}
+
+/// This replica's name on the leases it takes: random, per process.
+fn replica_name() -> String {
+    use ring::rand::SecureRandom;
+    let mut raw = [0u8; 8];
+    let _ = ring::rand::SystemRandom::new().fill(&mut raw);
+    hex::encode(raw)
+}

@@ -1,0 +1,163 @@
+//! The background tracker and long-poll: unfinished tasks are followed without any
+//! client polling; a client waiting on a task hears of a change at once, or gets the
+//! unchanged state when its wait is over.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::support::{
+    Answer, DEMO, Fake, Gateway, MODEL_CENTER, Postgres, Proc, Routes, assert_error, eventually,
+    family, model_center_provider, operator,
+};
+
+/// The simulator as provider `up` serving `m1`, asked about every 100 ms.
+fn simulated() -> Routes {
+    Routes::new()
+        .provider(model_center_provider(
+            "up",
+            "builtin:simulator",
+            "poll_interval_ms = 100",
+        ))
+        .family(family("test", &["up"], &["m1"]))
+}
+
+#[tokio::test]
+async fn unfinished_tasks_are_followed_without_client_queries() {
+    let gw = Gateway::start(simulated()).await;
+    let http = gw.client();
+    let done = http
+        .submit_id(MODEL_CENTER, DEMO, &json!({"model": "m1", "prompt": "x"}))
+        .await;
+    let failed = http
+        .submit_id(
+            MODEL_CENTER,
+            DEMO,
+            &json!({"model": "m1", "prompt": "x [fail]"}),
+        )
+        .await;
+    // Nobody queries the tasks: the listing (the ledger) still learns how they ended.
+    eventually("the tracker records both outcomes", async || {
+        let listed = http.get(MODEL_CENTER, DEMO).await.json();
+        let status = |id: &str| {
+            let items = listed["data"].as_array().cloned().unwrap_or_default();
+            items
+                .into_iter()
+                .find(|t| t["id"] == id)
+                .map(|t| t["status"].clone())
+        };
+        status(&done) == Some(json!("completed")) && status(&failed) == Some(json!("failed"))
+    })
+    .await;
+    let tasks = operator(gw.dir(), &["tasks"]);
+    assert_eq!(tasks.matches("\tcompleted\t").count(), 1, "{tasks}");
+    assert_eq!(tasks.matches("\tfailed\t").count(), 1, "{tasks}");
+}
+
+#[tokio::test]
+async fn a_long_poll_returns_as_soon_as_the_status_changes() {
+    let gw = Gateway::start(simulated()).await;
+    let http = gw.client();
+    let id = http
+        .submit_id(MODEL_CENTER, DEMO, &json!({"model": "m1", "prompt": "x"}))
+        .await;
+    let mut seen = "queued".to_string();
+    let mut history = Vec::new();
+    while seen != "completed" {
+        let asked = Instant::now();
+        let path = format!("{MODEL_CENTER}/{id}?wait=20&status={seen}");
+        let r = http.get(&path, DEMO).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        let now = r.json()["status"].as_str().unwrap().to_string();
+        // It answered because the status changed, long before the 20 s were over.
+        assert_ne!(now, seen, "{history:?}");
+        assert!(asked.elapsed() < Duration::from_secs(20), "{history:?}");
+        history.push(now.clone());
+        seen = now;
+    }
+    assert!(history.ends_with(&["completed".to_string()]), "{history:?}");
+    // A finished task answers at once.
+    let r = http
+        .get(&format!("{MODEL_CENTER}/{id}?wait=20"), DEMO)
+        .await;
+    assert_eq!(r.json()["status"], "completed");
+}
+
+#[tokio::test]
+async fn a_long_poll_answers_the_unchanged_state_when_its_wait_is_over() {
+    let fake = Fake::start().await;
+    fake.on("POST /v2/model-center/tasks", Answer::queued("slow-1"));
+    let queued = json!({"id": "slow-1", "status": "queued"});
+    fake.on(
+        "GET /v2/model-center/tasks/slow-1",
+        Answer::json(200, queued),
+    );
+    let gw = Gateway::start(Routes::upstream(&fake.url(), "poll_interval_ms = 5000")).await;
+    let http = gw.client();
+    let id = http
+        .submit_id(MODEL_CENTER, DEMO, &json!({"model": "m1", "prompt": "x"}))
+        .await;
+    fake.take();
+    let asked = Instant::now();
+    let auth = format!("Bearer {DEMO}");
+    let r = http
+        .send(
+            http::Method::GET,
+            &format!("{MODEL_CENTER}/{id}"),
+            &[("authorization", &auth), ("prefer", "wait=1")],
+            "",
+        )
+        .await;
+    assert!(asked.elapsed() >= Duration::from_secs(1), "it waited");
+    assert_eq!(r.json()["status"], "queued");
+    assert_eq!(r.header("preference-applied"), Some("wait=1"));
+    // The wait itself cost no status request: only the one that opened it.
+    let asked_upstream = fake.take().iter().filter(|s| s.method == "GET").count();
+    assert_eq!(asked_upstream, 1);
+
+    let r = http
+        .get(&format!("{MODEL_CENTER}/{id}?wait=61"), DEMO)
+        .await;
+    assert_error(&r, 400, "invalid_parameter", Some("wait"));
+    let r = http
+        .get(&format!("{MODEL_CENTER}/{id}?wait=1&status=done"), DEMO)
+        .await;
+    assert_error(&r, 400, "invalid_parameter", Some("status"));
+}
+
+#[tokio::test]
+async fn replicas_sharing_postgres_poll_each_task_one_at_a_time() {
+    let pg = Postgres::start();
+    let fake = Fake::start().await;
+    let ids = ["t0", "t1", "t2", "t3"];
+    let routes = Routes::upstream(&fake.url(), "poll_interval_ms = 200")
+        .top(&format!("[ledger]\nurl = {:?}", pg.database("tracked")))
+        .render();
+    let (a, b) = (Proc::start(&routes).await, Proc::start(&routes).await);
+    for (n, id) in ids.iter().enumerate() {
+        fake.on("POST /v2/model-center/tasks", Answer::queued(id));
+        let http = if n % 2 == 0 { a.client() } else { b.client() };
+        http.submit(MODEL_CENTER, DEMO, &json!({"model": "m1", "prompt": id}))
+            .await;
+    }
+    // Status requests get no answer: each stays in flight until the provider's
+    // query timeout (1 s), while both replicas look for due tasks every 250 ms.
+    let _held: Vec<_> = ids
+        .iter()
+        .map(|id| {
+            let queued = Answer::json(200, json!({"id": id, "status": "queued"}));
+            fake.hold(&format!("GET /v2/model-center/tasks/{id}"), queued)
+        })
+        .collect();
+    fake.take();
+    // Well within the query timeout, and long enough for both replicas to have looked
+    // for due tasks several times.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let seen = fake.take();
+    for id in ids {
+        let polls = seen.iter().filter(|s| s.path.ends_with(id)).count();
+        // Only the replica holding the task's lease asks; the other leaves it alone
+        // while that request is in flight.
+        assert_eq!(polls, 1, "{id} was asked about {polls} times at once");
+    }
+}
