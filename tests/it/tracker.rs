@@ -161,3 +161,49 @@ async fn replicas_sharing_postgres_poll_each_task_one_at_a_time() {
         assert_eq!(polls, 1, "{id} was asked about {polls} times at once");
     }
 }
+
+#[tokio::test]
+async fn a_long_poll_on_one_replica_hears_what_the_other_replica_learned() {
+    let pg = Postgres::start();
+    let fake = Fake::start().await;
+    fake.on("POST /v2/model-center/tasks", Answer::queued("x-1"));
+    let status = |s: &str| {
+        Answer::json(
+            200,
+            json!({"id": "x-1", "status": s, "urls": ["https://cdn.example/x.mp4"]}),
+        )
+    };
+    fake.on("GET /v2/model-center/tasks/x-1", status("queued"));
+    let routes = Routes::upstream(&fake.url(), "poll_interval_ms = 200")
+        .top(&format!("[ledger]\nurl = {:?}", pg.database("woken")))
+        .render();
+    let secret = "a-task-secret-shared-by-both-replicas-0123456789";
+    let dir = || crate::support::ConfigDir::new(&routes).with("task-secret", secret);
+    let (a, b) = (
+        Proc::start_in(dir(), &[], &[]).await,
+        Proc::start_in(dir(), &[], &[]).await,
+    );
+    let id = a
+        .client()
+        .submit_id(MODEL_CENTER, DEMO, &json!({"model": "m1", "prompt": "x"}))
+        .await;
+    // Both replicas wait; whichever tracker holds the task learns it is done.
+    let waits = [a.client(), b.client()].map(|http| {
+        let path = format!("{MODEL_CENTER}/{id}?wait=20&status=queued");
+        tokio::spawn(async move {
+            let asked = Instant::now();
+            let r = http.get(&path, DEMO).await;
+            (r.json()["status"].clone(), asked.elapsed())
+        })
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    fake.on("GET /v2/model-center/tasks/x-1", status("completed"));
+    for wait in waits {
+        let (status, took) = wait.await.unwrap();
+        assert_eq!(status, "completed");
+        assert!(
+            took < Duration::from_secs(20),
+            "woken by the change, not the timeout"
+        );
+    }
+}

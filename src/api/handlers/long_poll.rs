@@ -13,7 +13,7 @@ use http::{HeaderValue, Response};
 use crate::error::ApiError;
 use crate::gateway::Gateway;
 use crate::response::ResponseBody;
-use crate::tasks::{TaskState, TaskStatus};
+use crate::tasks::{TaskCache, TaskId, TaskState, TaskStatus};
 
 /// Longest wait a client may ask for.
 pub(super) const MAX_WAIT: Duration = Duration::from_secs(60);
@@ -92,29 +92,68 @@ fn preferred_wait(req: &Parts) -> Option<Duration> {
         .map(|secs| Duration::from_secs(secs).min(MAX_WAIT))
 }
 
-/// The state once it differs from `seen`, or `current` (as updated meanwhile) when
-/// `wait` has passed or the gateway is stopping.
+/// How often a waiting client's replica looks at the ledger, where the tracker of
+/// another replica records what it learns.
+const LEDGER_LOOK: Duration = Duration::from_millis(500);
+
+/// Why a wait ended.
+pub(super) enum Woken {
+    /// This replica saw the task's state (changed, or as it is when the wait is over).
+    State(Arc<TaskState>),
+    /// Another replica recorded a change in the ledger: the state is to be read again.
+    Elsewhere,
+}
+
+/// Wait until the task's state differs from `seen`, `wait` has passed, or the gateway
+/// is stopping. A state this replica reads (its tracker, a query) wakes the wait at
+/// once; a change another replica recorded in the ledger within [`LEDGER_LOOK`].
 pub(super) async fn changed(
     gateway: &Gateway,
-    key: Arc<str>,
+    task: &TaskId,
     current: Arc<TaskState>,
     seen: TaskStatus,
     wait: Duration,
-) -> Arc<TaskState> {
+) -> Woken {
     if current.status != seen || current.status.is_terminal() || wait.is_zero() {
-        return current;
+        return Woken::State(current);
     }
+    let key = TaskCache::key(&task.provider, &task.upstream_id);
     let mut states = gateway.watch(key, current);
+    let recorded_elsewhere = async {
+        let Some(ledger) = &gateway.ledger else {
+            return std::future::pending().await;
+        };
+        loop {
+            tokio::time::sleep(LEDGER_LOOK).await;
+            let status = ledger.status_of(&task.provider, &task.upstream_id).await;
+            // Only a later status: the ledger may lag behind what this client saw.
+            if let Ok(Some(status)) = status
+                && stage(&status) > stage(seen.as_str())
+            {
+                return;
+            }
+        }
+    };
     tokio::select! {
         changed = states.wait_for(|s| s.status != seen) => {
             if let Ok(state) = changed {
-                return state.clone();
+                return Woken::State(state.clone());
             }
         }
+        () = recorded_elsewhere => return Woken::Elsewhere,
         () = tokio::time::sleep(wait) => {}
         () = gateway.stopped() => {}
     }
-    states.borrow().clone()
+    Woken::State(states.borrow().clone())
+}
+
+/// How far along a task is: queued, processing, then finished.
+fn stage(status: &str) -> u8 {
+    match status {
+        "queued" => 0,
+        "processing" => 1,
+        _ => 2,
+    }
 }
 
 #[cfg(test)]

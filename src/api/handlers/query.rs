@@ -6,7 +6,7 @@ use std::sync::Arc;
 use http::request::Parts;
 use http::{Response, StatusCode};
 
-use super::long_poll::{self, Wait};
+use super::long_poll::{self, Wait, Woken};
 use super::public_url::PublicBase;
 use super::task_ref::OpenTask;
 use crate::api::context::RequestContext;
@@ -31,7 +31,10 @@ pub(super) async fn query(
     let wait = wait.filter(|_| gateway.ledger.is_some() && ctx.snapshot.tracker.enabled);
     if let Some(w) = &wait {
         let seen = w.seen.unwrap_or(state.status);
-        state = long_poll::changed(gateway, open.cache_key(), state, seen, w.wait).await;
+        state = match long_poll::changed(gateway, &open.task, state, seen, w.wait).await {
+            Woken::State(state) => state,
+            Woken::Elsewhere => open.state(gateway, ctx).await?,
+        };
     }
     // A result only the upstream key can download is served by our content route.
     if state.status == TaskStatus::Completed

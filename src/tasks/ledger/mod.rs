@@ -252,6 +252,20 @@ impl Ledger {
         Ok(())
     }
 
+    /// The status last recorded for a task (by any replica's tracker or query).
+    pub async fn status_of(
+        &self,
+        provider: &str,
+        upstream_id: &str,
+    ) -> Result<Option<String>, LedgerError> {
+        let status: Option<Option<String>> = on_db!(self, pool => sqlx::query_scalar(record::STATUS_OF)
+            .bind(provider)
+            .bind(upstream_id)
+            .fetch_optional(pool)
+            .await)?;
+        Ok(status.flatten())
+    }
+
     /// One row by its number.
     pub async fn row(&self, row: i64) -> Result<Option<TaskRecord>, LedgerError> {
         Ok(on_db!(self, pool => sqlx::query_as(record::SELECT_BY_ROW)

@@ -277,6 +277,8 @@ pub(super) const SELECT_FILTERED: &str = select!(
 pub(super) const LIST: &str = select!(
     "WHERE owner = $1 AND endpoint = $2 AND id < $3 AND task_id IS NOT NULL ORDER BY id DESC LIMIT $4"
 );
+pub(super) const STATUS_OF: &str =
+    "SELECT status FROM tasks WHERE provider = $1 AND upstream_id = $2 ORDER BY id DESC LIMIT 1";
 pub(super) const ROW_OF_TASK: &str = "SELECT id FROM tasks WHERE owner = $1 AND task_id = $2";
 pub(super) const USED_TODAY: &str = "SELECT COUNT(*), CAST(COALESCE(SUM(video_seconds), 0) AS BIGINT) FROM tasks WHERE owner = $1 AND created_ms >= $2 AND state IN ('submitting', 'submitted', 'completed', 'unknown_outcome')";
 pub(super) const INSERT: &str = "INSERT INTO tasks (owner, endpoint, model, kind, fingerprint, idempotency_key, video_seconds, state, created_ms, updated_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, 'submitting', $8, $8) RETURNING id";
