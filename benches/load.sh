@@ -46,7 +46,7 @@ cleanup() {
   # Gateways are started inside command substitutions: their pids are in files.
   for f in "$WORK"/mediagate*.pid; do [[ -f $f ]] && kill "$(cat "$f")" 2>/dev/null || true; done
   if [[ -f $WORK/nginx.pid ]]; then kill "$(cat "$WORK/nginx.pid")" 2>/dev/null || true; fi
-  if [[ ${#PG_STOP[@]} -gt 0 ]]; then "${PG_STOP[@]}" >/dev/null 2>&1 || true; fi
+  if [[ ${#PG_STOP[@]} -gt 0 ]]; then "${PG_STOP[@]}" >/dev/null 2>&1 || true; rm -rf "$PG_DIR"; fi
   wait 2>/dev/null || true
 }
 trap cleanup EXIT
@@ -407,9 +407,9 @@ MGS_ADDR=$(start_gateway mediagate-sqlite "$POLL_TTL_MS" "sqlite://$WORK/ledger.
 ledger_cost "SQLite (WAL, synchronous=NORMAL)" "$MGS_ADDR"
 PG_BIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
 if [[ -n $PG_BIN ]]; then
-  PG_DIR=$WORK/pg
+  # Outside $WORK: the postgres user must be able to reach its directory.
+  PG_DIR=$(mktemp -d /tmp/mediagate-load-pg.XXXXXX)
   PG_PORT=$(free_port)
-  mkdir -p "$PG_DIR"
   as_pg=()
   if [[ $(id -u) == 0 ]]; then chown postgres "$PG_DIR"; as_pg=(runuser -u postgres --); fi
   "${as_pg[@]}" "$PG_BIN/initdb" -D "$PG_DIR/data" --auth=trust -U postgres >/dev/null
