@@ -13,6 +13,7 @@ mod lifecycle;
 mod models;
 mod observability;
 mod param_limits;
+mod private_networks;
 mod providers_errors;
 mod providers_shapes;
 mod providers_tls;
