@@ -78,7 +78,9 @@ impl StatusReader {
         vars: &JqVars,
         redactor: &Redactor,
     ) -> Result<TaskState, ContractError> {
-        let step = |name: &str, e: String| ContractError(format!("`query.{name}` failed: {e}"));
+        let step = |name: &str, e: String| {
+            ContractError(format!("`query.{name}` failed: {}", redactor.clean(&e)))
+        };
         let word = self
             .status
             .first(answer.clone(), vars)

@@ -17,6 +17,7 @@ mod private_networks;
 mod providers_errors;
 mod providers_shapes;
 mod providers_tls;
+mod redaction;
 mod reload;
 mod shutdown;
 mod tls;
