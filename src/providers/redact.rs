@@ -84,6 +84,18 @@ impl Redactor {
     }
 }
 
+/// Longest upstream word (a status word, a task id) written to the log as it is.
+pub const MAX_LOGGED_CHARS: usize = 128;
+
+/// An upstream word as the log shows it: at most [`MAX_LOGGED_CHARS`] characters, the
+/// rest counted, so an upstream cannot flood the log through one field.
+pub fn for_log(word: &str) -> std::borrow::Cow<'_, str> {
+    match word.char_indices().nth(MAX_LOGGED_CHARS) {
+        None => word.into(),
+        Some((cut, _)) => format!("{}… ({} bytes)", &word[..cut], word.len()).into(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -113,6 +125,15 @@ mod tests {
         // A huge message: the secret far in, and one at the edge of what is read.
         let edge = format!("{}{secret}", "y".repeat(MAX_READ_BYTES - 10));
         assert!(!r.clean(&edge).contains("sk-li"));
+    }
+
+    #[test]
+    fn logged_words_are_bounded() {
+        assert_eq!(for_log("SUCCEEDED"), "SUCCEEDED");
+        let long = "é".repeat(10_000);
+        let logged = for_log(&long);
+        assert!(logged.chars().count() < MAX_LOGGED_CHARS + 20, "{logged}");
+        assert!(logged.ends_with("(20000 bytes)"), "{logged}");
     }
 
     #[test]

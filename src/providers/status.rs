@@ -62,7 +62,7 @@ impl StatusReader {
                 self.unmapped.inc();
                 tracing::warn!(
                     provider,
-                    upstream_status = word,
+                    upstream_status = %super::redact::for_log(word),
                     "unmapped upstream status reported as processing; add it to status_map"
                 );
                 TaskStatus::Processing
