@@ -4,12 +4,15 @@ mod support;
 
 mod auth;
 mod check_command;
+mod config_checks;
 mod connections;
+mod content_route;
 mod docs;
 mod errors;
 mod http2;
 mod key_limits;
 mod lifecycle;
+mod metrics_access;
 mod models;
 mod observability;
 mod param_limits;
