@@ -84,8 +84,9 @@ async fn handle(
                 ),
             }
         }
-        (&Method::GET, p) if p.starts_with(TASKS) && p.len() > TASKS.len() + 1 => {
-            query(&p[TASKS.len() + 1..], timing, now_ms())
+        // Byte-wise: a path need not be UTF-8, so no slicing at a fixed index.
+        (&Method::GET, p) if task_of(p).is_some() => {
+            query(task_of(p).unwrap_or_default(), timing, now_ms())
         }
         _ => reply(
             StatusCode::NOT_FOUND,
@@ -93,6 +94,13 @@ async fn handle(
         ),
     };
     Ok(answer)
+}
+
+/// The task id in `{TASKS}/{id}`.
+fn task_of(path: &str) -> Option<&str> {
+    path.strip_prefix(TASKS)?
+        .strip_prefix('/')
+        .filter(|id| !id.is_empty())
 }
 
 fn reply(status: StatusCode, body: Value) -> Response<Full<Bytes>> {
@@ -274,6 +282,32 @@ mod tests {
             .to_string();
         let done = body(query(&id, T, u64::MAX / 2));
         assert!(done["image_url"].as_str().unwrap().ends_with(".png"));
+    }
+
+    /// Any bytes after the collection: a 404, never a panic (the server must answer).
+    #[tokio::test]
+    async fn odd_paths_are_404_not_a_panic() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let addr = start(&SimulatorConfig::default()).await.unwrap();
+        for tail in [
+            &b"\xc3\xa9"[..],
+            b"/\xff\xfe",
+            b"s\xe2\x82\xac",
+            b"/sim-\xc3-vo-1",
+        ] {
+            let mut line = b"GET /v2/model-center/tasks".to_vec();
+            line.extend_from_slice(tail);
+            line.extend_from_slice(b" HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+            let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+            tcp.write_all(&line).await.unwrap();
+            let mut answer = Vec::new();
+            let _ = tcp.read_to_end(&mut answer).await;
+            let head = String::from_utf8_lossy(&answer);
+            assert!(
+                head.starts_with("HTTP/1.1 404") || head.starts_with("HTTP/1.1 400"),
+                "{tail:?}: {head:?}"
+            );
+        }
     }
 
     #[test]

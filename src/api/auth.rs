@@ -1,10 +1,15 @@
-//! The auth layer: every route but the public ones (health, readiness, metrics on
-//! the client listener) needs a valid Bearer key, which the context then carries.
+//! The auth layer: every route but the public ones (health, readiness) needs a valid
+//! Bearer key, which the context then carries. `/metrics` on the client listeners
+//! needs the metrics token instead (it is routed there only when one is configured).
 
 use http::Request;
 
+use subtle::ConstantTimeEq;
+
 use super::context::Ctx;
+use super::routing::Route;
 use super::stack::{Next, Step};
+use crate::error::ApiError;
 use crate::response::ResponseFuture;
 
 #[derive(Clone, Default)]
@@ -17,6 +22,11 @@ impl Step for Authenticate {
         req: Request<B>,
         mut next: S,
     ) -> ResponseFuture {
+        if matches!(ctx.route, Route::Metrics)
+            && let Err(e) = metrics_token(&ctx, req.headers())
+        {
+            return Box::pin(async move { Ok(e.into_response()) });
+        }
         if !ctx.route.is_public() {
             match ctx.snapshot.keys.authenticate(req.headers()) {
                 Ok(key) => ctx.authenticated(key),
@@ -24,5 +34,23 @@ impl Step for Authenticate {
             }
         }
         Box::pin(next.call((ctx, req)))
+    }
+}
+
+/// The metrics token as a Bearer credential, compared by digest in constant time.
+fn metrics_token(ctx: &Ctx, headers: &http::HeaderMap) -> Result<(), ApiError> {
+    let Some(expected) = &ctx.snapshot.metrics_token else {
+        return Err(ApiError::path_not_found());
+    };
+    let presented = headers
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .ok_or_else(ApiError::missing_key)?;
+    let digest = ring::digest::digest(&ring::digest::SHA256, presented.trim().as_bytes());
+    if bool::from(digest.as_ref().ct_eq(expected)) {
+        Ok(())
+    } else {
+        Err(ApiError::invalid_key())
     }
 }

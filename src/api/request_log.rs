@@ -107,7 +107,7 @@ impl<S: Next<B>, B: Send + 'static> Service<Request<B>> for RequestLog<S> {
             .cloned()
             .unwrap_or_else(|| self.layer.ids.make());
         let snapshot = self.layer.gateway.snapshot();
-        let metrics_here = snapshot.server.metrics_listen.is_none();
+        let metrics_here = snapshot.metrics_on_main_listeners();
         let route = route(req.method(), req.uri().path(), metrics_here);
         let ctx: Ctx = Arc::new(RequestContext::new(id, route, snapshot));
         let method = req.method().clone();

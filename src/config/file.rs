@@ -49,8 +49,16 @@ pub struct ServerConfig {
     pub listen: SocketAddr,
     /// TLS listener, beside the plain one.
     pub tls: Option<TlsConfig>,
-    /// Separate listener for `/metrics`; when unset, `/metrics` is on the main listeners.
+    /// Separate listener for `/metrics` (and `/healthz`), without client auth. When
+    /// unset, `/metrics` is served on the main listeners only to requests carrying the
+    /// metrics token (`metrics_token_env` / `metrics_token_file`), and not at all
+    /// without one.
     pub metrics_listen: Option<SocketAddr>,
+    /// Environment variable holding the bearer token `/metrics` asks for on the main
+    /// listeners (wins over the file).
+    pub metrics_token_env: Option<String>,
+    /// File holding that token.
+    pub metrics_token_file: Option<PathBuf>,
     /// Largest request body accepted, in bytes.
     pub max_body_bytes: usize,
     /// How long in-flight requests may take to finish after SIGTERM or Ctrl-C.
@@ -79,6 +87,8 @@ impl Default for ServerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             tls: None,
             metrics_listen: None,
+            metrics_token_env: None,
+            metrics_token_file: None,
             max_body_bytes: 4 * 1024 * 1024,
             shutdown_grace_ms: 30_000,
             shutdown_delay_ms: 0,

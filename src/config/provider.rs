@@ -37,6 +37,11 @@ pub struct ProviderConfig {
     /// messages before they reach clients. The host and the secret are always removed.
     #[serde(default)]
     pub redact: Vec<String>,
+    /// Private networks (CIDR blocks such as `10.20.0.0/16`, or single addresses) that
+    /// links and redirects of this provider may lead into, e.g. storage on an internal
+    /// network. Without it only the provider's own origin may be private.
+    #[serde(default)]
+    pub allow_private_networks: Vec<String>,
     pub submit: SubmitConfig,
     pub query: QueryConfig,
     /// Second request run when a task is completed, turning a result reference

@@ -49,6 +49,8 @@ pub enum Refusal {
     Failed(StatusCode),
     /// No connection could be made: nothing was sent.
     Unreached,
+    /// The connection would have gone into a private network: nothing was sent.
+    Forbidden,
     /// The request may have been received, but no complete answer came back.
     Broken,
     /// No complete answer within the step's timeout.
@@ -92,6 +94,7 @@ impl Refusal {
     pub fn of_call(e: &CallError) -> Self {
         match e {
             CallError::Unreached(_) => Self::Unreached,
+            CallError::Forbidden => Self::Forbidden,
             CallError::Broken(_) => Self::Broken,
             CallError::TimedOut => Self::TimedOut,
         }
@@ -106,6 +109,7 @@ impl Refusal {
                 | Self::Unavailable
                 | Self::NoEndpoint(_)
                 | Self::Unreached
+                | Self::Forbidden
         )
     }
 
@@ -139,6 +143,14 @@ impl Refusal {
                 },
             ),
             Self::Unreached => ApiError::upstream_failed(name, "could not connect"),
+            Self::Forbidden => {
+                tracing::warn!(
+                    provider,
+                    step = name,
+                    "a link or redirect into a private network was refused"
+                );
+                ApiError::upstream_failed(name, "points into a private network; refused")
+            }
             Self::Broken => ApiError::upstream_failed(name, "connection broke before an answer"),
             Self::TimedOut => ApiError::upstream_timeout(name),
         }
@@ -229,6 +241,7 @@ mod tests {
         }
         let calls = [
             (CallError::Unreached("x".into()), 502, true),
+            (CallError::Forbidden, 502, true),
             (CallError::Broken("x".into()), 502, false),
             (CallError::TimedOut, 504, false),
         ];

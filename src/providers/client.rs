@@ -1,5 +1,7 @@
 //! The pooled upstream client: keep-alive connections, HTTPS through rustls with the
 //! webpki roots (plus an optional per-provider CA), HTTP/2 where the upstream offers it.
+//! Every connection that is not to the provider's own origin goes to an address that
+//! was resolved and judged by the provider's [`Reach`] ([`Guarded`]).
 
 use std::path::Path;
 use std::pin::Pin;
@@ -14,7 +16,9 @@ use hyper::body::Incoming;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+
+use super::origin::Reach;
 
 /// Largest upstream answer read into memory (status answers are small JSON).
 const MAX_ANSWER_BYTES: usize = 8 * 1024 * 1024;
@@ -22,7 +26,7 @@ const MAX_ANSWER_BYTES: usize = 8 * 1024 * 1024;
 /// A pooled client for one provider.
 #[derive(Clone)]
 pub struct UpstreamClient {
-    inner: Client<BoundedConnect<HttpsConnector<HttpConnector>>, Full<Bytes>>,
+    inner: Client<BoundedConnect<HttpsConnector<Guarded>>, Full<Bytes>>,
 }
 
 impl std::fmt::Debug for UpstreamClient {
@@ -82,12 +86,91 @@ where
     }
 }
 
+/// The TCP connector under TLS: a connection to the provider's own origin is made as
+/// configured; any other (a link or redirect the upstream handed us) goes only to an
+/// address resolved here and allowed by the provider's [`Reach`], so what is judged is
+/// what is connected to: numeric host forms, trailing dots and names that resolve (or
+/// re-resolve) to private addresses are all caught.
+#[derive(Clone)]
+pub struct Guarded {
+    http: HttpConnector,
+    reach: Arc<Reach>,
+}
+
+/// A connection refused because its address is in a private network.
+#[derive(Debug)]
+pub struct PrivateAddress;
+
+impl std::fmt::Display for PrivateAddress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the address is in a private network; refused")
+    }
+}
+
+impl std::error::Error for PrivateAddress {}
+
+impl tower::Service<http::Uri> for Guarded {
+    type Response = TokioIo<tokio::net::TcpStream>;
+    type Error = crate::response::BoxError;
+    type Future = ConnectFuture<Self::Response>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, uri: http::Uri) -> Self::Future {
+        let mut http = self.http.clone();
+        if self.reach.is_origin(&uri) {
+            return Box::pin(async move { http.call(uri).await.map_err(Into::into) });
+        }
+        let reach = self.reach.clone();
+        Box::pin(async move {
+            let mut last: crate::response::BoxError = Box::new(PrivateAddress);
+            for addr in resolve(&uri).await? {
+                if !reach.allows(addr.ip()) {
+                    continue;
+                }
+                // The address itself, so that nothing resolves the name again.
+                let at = http::Uri::try_from(format!("http://{addr}"))?;
+                match http.call(at).await {
+                    Ok(stream) => return Ok(stream),
+                    Err(e) => last = e.into(),
+                }
+            }
+            Err(last)
+        })
+    }
+}
+
+/// The socket addresses of a URL's host, as the system resolver gives them (so every
+/// numeric form it accepts is resolved, not taken for a name).
+async fn resolve(uri: &http::Uri) -> Result<Vec<std::net::SocketAddr>, crate::response::BoxError> {
+    let host = uri
+        .host()
+        .ok_or("the URL has no host")?
+        .trim_start_matches('[')
+        .trim_end_matches(']');
+    let port = uri
+        .port_u16()
+        .unwrap_or(if uri.scheme_str() == Some("https") {
+            443
+        } else {
+            80
+        });
+    if let Ok(ip) = host.parse::<std::net::IpAddr>() {
+        return Ok(vec![(ip, port).into()]);
+    }
+    Ok(tokio::net::lookup_host((host, port)).await?.collect())
+}
+
 /// Why an upstream call produced no answer. The distinction decides failover:
 /// only `Unreached` proves the upstream never saw the request.
 #[derive(Debug)]
 pub enum CallError {
     /// Connection could not be made (refused, DNS, TLS handshake): nothing was sent.
     Unreached(String),
+    /// The connection would have gone into a private network: nothing was sent.
+    Forbidden,
     /// The request may have been received, but no complete answer came back.
     Broken(String),
     /// No complete answer within the step's timeout.
@@ -98,6 +181,7 @@ impl std::fmt::Display for CallError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Unreached(e) => write!(f, "could not connect: {e}"),
+            Self::Forbidden => f.write_str("refused to connect into a private network"),
             Self::Broken(e) => write!(f, "no complete answer: {e}"),
             Self::TimedOut => f.write_str("timed out"),
         }
@@ -105,7 +189,12 @@ impl std::fmt::Display for CallError {
 }
 
 impl UpstreamClient {
-    pub fn new(connect_timeout: Duration, ca_file: Option<&Path>) -> Result<Self, String> {
+    /// A client whose connections go where `reach` allows.
+    pub fn new(
+        connect_timeout: Duration,
+        ca_file: Option<&Path>,
+        reach: Arc<Reach>,
+    ) -> Result<Self, String> {
         let mut http = HttpConnector::new();
         http.enforce_http(false);
         http.set_nodelay(true);
@@ -141,7 +230,7 @@ impl UpstreamClient {
             .https_or_http()
             .enable_http1()
             .enable_http2()
-            .wrap_connector(http);
+            .wrap_connector(Guarded { http, reach });
         let inner = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(90))
             .pool_max_idle_per_host(256)
@@ -159,13 +248,7 @@ impl UpstreamClient {
         timeout: Duration,
     ) -> Result<Answer, CallError> {
         let exchange = async {
-            let response = self.inner.request(request).await.map_err(|e| {
-                if e.is_connect() {
-                    CallError::Unreached(error_chain(&e))
-                } else {
-                    CallError::Broken(error_chain(&e))
-                }
-            })?;
+            let response = self.inner.request(request).await.map_err(call_error)?;
             let (parts, body) = response.into_parts();
             let body = Limited::new(body, MAX_ANSWER_BYTES)
                 .collect()
@@ -192,15 +275,7 @@ impl UpstreamClient {
         request: Request<Full<Bytes>>,
         timeout: Duration,
     ) -> Result<Response<Incoming>, CallError> {
-        let exchange = async {
-            self.inner.request(request).await.map_err(|e| {
-                if e.is_connect() {
-                    CallError::Unreached(error_chain(&e))
-                } else {
-                    CallError::Broken(error_chain(&e))
-                }
-            })
-        };
+        let exchange = async { self.inner.request(request).await.map_err(call_error) };
         tokio::time::timeout(timeout, exchange)
             .await
             .unwrap_or(Err(CallError::TimedOut))
@@ -270,6 +345,21 @@ where
     fn size_hint(&self) -> http_body::SizeHint {
         self.inner.size_hint()
     }
+}
+
+/// What a failed request proves: nothing sent (a connect error), or not.
+fn call_error(e: hyper_util::client::legacy::Error) -> CallError {
+    if !e.is_connect() {
+        return CallError::Broken(error_chain(&e));
+    }
+    let mut source = std::error::Error::source(&e);
+    while let Some(s) = source {
+        if s.is::<PrivateAddress>() {
+            return CallError::Forbidden;
+        }
+        source = s.source();
+    }
+    CallError::Unreached(error_chain(&e))
 }
 
 /// The error and its causes on one line; hyper's top-level message alone is vague.

@@ -73,7 +73,9 @@ impl Provider {
         let mut request = {
             let vars = call.vars(Some(upstream_id));
             let input = from_json(&serde_json::json!({ "urls": urls }));
-            plan.request.build(&self.origin, &input, &vars, None)?
+            plan.request
+                .build(&self.origin, &input, &vars, None)
+                .map_err(|e| self.cleaned(e))?
         };
         for _ in 0..=MAX_CONTENT_REDIRECTS {
             if let Some(range) = &range {

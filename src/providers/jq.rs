@@ -6,9 +6,13 @@
 //! `"image"`), `$id` (the upstream task id, null before it exists) and `$params`
 //! (the validated parameters during submit; null afterwards, since task ids do not
 //! carry them). What `.` is for each program is listed in docs/providers.md.
+//!
+//! The environment is not theirs to read: jaq's `env` (and so `$ENV`) is not offered,
+//! since the process environment holds the task secret and every provider's key; a
+//! `halt` is an error of the program, never an exit of the process.
 
 use jaq_core::load::{Arena, File, Loader};
-use jaq_core::{Compiler, Ctx, Vars, data, unwrap_valr};
+use jaq_core::{Compiler, Ctx, Vars, data};
 use jaq_json::Val;
 use serde::Deserialize;
 use serde_json::Value;
@@ -17,6 +21,10 @@ use crate::config::Scope;
 use crate::tasks::MediaKind;
 
 type Data = data::JustLut<Val>;
+
+/// Filters of jaq's standard library that programs do not get: `env` reads the process
+/// environment (secrets).
+const WITHHELD: [&str; 1] = ["env"];
 
 /// Names of the variables every program may use, in the order values are supplied.
 pub const VARIABLES: [&str; 5] = ["$model", "$upstream_model", "$kind", "$id", "$params"];
@@ -65,7 +73,7 @@ impl Jq {
             .chain(jaq_std::defs())
             .chain(jaq_json::defs());
         let funs = jaq_core::funs()
-            .chain(jaq_std::funs())
+            .chain(jaq_std::funs().filter(|(name, ..)| !WITHHELD.contains(name)))
             .chain(jaq_json::funs());
         let arena = Arena::default();
         let loader = Loader::new(defs);
@@ -111,10 +119,14 @@ impl Jq {
     /// Run on `input`; the first output, or `None` when the program yields nothing.
     pub fn first(&self, input: Val, vars: &JqVars) -> Result<Option<Val>, String> {
         let ctx = Ctx::<Data>::new(&self.filter.lut, Vars::new(vars.values.iter().cloned()));
-        match self.filter.id.run((ctx, input)).map(unwrap_valr).next() {
+        match self.filter.id.run((ctx, input)).next() {
             None => Ok(None),
             Some(Ok(v)) => Ok(Some(v)),
-            Some(Err(e)) => Err(elide_values(&e.to_string())),
+            // jaq's own `unwrap_valr` would exit the process on `halt`.
+            Some(Err(e)) => match e.get_err() {
+                Ok(e) => Err(elide_values(&e.to_string())),
+                Err(_) => Err("the program halted".into()),
+            },
         }
     }
 
@@ -159,29 +171,45 @@ fn load_error(code: &str, e: jaq_core::load::Error<&str>) -> String {
 }
 
 /// jq runtime errors quote the value they failed on, which comes from the upstream
-/// answer (URLs, tokens, whatever it holds). Errors reach clients, so long quoted
-/// values are cut down to their start.
-fn elide_values(message: &str) -> String {
+/// answer (URLs, tokens, whatever it holds). Errors reach clients, so a quoted value
+/// longer than a short word (a key name, a status word) is left out whole: no prefix of
+/// a secret remains for redaction to miss. Escaped quotes stay inside their value.
+pub fn elide_values(message: &str) -> String {
     const KEEP: usize = 16;
     let mut out = String::with_capacity(message.len().min(256));
-    let mut quoted = 0usize;
-    let mut in_quote = false;
+    let mut value = String::new();
+    let (mut in_quote, mut escaped, mut chars) = (false, false, 0usize);
     for c in message.chars() {
-        if c == '"' {
-            if in_quote && quoted > KEEP {
+        if !in_quote {
+            out.push(c);
+            in_quote = c == '"';
+            continue;
+        }
+        if escaped {
+            escaped = false;
+        } else if c == '\\' {
+            escaped = true;
+            chars += 1;
+        } else if c == '"' {
+            if chars <= KEEP {
+                out.push_str(&value);
+            } else {
                 out.push('…');
             }
-            in_quote = !in_quote;
-            quoted = 0;
-            out.push(c);
-        } else if in_quote {
-            quoted += 1;
-            if quoted <= KEEP {
-                out.push(c);
-            }
+            out.push('"');
+            (in_quote, chars) = (false, 0);
+            value.clear();
+            continue;
         } else {
-            out.push(c);
+            chars += 1;
         }
+        if chars <= KEEP {
+            value.push(c);
+        }
+    }
+    if in_quote {
+        // An unterminated value (a message cut short): left out likewise.
+        out.push_str(if chars <= KEEP { &value } else { "…" });
     }
     out
 }
@@ -357,6 +385,36 @@ mod tests {
             "{e}"
         );
         assert!(e.contains("task_id"), "{e}");
+    }
+
+    #[test]
+    fn escaped_quotes_stay_inside_their_value() {
+        let secret = "sk-live-0123456789abcdef";
+        let msg =
+            format!(r#"cannot index "a \"quoted\" value with {secret} in it" with "task_id""#);
+        let e = elide_values(&msg);
+        assert!(!e.contains("sk-live"), "{e}");
+        assert!(e.ends_with(r#"with "task_id""#), "{e}");
+        // A short value with an escape is kept as it is.
+        assert_eq!(elide_values(r#"x "a\"b" y"#), r#"x "a\"b" y"#);
+        // Nothing of a long value is kept, not even its start.
+        assert_eq!(elide_values(&format!(r#"v "{secret}""#)), r#"v "…""#);
+        assert_eq!(elide_values(&format!(r#"cut "{secret}"#)), r#"cut "…"#);
+    }
+
+    #[test]
+    fn programs_cannot_read_the_environment_or_end_the_process() {
+        let e = Jq::compile("env").unwrap_err();
+        assert!(e.contains("undefined filter `env`"), "{e}");
+        let e = Jq::compile("$ENV.MEDIAGATE_TASK_SECRET").unwrap_err();
+        assert!(e.contains("undefined variable"), "{e}");
+        let e = Jq::compile(r#"{} | .x = env.HOME"#).unwrap_err();
+        assert!(e.contains("env"), "{e}");
+        // `halt` would exit the whole gateway through jaq's own unwrapping.
+        for code in ["halt", "halt_error", "halt_error(1)"] {
+            let jq = Jq::compile(code).unwrap();
+            assert!(jq.first(Val::Null, &vars()).is_err(), "{code}");
+        }
     }
 
     #[test]

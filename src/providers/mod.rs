@@ -105,8 +105,11 @@ impl Provider {
             .auth
             .as_ref()
             .and_then(|auth| auth_header(at, auth, dir, &mut headers));
-        let origin = at.check("base_url", Origin::parse(base_url, headers));
-        let client = compile_client(cfg, dir, at);
+        let networks = private_networks(at, &cfg.allow_private_networks);
+        let origin = at
+            .check("base_url", Origin::parse(base_url, headers))
+            .map(|o| o.allow_private_networks(networks));
+        let client = compile_client(cfg, dir, origin.as_ref(), at);
         let submit = SubmitPlan::compile(&cfg.submit, &mut at.at("submit"));
         let query = QueryPlan::compile(&cfg.query, &mut at.at("query"), unmapped);
         let result = cfg
@@ -154,6 +157,13 @@ impl Provider {
         self.poll_max_in_flight
     }
 
+    /// `e` with its message cleaned by the provider's redactor: for errors whose message
+    /// carries what a program made of an upstream answer.
+    fn cleaned(&self, mut e: crate::error::ApiError) -> crate::error::ApiError {
+        e.message = self.redactor.clean(&e.message).into();
+        e
+    }
+
     /// How long a submit may take: after that, its outcome is unknown.
     pub fn submit_timeout(&self) -> Duration {
         self.submit_timeout
@@ -166,8 +176,22 @@ impl Provider {
     }
 }
 
-/// The pooled client with the provider's connect timeout and CA file.
-fn compile_client(cfg: &ProviderConfig, dir: &Path, at: &mut Scope) -> Option<UpstreamClient> {
+/// The listed private networks; each one that does not parse is a problem.
+fn private_networks(at: &mut Scope, listed: &[String]) -> Vec<origin::Network> {
+    listed
+        .iter()
+        .filter_map(|n| at.check("allow_private_networks", n.parse()))
+        .collect()
+}
+
+/// The pooled client with the provider's connect timeout and CA file, connecting where
+/// its origin's policy allows.
+fn compile_client(
+    cfg: &ProviderConfig,
+    dir: &Path,
+    origin: Option<&Origin>,
+    at: &mut Scope,
+) -> Option<UpstreamClient> {
     if cfg.connect_timeout_ms >= cfg.submit_timeout_ms {
         // Otherwise an unreachable provider looks like a slow one: no failover.
         at.push(
@@ -177,9 +201,10 @@ fn compile_client(cfg: &ProviderConfig, dir: &Path, at: &mut Scope) -> Option<Up
     }
     let ca_file = cfg.ca_file.as_ref().map(|f| dir.join(f));
     let connect_timeout = Duration::from_millis(cfg.connect_timeout_ms);
+    let reach = origin?.reach();
     at.check(
         "ca_file",
-        UpstreamClient::new(connect_timeout, ca_file.as_deref()),
+        UpstreamClient::new(connect_timeout, ca_file.as_deref(), reach),
     )
 }
 

@@ -83,7 +83,10 @@ impl RequestPlan {
     fn target(&self, origin: &Origin, input: &Val, vars: &JqVars) -> Result<(Uri, bool), ApiError> {
         let path = match self.path.json(input.clone(), vars) {
             Ok(Value::String(p)) => p,
-            Ok(other) => return Err(self.broken("path", format!("gave {other}, not a string"))),
+            Ok(other) => {
+                let other = shown(&other);
+                return Err(self.broken("path", format!("gave {other}, not a string")));
+            }
             Err(e) => return Err(self.broken("path", format!("failed: {e}"))),
         };
         let absolute = path.starts_with("https://") || path.starts_with("http://");
@@ -100,6 +103,7 @@ impl RequestPlan {
             let pairs = match query.json(input.clone(), vars) {
                 Ok(Value::Object(pairs)) => pairs,
                 Ok(other) => {
+                    let other = shown(&other);
                     return Err(self.broken("query", format!("gave {other}, not an object")));
                 }
                 Err(e) => return Err(self.broken("query", format!("failed: {e}"))),
@@ -119,6 +123,17 @@ impl RequestPlan {
     fn broken(&self, key: &str, what: impl std::fmt::Display) -> ApiError {
         let step = self.step.as_str();
         ApiError::upstream_failed(step, format!("`{step}.{key}` {what}"))
+    }
+}
+
+/// A value a program gave, as a message may show it: quoted values elided (they may
+/// come from an upstream answer) and cut short.
+fn shown(value: &Value) -> String {
+    const MAX: usize = 80;
+    let text = super::jq::elide_values(&value.to_string());
+    match text.char_indices().nth(MAX) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text,
     }
 }
 
@@ -199,6 +214,10 @@ mod tests {
             ("42", "not a string"),
             (r#""http://169.254.169.254/latest""#, "private network"),
             (r#""x" | .a"#, "failed"),
+            (
+                r#"{"a": "a value far longer than sixteen characters"}"#,
+                "gave {\"a\":\"…\"}",
+            ),
         ] {
             let e = get(code).unwrap_err();
             assert_eq!(e.status, http::StatusCode::BAD_GATEWAY, "{code}");

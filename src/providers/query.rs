@@ -65,7 +65,8 @@ impl Provider {
             let vars = call.vars(Some(upstream_id));
             self.query
                 .request
-                .build(&self.origin, &Val::Null, &vars, None)?
+                .build(&self.origin, &Val::Null, &vars, None)
+                .map_err(|e| self.cleaned(e))?
         };
         let started = Instant::now();
         let answer = self.exchange(Step::Query, request).await?;
@@ -73,8 +74,10 @@ impl Provider {
         // jq values are not `Send`: everything that reads them ends before the next await.
         let (mut state, result_request) = {
             let vars = call.vars(Some(upstream_id));
-            let body = parse(&answer.body)
-                .map_err(|e| ApiError::upstream_bad_answer("query", format!("not JSON ({e})")))?;
+            let body = parse(&answer.body).map_err(|e| {
+                let e = self.redactor.clean(&e);
+                ApiError::upstream_bad_answer("query", format!("not JSON ({e})"))
+            })?;
             let state = self
                 .query
                 .reader
@@ -82,7 +85,8 @@ impl Provider {
                 .map_err(|e| ApiError::upstream_bad_answer("query", e.0))?;
             let result_request = match &self.result {
                 Some(plan) if state.status == TaskStatus::Completed => {
-                    Some(plan.request.build(&self.origin, &body, &vars, None)?)
+                    let request = plan.request.build(&self.origin, &body, &vars, None);
+                    Some(request.map_err(|e| self.cleaned(e))?)
                 }
                 _ => None,
             };
@@ -122,7 +126,8 @@ impl Provider {
         upstream_id: &str,
     ) -> Result<Vec<String>, ApiError> {
         let answer = self.exchange(Step::Result, request).await?;
-        let bad = |what: String| ApiError::upstream_bad_answer("result", what);
+        let bad =
+            |what: String| ApiError::upstream_bad_answer("result", self.redactor.clean(&what));
         let vars = call.vars(Some(upstream_id));
         let body = parse(&answer.body).map_err(|e| bad(format!("not JSON ({e})")))?;
         let urls = match plan.urls.json(body, &vars) {

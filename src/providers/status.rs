@@ -62,7 +62,7 @@ impl StatusReader {
                 self.unmapped.inc();
                 tracing::warn!(
                     provider,
-                    upstream_status = word,
+                    upstream_status = %super::redact::for_log(word),
                     "unmapped upstream status reported as processing; add it to status_map"
                 );
                 TaskStatus::Processing
@@ -78,7 +78,9 @@ impl StatusReader {
         vars: &JqVars,
         redactor: &Redactor,
     ) -> Result<TaskState, ContractError> {
-        let step = |name: &str, e: String| ContractError(format!("`query.{name}` failed: {e}"));
+        let step = |name: &str, e: String| {
+            ContractError(format!("`query.{name}` failed: {}", redactor.clean(&e)))
+        };
         let word = self
             .status
             .first(answer.clone(), vars)

@@ -122,6 +122,7 @@ impl Provider {
         );
         let body = match &self.submit.body {
             Some(jq) => jq.json(input.clone(), &vars).map_err(|e| {
+                let e = self.redactor.clean(&e);
                 ApiError::upstream_failed("submit", format!("`submit.body` failed: {e}"))
             })?,
             None => {
@@ -137,6 +138,7 @@ impl Provider {
         self.submit
             .request
             .build(&self.origin, &input, &vars, Some(body))
+            .map_err(|e| self.cleaned(e))
     }
 
     /// The catalogue error of a refusal, sorted by what it proves.
@@ -170,8 +172,10 @@ impl Provider {
             return Err(self.refused(refusal, Some(&reason)));
         }
         // From here the upstream may have created a task: every failure is `Unknown`.
-        let bad =
-            |what: String| SubmitError::Unknown(ApiError::upstream_bad_answer("submit", what));
+        let bad = |what: String| {
+            let what = self.redactor.clean(&what);
+            SubmitError::Unknown(ApiError::upstream_bad_answer("submit", what))
+        };
         let body = parsed.map_err(|e| bad(format!("not JSON ({e})")))?;
         if let Some(success) = &self.submit.success {
             let ok = success
@@ -192,6 +196,15 @@ impl Provider {
             .and_then(to_text)
             .filter(|id| !id.is_empty())
             .ok_or_else(|| bad("it has no task id".into()))?;
+        if id.len() > crate::tasks::id::MAX_FIELDS_LEN {
+            // The task exists upstream but cannot be sealed: logged (cut) for recovery.
+            tracing::error!(
+                provider = %self.name,
+                upstream_id = %super::redact::for_log(&id),
+                "upstream task id too long to seal; the task was created upstream"
+            );
+            return Err(bad("its task id is too long".into()));
+        }
         Ok((id, self.first_status(body, vars)))
     }
 

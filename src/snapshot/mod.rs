@@ -55,6 +55,9 @@ pub struct Snapshot {
     pub ledger_url: LedgerUrl,
     pub ledger: LedgerConfig,
     pub tracker: TrackerConfig,
+    /// SHA-256 of the bearer token `/metrics` asks for on the main listeners; without
+    /// one (and without `metrics_listen`) `/metrics` is not served at all.
+    pub metrics_token: Option<[u8; 32]>,
 }
 
 /// What the load needs from the running process.
@@ -104,6 +107,7 @@ impl Snapshot {
         let keys = keys::compile(&file, &models, dir, ledger_on, p);
         let sealer = tasks::compile(&file.tasks, dir, ctx.secret_file, &mut p.at("tasks"));
         let edge = server::compile(&file.server, dir, &mut p.at("server"));
+        let metrics_token = server::metrics_token(&file.server, dir, &mut p.at("server"));
         Some(Self {
             server: file.server,
             edge: edge?,
@@ -119,7 +123,13 @@ impl Snapshot {
             ledger_url: ledger?,
             ledger: file.ledger,
             tracker: file.tracker,
+            metrics_token: metrics_token?,
         })
+    }
+
+    /// Whether `/metrics` is served on the main listeners (to holders of the token).
+    pub fn metrics_on_main_listeners(&self) -> bool {
+        self.server.metrics_listen.is_none() && self.metrics_token.is_some()
     }
 
     /// The model `id` if it is served on `endpoint`.

@@ -33,6 +33,21 @@ pub(super) fn compile(
             cfg.base_url.clone()
         };
         let mut at = p.at(format!("providers.{name}"));
+        // The request timeout must leave room for the body and the whole submit:
+        // otherwise a submit the provider received is cut off mid-way (504) while it
+        // runs on, and the client retries a task that exists.
+        let needed = cfg
+            .submit_timeout_ms
+            .saturating_add(file.server.body_read_timeout_ms);
+        if needed > file.server.request_timeout_ms {
+            at.push(
+                "submit_timeout_ms",
+                format!(
+                    "with server.body_read_timeout_ms ({} ms) it is longer than server.request_timeout_ms ({} ms)",
+                    file.server.body_read_timeout_ms, file.server.request_timeout_ms
+                ),
+            );
+        }
         if let Some(provider) =
             Provider::compile(name, cfg, &base, dir, &mut at, &ctx.unmapped_statuses)
         {

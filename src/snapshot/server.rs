@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::config::{Scope, ServerConfig};
+use crate::config::{Scope, SecretSource, ServerConfig};
 use crate::edge;
 
 pub(super) fn compile(cfg: &ServerConfig, dir: &Path, at: &mut Scope) -> Option<edge::Settings> {
@@ -31,4 +31,37 @@ pub(super) fn compile(cfg: &ServerConfig, dir: &Path, at: &mut Scope) -> Option<
         shutdown_grace: Duration::from_millis(cfg.shutdown_grace_ms),
         tls,
     })
+}
+
+/// Shortest metrics token accepted.
+const MIN_METRICS_TOKEN_LEN: usize = 16;
+
+/// The SHA-256 digest of the token `/metrics` asks for on the main listeners, if one is
+/// configured; `None` (with a problem) when it cannot be read or is too short.
+pub(super) fn metrics_token(
+    cfg: &ServerConfig,
+    dir: &Path,
+    at: &mut Scope,
+) -> Option<Option<[u8; 32]>> {
+    let source = SecretSource {
+        env: cfg.metrics_token_env.as_deref(),
+        file: cfg.metrics_token_file.as_deref(),
+    };
+    let key = if cfg.metrics_token_env.is_some() {
+        "metrics_token_env"
+    } else {
+        "metrics_token_file"
+    };
+    let Some(token) = at.check(key, source.read(dir))? else {
+        return Some(None);
+    };
+    if token.len() < MIN_METRICS_TOKEN_LEN {
+        at.push(
+            key,
+            format!("the metrics token is shorter than {MIN_METRICS_TOKEN_LEN} characters"),
+        );
+        return None;
+    }
+    let digest = ring::digest::digest(&ring::digest::SHA256, token.as_bytes());
+    digest.as_ref().try_into().ok().map(Some)
 }

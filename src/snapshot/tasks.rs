@@ -54,32 +54,42 @@ fn current_secret(
     at.check("secret_file", checked(secret, &path.display().to_string()))
 }
 
-/// Older secrets: a comma-separated variable and a file with one per line.
+/// Older secrets: a comma-separated variable and a file with one per line. Each must
+/// be as long as a current one: an id sealed with a short old secret could be forged
+/// by guessing it just as well.
 fn previous_secrets(cfg: &TasksConfig, dir: &Path, at: &mut Scope) -> Option<Vec<Vec<u8>>> {
+    let before = at.count();
+    let var = cfg.previous_secrets_env.as_deref();
     let from_env = SecretSource {
-        env: cfg.previous_secrets_env.as_deref(),
+        env: var,
         file: None,
     };
     // An unset variable simply means no older secrets.
     let listed = from_env.read(dir).ok().flatten().unwrap_or_default();
-    let mut previous: Vec<Vec<u8>> = split(&listed, ',');
+    let mut previous = Vec::new();
+    for (n, secret) in split(&listed, ',').enumerate() {
+        let source = format!("{} (entry {})", var.unwrap_or_default(), n + 1);
+        previous.extend(at.check("previous_secrets_env", checked(secret, &source)));
+    }
     if let Some(file) = &cfg.previous_secrets_file {
         let from_file = SecretSource {
             env: None,
             file: Some(file),
         };
         let text = at.check("previous_secrets_file", from_file.read(dir))?;
-        previous.extend(split(&text.unwrap_or_default(), '\n'));
+        for (n, secret) in split(&text.unwrap_or_default(), '\n').enumerate() {
+            let source = format!("{} (line {})", dir.join(file).display(), n + 1);
+            previous.extend(at.check("previous_secrets_file", checked(secret, &source)));
+        }
     }
-    Some(previous)
+    (at.count() == before).then_some(previous)
 }
 
-fn split(list: &str, by: char) -> Vec<Vec<u8>> {
+fn split(list: &str, by: char) -> impl Iterator<Item = String> + '_ {
     list.split(by)
         .map(str::trim)
         .filter(|s| !s.is_empty())
-        .map(|s| s.as_bytes().to_vec())
-        .collect()
+        .map(str::to_string)
 }
 
 fn checked(secret: String, source: &str) -> Result<Vec<u8>, String> {
@@ -131,4 +141,44 @@ fn create_secret_file(path: &Path) -> Result<Vec<u8>, String> {
         .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     tracing::info!(file = %path.display(), "created a new task-id secret");
     Ok(secret.into_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Problems;
+
+    fn compile_with_previous(lines: &str) -> Vec<(String, String)> {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("current"), "c".repeat(64)).unwrap();
+        std::fs::write(dir.path().join("previous"), lines).unwrap();
+        let cfg = TasksConfig {
+            secret_env: None,
+            secret_file: Some("current".into()),
+            previous_secrets_env: None,
+            previous_secrets_file: Some("previous".into()),
+            ..TasksConfig::default()
+        };
+        let mut problems = Problems::default();
+        let sealer = compile(
+            &cfg,
+            dir.path(),
+            SecretFileMode::MustExist,
+            &mut problems.at("tasks"),
+        );
+        let problems = problems.into_error(Path::new("r")).problems;
+        assert_eq!(sealer.is_some(), problems.is_empty());
+        problems
+    }
+
+    #[test]
+    fn previous_secrets_are_held_to_the_same_length() {
+        let long = "p".repeat(32);
+        assert!(compile_with_previous(&format!("{long}\n\n{long}q\n")).is_empty());
+        let problems = compile_with_previous(&format!("{long}\nshort-old-secret\n"));
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert_eq!(problems[0].0, "tasks.previous_secrets_file");
+        assert!(problems[0].1.contains("line 2"), "{problems:?}");
+        assert!(!problems[0].1.contains("short-old-secret"), "{problems:?}");
+    }
 }

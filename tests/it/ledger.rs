@@ -180,7 +180,7 @@ async fn a_killed_gateway_leaves_every_submit_in_the_ledger_to_reconcile() {
         &fake.url(),
         "connect_timeout_ms = 200\nsubmit_timeout_ms = 1000",
     )
-    .server("body_read_timeout_ms = 500");
+    .server("body_read_timeout_ms = 500\nmetrics_listen = \"127.0.0.1:0\"");
     let mut gw = Proc::start(routes).await;
     let mut in_flight = JoinSet::new();
     for n in 0..3 {
@@ -217,7 +217,8 @@ async fn a_killed_gateway_leaves_every_submit_in_the_ledger_to_reconcile() {
     let all = operator(gw.dir(), &["tasks"]);
     assert_eq!(all.lines().count(), 4, "nothing else, nothing lost:\n{all}");
     assert_eq!(submits_seen(&fake), 3);
-    let metrics = gw.client().metrics().await;
+    let admin = Http::new(gw.admin_addr.expect("the admin listener"));
+    let metrics = admin.metrics().await;
     assert_eq!(
         metrics.sum(&["mediagate_ledger_unknown_outcome_tasks"]),
         3.0

@@ -122,17 +122,19 @@ async fn metrics_move_as_requests_are_made() {
     let fake = Fake::start().await;
     let gw = Gateway::start(
         Routes::upstream(&fake.url(), "")
+            .server(ADMIN)
             .demo_key("limits = { rate_per_second = 0.01, burst = 6 }"),
     )
     .await;
     let http = gw.client();
+    let admin = gw.admin();
     let submits = [
         "mediagate_requests_total",
         "route=\"POST /v2/model-center/tasks\"",
         "status=\"200\"",
         "model=\"m1\"",
     ];
-    let before = http.metrics().await;
+    let before = admin.metrics().await;
     assert_eq!(before.sum(&submits), 0.0);
 
     // Submit, query a finished task twice (miss, then hit), an unmapped status, and
@@ -153,7 +155,7 @@ async fn metrics_move_as_requests_are_made() {
     assert_eq!(http.get(&query, DEMO).await.status, 200);
     assert_eq!(http.get(&query, DEMO).await.status, 429);
 
-    let after = http.metrics().await;
+    let after = admin.metrics().await;
     let moved = |parts: &[&str]| after.sum(parts) - before.sum(parts);
     assert_eq!(moved(&submits), 2.0);
     assert_eq!(
@@ -183,6 +185,9 @@ async fn metrics_move_as_requests_are_made() {
     );
     assert!(after.sum(&["mediagate_connections_open"]) >= 1.0);
 }
+
+/// The admin listener on a free port: where `/metrics` is served.
+const ADMIN: &str = "metrics_listen = \"127.0.0.1:0\"";
 
 #[tokio::test]
 async fn metrics_on_their_own_listener() {

@@ -826,8 +826,14 @@ query = '{alt: "media"}'
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn g_long_running_operations_with_slashed_ids() {
     let fake = Fake::start().await;
+    // The storage it redirects to is another fake on loopback: a private network the
+    // block must name.
+    let operations = OPERATIONS.replace("BASE", &fake.url()).replace(
+        "[providers.operations.submit]",
+        "allow_private_networks = [\"127.0.0.1\"]\n[providers.operations.submit]",
+    );
     let gw = start(
-        &OPERATIONS.replace("BASE", &fake.url()),
+        &operations,
         &family("ops", &["operations"], &["sd_2.0_special"])
             .upstream("sd_2.0_special", "veo-3.0-generate-001"),
     )

@@ -12,6 +12,9 @@ async fn demo_limit(http: &Http) -> Option<String> {
     r.header("x-ratelimit-limit").map(str::to_owned)
 }
 
+/// The admin listener on a free port: where `/metrics` is served.
+const ADMIN: &str = "metrics_listen = \"127.0.0.1:0\"";
+
 /// Routes whose one family names a provider that does not exist.
 fn naming_a_missing_provider(models: &[&str]) -> String {
     let routes = Routes::simulated(models).render();
@@ -21,7 +24,7 @@ fn naming_a_missing_provider(models: &[&str]) -> String {
 
 #[tokio::test]
 async fn add_a_model_without_restart_and_survive_a_broken_file() {
-    let gw = Gateway::start(Routes::simulated(&["m1"])).await;
+    let gw = Gateway::start(Routes::simulated(&["m1"]).server(ADMIN)).await;
     let http = gw.client();
     let sent = json!({"model": "m1", "prompt": "before"});
     let before = http.submit_id(MODEL_CENTER, DEMO, &sent).await;
@@ -32,6 +35,7 @@ async fn add_a_model_without_restart_and_survive_a_broken_file() {
 
     // Add a model, and tighten the demo key's limits in the same file.
     let routes = Routes::simulated(&["m1", "m2"])
+        .server(ADMIN)
         .demo_key("limits = { rate_per_second = 0.01, burst = 1000 }")
         .render();
     gw.reload_with(&routes).await.expect("reloaded");
@@ -59,7 +63,7 @@ async fn add_a_model_without_restart_and_survive_a_broken_file() {
     assert_eq!(r.error_code(), "unknown_model");
     assert_eq!(demo_limit(&http).await.as_deref(), Some("1000"));
 
-    let metrics = http.metrics().await;
+    let metrics = gw.admin().metrics().await;
     assert_eq!(
         metrics.sum(&["mediagate_config_reloads_total", "success"]),
         1.0
@@ -75,12 +79,15 @@ async fn file_watch_reloads_without_a_signal() {
     let watched = |models: &[&str]| {
         Routes::simulated(models)
             .server("reload_poll_ms = 100")
+            .server(ADMIN)
             .render()
     };
     let gw = Gateway::start(&watched(&["m1"])).await;
     let http = gw.client();
+    let admin = gw.admin();
     let reloads = async |result: &str| {
-        http.metrics()
+        admin
+            .metrics()
             .await
             .sum(&["mediagate_config_reloads_total", result])
     };

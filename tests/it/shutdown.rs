@@ -12,7 +12,7 @@ use crate::support::{
 /// A gateway in front of `fake`, whose submits are held; `server` lines added.
 async fn held_gateway(fake: &Fake, server: &str, top: &str) -> (Proc, Held) {
     let held = fake.hold("POST /v2/model-center/tasks", Answer::queued("held-1"));
-    let routes = Routes::upstream(&fake.url(), "submit_timeout_ms = 120000")
+    let routes = Routes::upstream(&fake.url(), "submit_timeout_ms = 60000")
         .server(server)
         .top(top)
         .render();

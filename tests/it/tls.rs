@@ -14,6 +14,7 @@ use crate::support::{Alpn, Certs, ConfigDir, DEMO, Gateway, Http, MODEL_CENTER, 
 /// A gateway with a TLS listener presenting a certificate of `certs`.
 async fn tls_gateway(certs: &Certs, handshake_timeout_ms: u64) -> Gateway {
     let routes = Routes::simulated(&["m1"])
+        .server("metrics_listen = \"127.0.0.1:0\"")
         .server(&format!(
             "[server.tls]\nlisten = \"127.0.0.1:0\"\ncert_file = \"cert.pem\"\n\
              key_file = \"key.pem\"\nhandshake_timeout_ms = {handshake_timeout_ms}\n"
@@ -100,7 +101,7 @@ async fn stalled_handshake_is_cut_off_and_counted() {
         .await
         .expect("the gateway closed the stalled connection");
     assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
-    let metrics = gw.client().metrics().await;
+    let metrics = gw.admin().metrics().await;
     assert_eq!(
         metrics.sum(&["mediagate_tls_handshake_failures_total"]),
         1.0

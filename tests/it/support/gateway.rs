@@ -91,6 +91,11 @@ impl Gateway {
         Http::new(self.addr)
     }
 
+    /// A client of the admin listener (`server.metrics_listen`), where `/metrics` is.
+    pub fn admin(&self) -> Http {
+        Http::new(self.admin_addr.expect("the gateway has an admin listener"))
+    }
+
     /// A client that speaks only HTTP/2 with prior knowledge (cleartext h2c).
     pub fn client_h2(&self) -> Http {
         Http::h2c(self.addr)

@@ -1,0 +1,37 @@
+//! Settings that cannot work together are refused at load (and by `mediagate check`),
+//! naming the key: a submit that may outlast the request it belongs to.
+
+use crate::support::{ConfigDir, Routes, family, tasks_provider};
+
+async fn problems_of(routes: Routes) -> String {
+    let dir = ConfigDir::new(routes);
+    match mediagate::start(&dir.routes_path()).await {
+        Ok(_) => String::new(),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[tokio::test]
+async fn a_submit_longer_than_the_request_is_refused() {
+    let with = |submit_timeout_ms: u64, server: &str| {
+        let provider = tasks_provider("one", "http://127.0.0.1:9", "").replace(
+            "submit_timeout_ms = 1000",
+            &format!("submit_timeout_ms = {submit_timeout_ms}"),
+        );
+        Routes::new()
+            .server(server)
+            .provider(provider)
+            .family(family("f", &["one"], &["m1"]))
+    };
+    // 60 s of submit and the default 30 s of body fit in the default 120 s.
+    let fits = problems_of(with(60_000, "")).await;
+    assert!(!fits.contains("submit_timeout_ms"), "{fits}");
+    // 100 s of submit and 30 s of body do not.
+    let e = problems_of(with(100_000, "")).await;
+    assert!(e.contains("providers.one.submit_timeout_ms"), "{e}");
+    assert!(e.contains("request_timeout_ms"), "{e}");
+    // Nor does a 1 s submit in a short request.
+    let short = "request_timeout_ms = 300\nbody_read_timeout_ms = 100";
+    let e = problems_of(with(1000, short)).await;
+    assert!(e.contains("providers.one.submit_timeout_ms"), "{e}");
+}

@@ -1,0 +1,39 @@
+//! The content route's answer: what the upstream sends is passed on, but it is the key
+//! holder's own, so shared caches may not keep it, and browsers may not sniff its type.
+
+use serde_json::json;
+
+use crate::support::{Answer, DEMO, Fake, Gateway, MODEL_CENTER, Routes, family, tasks_provider};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn content_is_private_unsniffed_and_keeps_its_encoding() {
+    let fake = Fake::start().await;
+    let content = "\n[providers.one.content]\npath = '\"/files/\\($id)\"'\n";
+    let routes = Routes::new()
+        .provider(tasks_provider("one", &fake.url(), "") + content)
+        .family(family("f", &["one"], &["m1"]));
+    let gw = Gateway::start(routes).await;
+    let http = gw.client();
+    fake.on("POST /tasks", Answer::json(200, json!({"id": "t1"})));
+    fake.on(
+        "GET /tasks/t1",
+        Answer::json(200, json!({"status": "done"})),
+    );
+    fake.on(
+        "GET /files/t1",
+        Answer::raw(200, "video/mp4", &b"\x1f\x8bGZ"[..])
+            .header("cache-control", "public, max-age=3600")
+            .header("content-encoding", "gzip"),
+    );
+    let id = http
+        .submit_id(MODEL_CENTER, DEMO, &json!({"model": "m1", "prompt": "p"}))
+        .await;
+    let r = http
+        .get(&format!("{MODEL_CENTER}/{id}/content"), DEMO)
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("cache-control"), Some("private, max-age=3600"));
+    assert_eq!(r.header("x-content-type-options"), Some("nosniff"));
+    assert_eq!(r.header("content-encoding"), Some("gzip"));
+    assert_eq!(&r.body[..], b"\x1f\x8bGZ");
+}
