@@ -16,7 +16,9 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 
 use super::Gateway;
-use crate::providers::Call;
+use crate::error::ApiError;
+use crate::providers::{Call, Provider};
+use crate::snapshot::Snapshot;
 use crate::tasks::ledger::{TaskRecord, now_ms};
 use crate::tasks::{MediaKind, TaskCache, TaskError, TaskState, TaskStatus};
 
@@ -101,44 +103,9 @@ async fn poll(gateway: &Gateway, me: &str, row: TaskRecord) {
         let _ = ledger.polled(row.id, me, last_status(&row), later).await;
         return;
     };
-    let upstream_model = snapshot
-        .models
-        .get(&row.model)
-        .map_or(row.model.as_str(), |m| m.upstream_model.as_str());
-    let kind = if row.kind == "image" {
-        MediaKind::Image
-    } else {
-        MediaKind::Video
-    };
-    let call = Call {
-        model: &row.model,
-        upstream_model,
-        kind,
-    };
-    let fetched = OnceLock::new();
-    let state = gateway
-        .cache
-        .get_or_fetch(key.clone(), async {
-            let (state, _) = provider.query(call, upstream_id).await?;
-            let _ = fetched.set(());
-            if state.status.is_terminal() {
-                gateway
-                    .record_finished(provider_name, upstream_id, &state)
-                    .await;
-            }
-            Ok(state)
-        })
-        .await;
-    let status = match &state {
-        Ok(state) => {
-            if fetched.get().is_some() {
-                gateway.observe(&key, state);
-            }
-            if state.status.is_terminal() {
-                return;
-            }
-            state.status
-        }
+    let status = match ask(gateway, &snapshot, provider, &row, upstream_id).await {
+        Ok(state) if state.status.is_terminal() => return,
+        Ok(state) => state.status,
         Err(e) => {
             tracing::debug!(provider = %provider_name, code = e.code, "tracker: status request failed");
             last_status(&row)
@@ -149,6 +116,49 @@ async fn poll(gateway: &Gateway, me: &str, row: TaskRecord) {
         gateway.metrics.ledger_errors.inc();
         tracing::warn!(row = row.id, error = %e, "tracker: the ledger cannot be written");
     }
+}
+
+/// The task's state, through the results cache like a client query; a fresh answer
+/// wakes long-polling clients, and a finished task goes into the ledger.
+async fn ask(
+    gateway: &Gateway,
+    snapshot: &Snapshot,
+    provider: &Provider,
+    row: &TaskRecord,
+    upstream_id: &str,
+) -> Result<Arc<TaskState>, ApiError> {
+    let upstream_model = snapshot
+        .models
+        .get(&row.model)
+        .map_or(row.model.as_str(), |m| m.upstream_model.as_str());
+    let kind = match row.kind.as_str() {
+        "image" => MediaKind::Image,
+        _ => MediaKind::Video,
+    };
+    let call = Call {
+        model: &row.model,
+        upstream_model,
+        kind,
+    };
+    let key = TaskCache::key(&provider.name, upstream_id);
+    let fetched = OnceLock::new();
+    let state = gateway
+        .cache
+        .get_or_fetch(key.clone(), async {
+            let (state, _) = provider.query(call, upstream_id).await?;
+            let _ = fetched.set(());
+            if state.status.is_terminal() {
+                gateway
+                    .record_finished(&provider.name, upstream_id, &state)
+                    .await;
+            }
+            Ok(state)
+        })
+        .await?;
+    if fetched.get().is_some() {
+        gateway.observe(&key, &state);
+    }
+    Ok(state)
 }
 
 /// The provider's interval again after a change; otherwise half as long again, up to

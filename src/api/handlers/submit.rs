@@ -68,6 +68,19 @@ where
         tracing::error!(error = %e, "ledger write failed; submit refused before the provider");
         ApiError::ledger_unavailable()
     })?;
+    admitted(gateway, ctx, ledger, model, params, admission).await
+}
+
+/// What the ledger's admission means for the client: the submit (detached), or an
+/// answer about its `Idempotency-Key` or its quota.
+async fn admitted(
+    gateway: &Gateway,
+    ctx: &Ctx,
+    ledger: &Arc<Ledger>,
+    model: &Arc<Model>,
+    params: Value,
+    admission: Admission,
+) -> Result<Response<ResponseBody>, ApiError> {
     match admission {
         Admission::Fresh(row) => {
             let job = detached(ledger.clone(), ctx.clone(), model.clone(), params, row);
