@@ -62,6 +62,7 @@ where
         idempotency_key: idempotency_key.as_deref(),
         video_seconds: requested_seconds(model, &params),
         quota: key.quota,
+        provider: model.providers.first().map(|p| p.name.as_str()),
     };
     let admission = ledger.admit(&new).await.map_err(|e| {
         gateway.metrics.ledger_errors.inc();
@@ -196,9 +197,11 @@ async fn forward(
     ledger: Option<(&Ledger, i64)>,
 ) -> Result<Forwarded, Failure> {
     let mut refusal = None;
-    for provider in &model.providers {
+    for (n, provider) in model.providers.iter().enumerate() {
         ctx.note(|f| f.provider = Some(provider.name.clone()));
-        if let Some((ledger, row)) = ledger
+        // The row names the first provider from the start; each next one is noted.
+        if n > 0
+            && let Some((ledger, row)) = ledger
             && let Err(e) = ledger.attempt(row, &provider.name).await
         {
             tracing::warn!(row, error = %e, "ledger update failed before a provider attempt");

@@ -73,7 +73,12 @@ impl From<sqlx::Error> for LedgerError {
 }
 
 enum Db {
-    Sqlite(SqlitePool),
+    /// SQLite writes one transaction at a time: one writer connection queues them
+    /// (waiting on the pool, not in SQLite's busy loop), readers run beside it (WAL).
+    Sqlite {
+        writer: SqlitePool,
+        reader: SqlitePool,
+    },
     Postgres(PgPool),
 }
 
@@ -85,18 +90,25 @@ pub struct Ledger {
 impl std::fmt::Debug for Ledger {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let engine = match self.db {
-            Db::Sqlite(_) => "sqlite",
+            Db::Sqlite { .. } => "sqlite",
             Db::Postgres(_) => "postgres",
         };
         f.debug_struct("Ledger").field("engine", &engine).finish()
     }
 }
 
-/// The same statements on either engine: `$pool` is the engine's pool.
+/// The same statements on either engine: `$pool` is the engine's pool (on SQLite,
+/// the writer, or the readers for `read`).
 macro_rules! on_db {
+    ($ledger:expr, read $pool:ident => $body:expr) => {
+        match &$ledger.db {
+            Db::Sqlite { reader: $pool, .. } => $body,
+            Db::Postgres($pool) => $body,
+        }
+    };
     ($ledger:expr, $pool:ident => $body:expr) => {
         match &$ledger.db {
-            Db::Sqlite($pool) => $body,
+            Db::Sqlite { writer: $pool, .. } => $body,
             Db::Postgres($pool) => $body,
         }
     };
@@ -127,7 +139,10 @@ impl Ledger {
     pub async fn open(url: &LedgerUrl, max_connections: u32) -> Result<Option<Self>, String> {
         let db = match url {
             LedgerUrl::Off => return Ok(None),
-            LedgerUrl::Sqlite(path) => Db::Sqlite(open_sqlite(path, max_connections).await?),
+            LedgerUrl::Sqlite(path) => {
+                let (writer, reader) = open_sqlite(path, max_connections).await?;
+                Db::Sqlite { writer, reader }
+            }
             LedgerUrl::Postgres(url) => {
                 let pool = PgPoolOptions::new()
                     .max_connections(max_connections.max(1))
@@ -146,65 +161,84 @@ impl Ledger {
     }
 
     /// Write the row of a new submit, unless the key's `Idempotency-Key` was seen
-    /// (then what became of it) or the quota is used up. One transaction, serialised
-    /// per owner, so replicas agree.
+    /// (then what became of it) or the quota is used up. One transaction; with a quota
+    /// it is serialised per owner, so that replicas agree on the count.
     pub async fn admit(&self, new: &NewTask<'_>) -> Result<Admission, LedgerError> {
         let now = now_ms();
         let day_start = now - now.rem_euclid(DAY_MS);
         macro_rules! admit_in {
             ($tx:ident) => {{
-                if let Some(key) = new.idempotency_key {
-                    let seen: Option<TaskRecord> = sqlx::query_as(record::SELECT_BY_IDEMPOTENCY)
-                        .bind(new.owner)
-                        .bind(key)
-                        .fetch_optional(&mut *$tx)
-                        .await?;
-                    if let Some(seen) = seen {
-                        $tx.commit().await?;
-                        return Ok(Admission::seen(seen, &new.fingerprint));
+                let seen = match new.idempotency_key {
+                    Some(key) => {
+                        sqlx::query_as(record::SELECT_BY_IDEMPOTENCY)
+                            .bind(new.owner)
+                            .bind(key)
+                            .fetch_optional(&mut *$tx)
+                            .await?
                     }
-                }
-                if let Some(quota) = new.quota {
-                    let (tasks, seconds): (i64, i64) = sqlx::query_as(record::USED_TODAY)
-                        .bind(new.owner)
-                        .bind(day_start)
-                        .fetch_one(&mut *$tx)
-                        .await?;
-                    if let Some(exceeded) = quota.exceeded(tasks, seconds, new.video_seconds) {
-                        $tx.commit().await?;
-                        let resets_ms = day_start + DAY_MS;
-                        return Ok(Admission::QuotaExceeded {
-                            what: exceeded,
-                            resets_ms,
-                        });
-                    }
-                }
-                let id: i64 = sqlx::query_scalar(record::INSERT)
-                    .bind(new.owner)
-                    .bind(new.endpoint_name())
-                    .bind(new.model)
-                    .bind(new.kind.as_str())
-                    .bind(&new.fingerprint)
-                    .bind(new.idempotency_key)
-                    .bind(new.video_seconds)
-                    .bind(now)
-                    .fetch_one(&mut *$tx)
-                    .await?;
+                    None => None,
+                };
+                let admission = match seen {
+                    Some(seen) => Some(Admission::seen(seen, &new.fingerprint)),
+                    None => admit_fresh!($tx),
+                };
                 $tx.commit().await?;
-                Ok(Admission::Fresh(id))
+                match admission {
+                    Some(admission) => Ok(admission),
+                    // Another request took the key between our look and our insert.
+                    None => Box::pin(self.admit(new)).await,
+                }
+            }};
+        }
+        macro_rules! admit_fresh {
+            ($tx:ident) => {{
+                let (tasks, seconds): (i64, i64) = match new.quota {
+                    Some(_) => {
+                        sqlx::query_as(record::USED_TODAY)
+                            .bind(new.owner)
+                            .bind(day_start)
+                            .fetch_one(&mut *$tx)
+                            .await?
+                    }
+                    None => (0, 0),
+                };
+                match new
+                    .quota
+                    .and_then(|q| q.exceeded(tasks, seconds, new.video_seconds))
+                {
+                    Some(what) => Some(Admission::QuotaExceeded {
+                        what,
+                        resets_ms: day_start + DAY_MS,
+                    }),
+                    None => sqlx::query_scalar(record::INSERT)
+                        .bind(new.owner)
+                        .bind(new.endpoint_name())
+                        .bind(new.model)
+                        .bind(new.kind.as_str())
+                        .bind(&new.fingerprint)
+                        .bind(new.idempotency_key)
+                        .bind(new.video_seconds)
+                        .bind(now)
+                        .bind(new.provider)
+                        .fetch_optional(&mut *$tx)
+                        .await?
+                        .map(Admission::Fresh),
+                }
             }};
         }
         match &self.db {
-            Db::Sqlite(pool) => {
-                let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+            Db::Sqlite { writer, .. } => {
+                let mut tx = writer.begin_with("BEGIN IMMEDIATE").await?;
                 admit_in!(tx)
             }
             Db::Postgres(pool) => {
                 let mut tx = pool.begin().await?;
-                sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
-                    .bind(new.owner)
-                    .execute(&mut *tx)
-                    .await?;
+                if new.quota.is_some() {
+                    sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
+                        .bind(new.owner)
+                        .execute(&mut *tx)
+                        .await?;
+                }
                 admit_in!(tx)
             }
         }
@@ -258,7 +292,7 @@ impl Ledger {
         provider: &str,
         upstream_id: &str,
     ) -> Result<Option<String>, LedgerError> {
-        let status: Option<Option<String>> = on_db!(self, pool => sqlx::query_scalar(record::STATUS_OF)
+        let status: Option<Option<String>> = on_db!(self, read pool => sqlx::query_scalar(record::STATUS_OF)
             .bind(provider)
             .bind(upstream_id)
             .fetch_optional(pool)
@@ -268,10 +302,12 @@ impl Ledger {
 
     /// One row by its number.
     pub async fn row(&self, row: i64) -> Result<Option<TaskRecord>, LedgerError> {
-        Ok(on_db!(self, pool => sqlx::query_as(record::SELECT_BY_ROW)
+        Ok(
+            on_db!(self, read pool => sqlx::query_as(record::SELECT_BY_ROW)
             .bind(row)
             .fetch_optional(pool)
-            .await)?)
+            .await)?,
+        )
     }
 
     /// A query or the tracker saw the task finished: written once, the first time.
@@ -325,7 +361,7 @@ impl Ledger {
             };
         }
         Ok(match &self.db {
-            Db::Sqlite(pool) => claim!(pool, record::CLAIM_SQLITE),
+            Db::Sqlite { writer, .. } => claim!(writer, record::CLAIM_SQLITE),
             Db::Postgres(pool) => claim!(pool, record::CLAIM_POSTGRES),
         })
     }
@@ -366,7 +402,7 @@ impl Ledger {
         let before = match after {
             None => i64::MAX,
             Some(task_id) => {
-                match on_db!(self, pool => sqlx::query_scalar::<_, i64>(record::ROW_OF_TASK)
+                match on_db!(self, read pool => sqlx::query_scalar::<_, i64>(record::ROW_OF_TASK)
                 .bind(owner)
                 .bind(task_id)
                 .fetch_optional(pool)
@@ -377,7 +413,7 @@ impl Ledger {
                 }
             }
         };
-        let mut rows: Vec<TaskRecord> = on_db!(self, pool => sqlx::query_as(record::LIST)
+        let mut rows: Vec<TaskRecord> = on_db!(self, read pool => sqlx::query_as(record::LIST)
             .bind(owner)
             .bind(record::endpoint_name(endpoint))
             .bind(before)
@@ -414,10 +450,12 @@ impl Ledger {
 
     /// Rows in `state` now.
     pub async fn count(&self, state: State) -> Result<i64, LedgerError> {
-        Ok(on_db!(self, pool => sqlx::query_scalar(record::COUNT_STATE)
+        Ok(
+            on_db!(self, read pool => sqlx::query_scalar(record::COUNT_STATE)
             .bind(state.as_str())
             .fetch_one(pool)
-            .await)?)
+            .await)?,
+        )
     }
 
     /// Usage per key, model and UTC day since `since_ms`, for operators.
@@ -426,7 +464,7 @@ impl Ledger {
         key: Option<&str>,
         since_ms: i64,
     ) -> Result<Vec<UsageRow>, LedgerError> {
-        Ok(on_db!(self, pool => sqlx::query_as(record::USAGE)
+        Ok(on_db!(self, read pool => sqlx::query_as(record::USAGE)
             .bind(key)
             .bind(since_ms)
             .fetch_all(pool)
@@ -440,18 +478,20 @@ impl Ledger {
         key: Option<&str>,
         limit: i64,
     ) -> Result<Vec<TaskRecord>, LedgerError> {
-        Ok(on_db!(self, pool => sqlx::query_as(record::SELECT_FILTERED)
+        Ok(
+            on_db!(self, read pool => sqlx::query_as(record::SELECT_FILTERED)
             .bind(state)
             .bind(key)
             .bind(limit)
             .fetch_all(pool)
-            .await)?)
+            .await)?,
+        )
     }
 
     /// One row by its sealed task id or its upstream id.
     pub async fn find(&self, id: &str) -> Result<Option<TaskRecord>, LedgerError> {
         Ok(
-            on_db!(self, pool => sqlx::query_as(record::SELECT_BY_ANY_ID)
+            on_db!(self, read pool => sqlx::query_as(record::SELECT_BY_ANY_ID)
             .bind(id)
             .fetch_optional(pool)
             .await)?,
@@ -459,7 +499,10 @@ impl Ledger {
     }
 }
 
-async fn open_sqlite(path: &Path, max_connections: u32) -> Result<SqlitePool, String> {
+async fn open_sqlite(
+    path: &Path,
+    max_connections: u32,
+) -> Result<(SqlitePool, SqlitePool), String> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
@@ -473,16 +516,19 @@ async fn open_sqlite(path: &Path, max_connections: u32) -> Result<SqlitePool, St
         // loss may lose the last transactions.
         .synchronous(SqliteSynchronous::Normal)
         .busy_timeout(Duration::from_secs(5));
-    let pool = SqlitePoolOptions::new()
-        .max_connections(max_connections.max(1))
-        .connect_with(options)
-        .await
-        .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+    let open = |connections: u32| {
+        SqlitePoolOptions::new()
+            .max_connections(connections)
+            .connect_with(options.clone())
+    };
+    let cannot_open = |e: sqlx::Error| format!("cannot open {}: {e}", path.display());
+    let writer = open(1).await.map_err(cannot_open)?;
     SQLITE_MIGRATIONS
-        .run(&pool)
+        .run(&writer)
         .await
         .map_err(|e| format!("cannot migrate the ledger in {}: {e}", path.display()))?;
-    Ok(pool)
+    let reader = open(max_connections.max(1)).await.map_err(cannot_open)?;
+    Ok((writer, reader))
 }
 
 impl From<TaskStatus> for State {
@@ -516,6 +562,7 @@ mod tests {
             idempotency_key: key,
             video_seconds: 5,
             quota: None,
+            provider: Some("p"),
         }
     }
 
