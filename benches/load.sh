@@ -276,6 +276,8 @@ serving_pids() { # $1 = URL
     *"//$NG_ADDR/"*) pgrep -P "$(cat "$WORK/nginx.pid")" ;;
     *"//$MG_ADDR/"*) cat "$WORK/mediagate.pid" ;;
     *"//$MGF_ADDR/"*) cat "$WORK/mediagate-nocache.pid" ;;
+    *"//${MGS_ADDR:-none}/"*) cat "$WORK/mediagate-sqlite.pid" ;;
+    *"//${MGP_ADDR:-none}/"*) cat "$WORK/mediagate-pg.pid" ;;
   esac
 }
 cpu_ticks() { # $@ = pids
