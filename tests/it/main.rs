@@ -5,6 +5,7 @@ mod support;
 mod auth;
 mod check_command;
 mod connections;
+mod discovery;
 mod docs;
 mod errors;
 mod http2;
