@@ -154,6 +154,17 @@ impl ApiError {
         )
         .with_param("id")
     }
+    /// A model id that is unknown on this endpoint or not allowed for the key: the
+    /// same answer, so a key learns nothing about models it may not use.
+    pub fn model_not_found() -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "not_found_error",
+            "model_not_found",
+            "no model with this id on this endpoint for this API key",
+        )
+        .with_param("id")
+    }
     pub fn path_not_found() -> Self {
         Self::new(
             StatusCode::NOT_FOUND,
@@ -432,6 +443,52 @@ impl ApiError {
             format!("this API key already has {max} requests in progress; retry later"),
         )
         .with_retry_after(Duration::from_secs(1))
+    }
+}
+
+impl ApiError {
+    /// One refusal of every kind in the catalogue (messages and values are
+    /// placeholders): what the OpenAPI document and docs/api.md list.
+    pub fn catalogue() -> Vec<ApiError> {
+        let second = Duration::from_secs(1);
+        vec![
+            Self::invalid_json("…"),
+            Self::missing_model(),
+            Self::unknown_model("…", "…"),
+            Self::invalid_parameter("…", String::new()),
+            Self::unknown_parameter("…", String::new()),
+            Self::upstream_invalid_request("…"),
+            Self::invalid_idempotency_key(),
+            Self::idempotency_key_required(),
+            Self::missing_key(),
+            Self::invalid_key(),
+            Self::model_not_allowed("…"),
+            Self::task_not_found(),
+            Self::content_not_ready(),
+            Self::model_not_found(),
+            Self::path_not_found(),
+            Self::method_not_allowed("GET"),
+            Self::body_timeout(),
+            Self::idempotency_key_in_use(),
+            Self::body_too_large(0),
+            Self::unsupported_media_type(),
+            Self::range_not_satisfiable(),
+            Self::idempotency_key_reused(),
+            Self::quota_exceeded("…", second, 0),
+            Self::rate_limited(second),
+            Self::upstream_rate_limited(None),
+            Self::ledger_off(),
+            Self::upstream_failed("…", "…"),
+            Self::upstream_bad_answer("…", "…"),
+            Self::upstream_auth(),
+            Self::submit_outcome_unknown(),
+            Self::ledger_unavailable(),
+            Self::key_overloaded(0),
+            Self::no_provider("…"),
+            Self::shutting_down(),
+            Self::upstream_timeout("…"),
+            Self::request_timeout(),
+        ]
     }
 }
 

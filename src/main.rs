@@ -1,4 +1,5 @@
-//! `mediagate`: serve the gateway, check a routes file, or read the task ledger.
+//! `mediagate`: serve the gateway, check a routes file, describe its API, or read
+//! the task ledger.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -40,6 +41,18 @@ enum Command {
         /// File to check (defaults to --config).
         file: Option<PathBuf>,
     },
+    /// The OpenAPI 3.1 document of the client API, as `/openapi.json` serves it for
+    /// the routes file.
+    Openapi {
+        /// Write it to this file instead of standard output.
+        file: Option<PathBuf>,
+    },
+    /// The models of the routes file with the JSON Schema of their submit bodies.
+    Models {
+        /// Print the parameter tables of docs/api.md instead.
+        #[arg(long)]
+        markdown: bool,
+    },
     /// Tasks per key, model and UTC day, from the ledger.
     Usage {
         /// Only this key (its name in routes.toml).
@@ -76,6 +89,15 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Some(Command::Check { file }) => check(file.as_deref().unwrap_or(&cli.config)),
+        Some(Command::Openapi { file }) => describe(&cli.config, file.as_deref(), |s| {
+            let mut text = mediagate::api::openapi::document(s).to_string();
+            text.push('\n');
+            text
+        }),
+        Some(Command::Models { markdown }) => describe(&cli.config, None, |s| match markdown {
+            true => mediagate::api::openapi::markdown(s),
+            false => mediagate::api::openapi::models(s).to_string() + "\n",
+        }),
         Some(Command::Usage { key, since }) => operator(&cli.config, async |ledger| {
             mediagate::operator::usage(ledger, key.as_deref(), since.as_deref()).await
         }),
@@ -122,6 +144,33 @@ fn check(path: &Path) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Load the routes file as `check` does and print what `render` makes of it, or
+/// write it to `out`.
+fn describe(
+    config: &Path,
+    out: Option<&Path>,
+    render: impl FnOnce(&Snapshot) -> String,
+) -> ExitCode {
+    let snapshot = match Snapshot::load(config, &LoadContext::default()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let text = render(&snapshot);
+    match out {
+        None => print!("{text}"),
+        Some(file) => {
+            if let Err(e) = std::fs::write(file, text) {
+                eprintln!("cannot write {}: {e}", file.display());
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    ExitCode::SUCCESS
 }
 
 /// Run an operator command over the ledger and print what it returns.

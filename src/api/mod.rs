@@ -2,17 +2,20 @@
 //!
 //! 1. [`request_log`]: request id, the route resolved once ([`routing`]), the snapshot
 //!    pinned into the [`context`]; the access-log line and the request metrics;
-//! 2. [`auth`]: a Bearer key for every route but health, readiness and metrics;
+//! 2. [`auth`]: a Bearer key for every route but health, readiness, metrics and the
+//!    OpenAPI document;
 //! 3. [`limits`]: the key's rates and requests in progress;
 //! 4. [`handlers`]: the route's handler under the request timeout.
 //!
 //! Every refusal is an error of the catalogue (`crate::error`); [`shapes`] are the
-//! public answers. docs/architecture.md draws the whole path.
+//! public answers, and [`openapi`] describes them all. docs/architecture.md draws the
+//! whole path.
 
 mod auth;
 mod context;
 mod handlers;
 mod limits;
+pub mod openapi;
 mod request_log;
 mod routing;
 pub mod shapes;

@@ -14,7 +14,7 @@ use tower::{Layer, Service};
 use tracing::Instrument;
 
 use super::context::{Ctx, RequestContext};
-use super::routing::route;
+use super::routing::{Optional, route};
 use super::stack::Next;
 use crate::error::ErrorCode;
 use crate::gateway::Gateway;
@@ -107,8 +107,11 @@ impl<S: Next<B>, B: Send + 'static> Service<Request<B>> for RequestLog<S> {
             .cloned()
             .unwrap_or_else(|| self.layer.ids.make());
         let snapshot = self.layer.gateway.snapshot();
-        let metrics_here = snapshot.metrics_on_main_listeners();
-        let route = route(req.method(), req.uri().path(), metrics_here);
+        let optional = Optional {
+            metrics: snapshot.metrics_on_main_listeners(),
+            openapi: snapshot.server.openapi,
+        };
+        let route = route(req.method(), req.uri().path(), optional);
         let ctx: Ctx = Arc::new(RequestContext::new(id, route, snapshot));
         let method = req.method().clone();
         let gateway = self.layer.gateway.clone();

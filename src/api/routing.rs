@@ -15,6 +15,12 @@ pub enum Route {
     Query(Endpoint, Box<str>),
     /// `{collection}/{id}/content`: a result streamed from an upstream that needs our key.
     Content(Endpoint, Box<str>),
+    /// `GET {models}`: the models the key may submit on the endpoint.
+    Models(Endpoint),
+    /// `GET {models}/{id}`: one of them; the id as sent (percent-encoded).
+    Model(Endpoint, Box<str>),
+    /// `GET /openapi.json`, unless `server.openapi` turns it off.
+    OpenApi,
     Health,
     Ready,
     /// `/metrics`, when it is served on the client listeners.
@@ -32,9 +38,14 @@ impl Route {
     /// Operational routes that answer without client authentication.
     pub fn is_public(&self) -> bool {
         match self {
-            Self::Health | Self::Ready | Self::Metrics => true,
+            Self::Health | Self::Ready | Self::Metrics | Self::OpenApi => true,
             Self::Refused { public, .. } => *public,
-            Self::Submit(_) | Self::List(_) | Self::Query(..) | Self::Content(..) => false,
+            Self::Submit(_)
+            | Self::List(_)
+            | Self::Query(..)
+            | Self::Content(..)
+            | Self::Models(_)
+            | Self::Model(..) => false,
         }
     }
 
@@ -49,6 +60,11 @@ impl Route {
             Route::Query(Endpoint::AlphaVideos, _) => "GET /v1/alpha/videos/{id}",
             Route::Content(Endpoint::ModelCenter, _) => "GET /v2/model-center/tasks/{id}/content",
             Route::Content(Endpoint::AlphaVideos, _) => "GET /v1/alpha/videos/{id}/content",
+            Route::Models(Endpoint::ModelCenter) => "GET /v2/model-center/models",
+            Route::Models(Endpoint::AlphaVideos) => "GET /v1/alpha/models",
+            Route::Model(Endpoint::ModelCenter, _) => "GET /v2/model-center/models/{id}",
+            Route::Model(Endpoint::AlphaVideos, _) => "GET /v1/alpha/models/{id}",
+            Route::OpenApi => "GET /openapi.json",
             Route::Health => "GET /healthz",
             Route::Ready => "GET /readyz",
             Route::Metrics => "GET /metrics",
@@ -57,42 +73,38 @@ impl Route {
     }
 }
 
-/// Map a method and path to a route (`/metrics` only when `metrics_here`).
-pub fn route(method: &Method, path: &str, metrics_here: bool) -> Route {
-    resolve(method, path, metrics_here).unwrap_or_else(|error| Route::Refused {
+/// The optional routes of the client listeners, as the snapshot's `[server]` says.
+#[derive(Debug, Clone, Copy)]
+pub struct Optional {
+    /// `/metrics` (when it has no listener of its own).
+    pub metrics: bool,
+    /// `/openapi.json`.
+    pub openapi: bool,
+}
+
+/// Map a method and path to a route.
+pub fn route(method: &Method, path: &str, optional: Optional) -> Route {
+    resolve(method, path, optional).unwrap_or_else(|error| Route::Refused {
         error,
-        public: matches!(path, "/healthz" | "/readyz") || (metrics_here && path == "/metrics"),
+        public: matches!(path, "/healthz" | "/readyz")
+            || (optional.metrics && path == "/metrics")
+            || (optional.openapi && path == OPENAPI),
     })
 }
 
+const OPENAPI: &str = "/openapi.json";
+
 /// The route; 405 with `Allow` for a known path, 404 otherwise.
-fn resolve(method: &Method, path: &str, metrics_here: bool) -> Result<Route, ApiError> {
+fn resolve(method: &Method, path: &str, optional: Optional) -> Result<Route, ApiError> {
     let (route, allow) = match path {
         "/healthz" => (Route::Health, "GET, HEAD"),
         "/readyz" => (Route::Ready, "GET, HEAD"),
-        "/metrics" if metrics_here => (Route::Metrics, "GET, HEAD"),
-        _ => {
-            let endpoint = Endpoint::ALL
-                .into_iter()
-                .find(|e| path.starts_with(e.path()))
-                .ok_or_else(ApiError::path_not_found)?;
-            match &path[endpoint.path().len()..] {
-                "" if method == Method::POST => (Route::Submit(endpoint), "GET, HEAD, POST"),
-                "" => (Route::List(endpoint), "GET, HEAD, POST"),
-                rest => match rest.strip_prefix('/') {
-                    Some(id) if !id.is_empty() && !id.contains('/') => {
-                        (Route::Query(endpoint, id.into()), "GET, HEAD")
-                    }
-                    Some(rest) => match rest.strip_suffix("/content") {
-                        Some(id) if !id.is_empty() && !id.contains('/') => {
-                            (Route::Content(endpoint, id.into()), "GET, HEAD")
-                        }
-                        _ => return Err(ApiError::path_not_found()),
-                    },
-                    _ => return Err(ApiError::path_not_found()),
-                },
-            }
-        }
+        "/metrics" if optional.metrics => (Route::Metrics, "GET, HEAD"),
+        OPENAPI if optional.openapi => (Route::OpenApi, "GET, HEAD"),
+        _ => match models(path) {
+            Some(route) => (route?, "GET, HEAD"),
+            None => tasks(method, path)?,
+        },
     };
     let ok = match route {
         Route::Submit(_) => true,
@@ -105,30 +117,79 @@ fn resolve(method: &Method, path: &str, metrics_here: bool) -> Result<Route, Api
     }
 }
 
+/// `{models}` and `{models}/{id}` of an endpoint; `None` when the path is not under one.
+fn models(path: &str) -> Option<Result<Route, ApiError>> {
+    let endpoint = Endpoint::ALL
+        .into_iter()
+        .find(|e| path.starts_with(e.models_path()))?;
+    Some(match &path[endpoint.models_path().len()..] {
+        "" => Ok(Route::Models(endpoint)),
+        rest => match rest.strip_prefix('/') {
+            Some(id) if !id.is_empty() && !id.contains('/') => {
+                Ok(Route::Model(endpoint, id.into()))
+            }
+            _ => Err(ApiError::path_not_found()),
+        },
+    })
+}
+
+/// A task collection, a task or its content, with the methods the path allows.
+fn tasks(method: &Method, path: &str) -> Result<(Route, &'static str), ApiError> {
+    let endpoint = Endpoint::ALL
+        .into_iter()
+        .find(|e| path.starts_with(e.path()))
+        .ok_or_else(ApiError::path_not_found)?;
+    Ok(match &path[endpoint.path().len()..] {
+        "" if method == Method::POST => (Route::Submit(endpoint), "GET, HEAD, POST"),
+        "" => (Route::List(endpoint), "GET, HEAD, POST"),
+        rest => match rest.strip_prefix('/') {
+            Some(id) if !id.is_empty() && !id.contains('/') => {
+                (Route::Query(endpoint, id.into()), "GET, HEAD")
+            }
+            Some(rest) => match rest.strip_suffix("/content") {
+                Some(id) if !id.is_empty() && !id.contains('/') => {
+                    (Route::Content(endpoint, id.into()), "GET, HEAD")
+                }
+                _ => return Err(ApiError::path_not_found()),
+            },
+            _ => return Err(ApiError::path_not_found()),
+        },
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    const ALL: Optional = Optional {
+        metrics: true,
+        openapi: true,
+    };
+    const NONE: Optional = Optional {
+        metrics: false,
+        openapi: false,
+    };
+
     fn label(method: Method, path: &str) -> &'static str {
-        route(&method, path, true).label()
+        route(&method, path, ALL).label()
     }
 
     #[test]
     fn routes_every_endpoint() {
         assert!(matches!(
-            route(&Method::POST, "/v2/model-center/tasks", false),
+            route(&Method::POST, "/v2/model-center/tasks", NONE),
             Route::Submit(Endpoint::ModelCenter)
         ));
         assert!(matches!(
-            route(&Method::GET, "/v1/alpha/videos/task_abc", false),
+            route(&Method::GET, "/v1/alpha/videos/task_abc", NONE),
             Route::Query(Endpoint::AlphaVideos, id) if &*id == "task_abc"
         ));
         assert!(matches!(
-            route(&Method::GET, "/healthz", false),
+            route(&Method::GET, "/healthz", NONE),
             Route::Health
         ));
         assert!(matches!(
-            route(&Method::GET, "/v1/alpha/videos/task_abc/content", false),
+            route(&Method::GET, "/v1/alpha/videos/task_abc/content", NONE),
             Route::Content(Endpoint::AlphaVideos, id) if &*id == "task_abc"
         ));
         assert_eq!(label(Method::GET, "/metrics"), "GET /metrics");
@@ -141,17 +202,17 @@ mod tests {
     #[test]
     fn metrics_only_where_served_and_public_routes_are_few() {
         assert!(
-            matches!(route(&Method::GET, "/metrics", false), Route::Refused { error, public: false } if error.status == 404)
+            matches!(route(&Method::GET, "/metrics", NONE), Route::Refused { error, public: false } if error.status == 404)
         );
-        assert!(route(&Method::GET, "/metrics", true).is_public());
-        assert!(route(&Method::POST, "/healthz", false).is_public());
-        assert!(route(&Method::GET, "/readyz", false).is_public());
-        assert!(!route(&Method::POST, "/v1/alpha/videos", true).is_public());
-        assert!(!route(&Method::GET, "/nope", true).is_public());
+        assert!(route(&Method::GET, "/metrics", ALL).is_public());
+        assert!(route(&Method::POST, "/healthz", NONE).is_public());
+        assert!(route(&Method::GET, "/readyz", NONE).is_public());
+        assert!(!route(&Method::POST, "/v1/alpha/videos", ALL).is_public());
+        assert!(!route(&Method::GET, "/nope", ALL).is_public());
     }
 
     fn refused(method: Method, path: &str) -> ApiError {
-        match route(&method, path, true) {
+        match route(&method, path, ALL) {
             Route::Refused { error, .. } => error,
             other => panic!("{path} routed to {other:?}"),
         }
@@ -163,7 +224,7 @@ mod tests {
         assert_eq!(e.status, 405);
         assert_eq!(e.allow, Some("GET, HEAD, POST"));
         assert!(matches!(
-            route(&Method::GET, "/v1/alpha/videos", false),
+            route(&Method::GET, "/v1/alpha/videos", NONE),
             Route::List(Endpoint::AlphaVideos)
         ));
         let e = refused(Method::DELETE, "/v1/alpha/videos/x");
@@ -184,5 +245,45 @@ mod tests {
         ] {
             assert_eq!(refused(Method::GET, p).status, 404, "{p}");
         }
+    }
+
+    #[test]
+    fn models_and_the_document() {
+        for endpoint in Endpoint::ALL {
+            let list = endpoint.models_path();
+            assert!(matches!(route(&Method::GET, list, NONE), Route::Models(e) if e == endpoint));
+            let one = format!("{list}/eta%201.0%20%E5%8F%82");
+            assert!(matches!(
+                route(&Method::HEAD, &one, NONE),
+                Route::Model(e, id) if e == endpoint && &*id == "eta%201.0%20%E5%8F%82"
+            ));
+            assert!(!route(&Method::GET, &one, ALL).is_public());
+            assert_eq!(refused(Method::POST, list).allow, Some("GET, HEAD"));
+            assert_eq!(refused(Method::DELETE, &one).allow, Some("GET, HEAD"));
+            for bad in [
+                format!("{list}/"),
+                format!("{list}/a/b"),
+                format!("{list}x"),
+            ] {
+                assert_eq!(refused(Method::GET, &bad).status, 404, "{bad}");
+            }
+        }
+        assert_eq!(
+            label(Method::GET, "/v1/alpha/models/alpha2Stable"),
+            "GET /v1/alpha/models/{id}"
+        );
+        assert!(matches!(
+            route(&Method::GET, "/openapi.json", ALL),
+            Route::OpenApi
+        ));
+        assert!(route(&Method::GET, "/openapi.json", ALL).is_public());
+        assert!(route(&Method::POST, "/openapi.json", ALL).is_public());
+        assert_eq!(
+            refused(Method::POST, "/openapi.json").allow,
+            Some("GET, HEAD")
+        );
+        // Turned off, it is an unknown path like any other: behind authentication.
+        let off = route(&Method::GET, "/openapi.json", NONE);
+        assert!(matches!(&off, Route::Refused { error, public: false } if error.status == 404));
     }
 }

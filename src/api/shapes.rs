@@ -1,7 +1,10 @@
-//! The public response shapes: what clients receive from submit and query.
+//! The public response shapes: what clients receive from submit, query, the listings
+//! and the model list.
 
 use serde::Serialize;
+use serde_json::Value;
 
+use crate::models::Model;
 use crate::tasks::{MediaKind, TaskError, TaskState, TaskStatus};
 
 /// Answer to a successful submit.
@@ -56,14 +59,52 @@ impl<'a> TaskView<'a> {
     }
 }
 
-/// A page of tasks, newest first: `after=last_id` asks for the next page.
+/// A page of a collection (`object` is `"list"`): `after=last_id` asks for the next.
 #[derive(Debug, Serialize)]
-pub struct TaskList<'a> {
+pub struct List<'a, T> {
     pub object: &'static str,
-    pub data: Vec<TaskView<'a>>,
+    pub data: Vec<T>,
     pub first_id: Option<&'a str>,
     pub last_id: Option<&'a str>,
     pub has_more: bool,
+}
+
+/// A page of tasks, newest first.
+pub type TaskList<'a> = List<'a, TaskView<'a>>;
+
+/// A model a key may submit, with the JSON Schema of a submit body for it.
+#[derive(Debug, Serialize)]
+pub struct ModelView<'a> {
+    pub id: &'a str,
+    pub object: &'static str,
+    pub kind: MediaKind,
+    pub parameters: Value,
+}
+
+impl<'a> ModelView<'a> {
+    pub fn of(model: &'a Model) -> Self {
+        Self {
+            id: &model.id,
+            object: "model",
+            kind: model.kind,
+            parameters: model.request_schema(),
+        }
+    }
+}
+
+/// The models of an endpoint, by id; always one page.
+pub type ModelList<'a> = List<'a, ModelView<'a>>;
+
+impl<'a> ModelList<'a> {
+    pub fn of(models: &[&'a Model]) -> Self {
+        Self {
+            object: "list",
+            data: models.iter().map(|m| ModelView::of(m)).collect(),
+            first_id: models.first().map(|m| m.id.as_str()),
+            last_id: models.last().map(|m| m.id.as_str()),
+            has_more: false,
+        }
+    }
 }
 
 #[cfg(test)]

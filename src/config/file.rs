@@ -79,6 +79,9 @@ pub struct ServerConfig {
     /// Check the routes file and the certificate files for changes this often and
     /// reload when they changed; 0 turns the watch off (SIGHUP always works).
     pub reload_poll_ms: u64,
+    /// Serve the OpenAPI document of the client API at `/openapi.json`, without
+    /// client authentication.
+    pub openapi: bool,
 }
 
 impl Default for ServerConfig {
@@ -98,6 +101,7 @@ impl Default for ServerConfig {
             max_connections: 10_000,
             log_format: LogFormat::Text,
             reload_poll_ms: 0,
+            openapi: true,
         }
     }
 }
@@ -384,6 +388,14 @@ impl Endpoint {
         match self {
             Self::ModelCenter => "/v2/model-center/tasks",
             Self::AlphaVideos => "/v1/alpha/videos",
+        }
+    }
+
+    /// The collection listing the models clients may submit here.
+    pub fn models_path(self) -> &'static str {
+        match self {
+            Self::ModelCenter => "/v2/model-center/models",
+            Self::AlphaVideos => "/v1/alpha/models",
         }
     }
 }

@@ -6,6 +6,8 @@ mod params;
 
 use std::sync::Arc;
 
+use serde_json::{Value, json};
+
 pub use self::params::ParamsValidator;
 use crate::config::Endpoint;
 use crate::providers::{Call, Provider};
@@ -30,6 +32,26 @@ impl Model {
         self.endpoints.contains(&endpoint)
     }
 
+    /// The JSON Schema of a whole submit body for this model: its parameters as
+    /// validated, with the fields the gateway reads itself ([`gateway_fields`]).
+    pub fn request_schema(&self) -> Value {
+        let mut schema = self.validator.schema().clone();
+        let Value::Object(obj) = &mut schema else {
+            return schema;
+        };
+        let fields = gateway_fields(&self.id);
+        if let Value::Object(props) = obj.entry("properties").or_insert_with(|| json!({})) {
+            for (name, field) in &fields {
+                props.insert((*name).into(), field.clone());
+            }
+        }
+        if let Value::Array(required) = obj.entry("required").or_insert_with(|| json!([])) {
+            required.retain(|r| r != "model");
+            required.insert(0, "model".into());
+        }
+        schema
+    }
+
     /// The model as a provider's programs see it.
     pub fn call(&self) -> Call<'_> {
         Call {
@@ -38,4 +60,18 @@ impl Model {
             kind: self.kind,
         }
     }
+}
+
+/// The fields of a submit body that the gateway reads itself, beside the model's own
+/// parameters (which the model's schema describes). `callback_url` joins this list
+/// when the gateway calls apps back.
+fn gateway_fields(id: &str) -> [(&'static str, Value); 1] {
+    [(
+        "model",
+        json!({
+            "type": "string",
+            "const": id,
+            "description": "The model identifier, exactly as listed.",
+        }),
+    )]
 }

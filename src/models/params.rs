@@ -8,6 +8,8 @@ use crate::error::ApiError;
 /// A compiled parameter schema shared by the models of one family.
 pub struct ParamsValidator {
     validator: jsonschema::Validator,
+    /// The schema exactly as validated (published by the model list and OpenAPI).
+    schema: Value,
     /// Parameter names the schema lists, for "allowed parameters" messages.
     known: Vec<String>,
 }
@@ -38,7 +40,16 @@ impl ParamsValidator {
             .map(|p| p.keys().cloned().collect())
             .unwrap_or_default();
         let validator = jsonschema::validator_for(&schema).map_err(|e| e.to_string())?;
-        Ok(Self { validator, known })
+        Ok(Self {
+            validator,
+            schema,
+            known,
+        })
+    }
+
+    /// The JSON Schema the parameters (everything but `model`) are validated with.
+    pub fn schema(&self) -> &Value {
+        &self.schema
     }
 
     /// Check parameters for `model`; the first problem becomes a 400 naming the field.
@@ -171,6 +182,21 @@ mod tests {
             ParamsValidator::compile(json!({"properties": {"prompt": {"type": "string"}}}), true)
                 .unwrap();
         v.check("m", &json!({"prompt": "a", "extra": 1})).unwrap();
+    }
+
+    #[test]
+    fn the_published_schema_is_the_one_validated() {
+        let v = alpha_open();
+        assert_eq!(v.schema()["type"], "object");
+        assert_eq!(v.schema()["additionalProperties"], false);
+        assert_eq!(
+            v.schema()["properties"]["seconds"]["enum"],
+            json!([4, 8, 12])
+        );
+        let open =
+            ParamsValidator::compile(json!({"properties": {"prompt": {"type": "string"}}}), true)
+                .unwrap();
+        assert!(open.schema().get("additionalProperties").is_none());
     }
 
     #[test]

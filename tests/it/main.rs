@@ -7,6 +7,7 @@ mod check_command;
 mod config_checks;
 mod connections;
 mod content_route;
+mod discovery;
 mod docs;
 mod errors;
 mod http2;

@@ -6,6 +6,7 @@ mod content;
 mod idempotency;
 mod list;
 mod long_poll;
+mod models;
 mod ops;
 mod public_url;
 mod query;
@@ -22,6 +23,7 @@ use tower::Service;
 
 pub use self::ops::{healthy, metrics};
 use super::context::Ctx;
+use super::openapi;
 use super::routing::Route;
 use crate::edge::body::TimedBody;
 use crate::error::ApiError;
@@ -32,11 +34,15 @@ use crate::response::{BoxError, ResponseBody, ResponseFuture};
 #[derive(Clone)]
 pub struct Dispatch {
     gateway: Arc<Gateway>,
+    openapi: Arc<openapi::Cache>,
 }
 
 impl Dispatch {
     pub fn new(gateway: Arc<Gateway>) -> Self {
-        Self { gateway }
+        Self {
+            gateway,
+            openapi: Arc::default(),
+        }
     }
 }
 
@@ -55,12 +61,14 @@ where
 
     fn call(&mut self, (ctx, req): (Ctx, Request<B>)) -> Self::Future {
         let gateway = self.gateway.clone();
+        let openapi = self.openapi.clone();
         Box::pin(async move {
             let server = &ctx.snapshot.server;
             let body_deadline = Duration::from_millis(server.body_read_timeout_ms);
             let req = req.map(|body| TimedBody::new(body, body_deadline));
             let timeout = Duration::from_millis(server.request_timeout_ms);
-            let handled = tokio::time::timeout(timeout, handle(&gateway, &ctx, req)).await;
+            let handled =
+                tokio::time::timeout(timeout, handle(&gateway, &openapi, &ctx, req)).await;
             Ok(match handled {
                 Ok(Ok(resp)) => resp,
                 Ok(Err(e)) => e.into_response(),
@@ -72,6 +80,7 @@ where
 
 async fn handle<B>(
     gateway: &Arc<Gateway>,
+    openapi: &openapi::Cache,
     ctx: &Ctx,
     req: Request<TimedBody<B>>,
 ) -> Result<Response<ResponseBody>, ApiError>
@@ -83,6 +92,9 @@ where
         Route::Health => Ok(healthy()),
         Route::Ready => ops::ready(gateway),
         Route::Metrics => Ok(metrics(gateway, req.method())),
+        Route::OpenApi => Ok(ops::document(openapi, &ctx.snapshot)),
+        Route::Models(endpoint) => models::list(ctx, *endpoint),
+        Route::Model(endpoint, id) => models::one(ctx, *endpoint, id),
         Route::Refused { error, .. } => Err(error.clone()),
         Route::Submit(endpoint) => submit::submit(gateway, ctx, *endpoint, req).await,
         Route::List(endpoint) => {

@@ -1,10 +1,15 @@
-//! Operational answers: liveness, readiness, the metrics exposition.
+//! Operational answers: liveness, readiness, the metrics exposition, the OpenAPI
+//! document.
+
+use std::sync::Arc;
 
 use http::{HeaderValue, Method, Response, StatusCode, header};
 
+use crate::api::openapi;
 use crate::error::ApiError;
 use crate::gateway::Gateway;
 use crate::response::{ResponseBody, full, json};
+use crate::snapshot::Snapshot;
 
 /// `GET /healthz`: the process is up (also served by the admin listener).
 pub fn healthy() -> Response<ResponseBody> {
@@ -31,6 +36,16 @@ pub fn metrics(gateway: &Gateway, method: &Method) -> Response<ResponseBody> {
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static(crate::metrics::CONTENT_TYPE),
+    );
+    resp
+}
+
+/// `GET /openapi.json`: the document of the snapshot this request runs on.
+pub(super) fn document(cache: &openapi::Cache, snapshot: &Arc<Snapshot>) -> Response<ResponseBody> {
+    let mut resp = Response::new(full(cache.get(snapshot)));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
     );
     resp
 }
