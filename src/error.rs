@@ -423,6 +423,17 @@ impl ApiError {
         )
     }
 
+    // 503, one client address holding its share of connections (through a proxy)
+    pub fn too_many_connections() -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "service_unavailable",
+            "too_many_connections",
+            "this client address already has its share of connections in progress; retry later",
+        )
+        .with_retry_after(Duration::from_secs(1))
+    }
+
     // 503, per-key load shedding
     pub fn key_overloaded(max: usize) -> Self {
         Self::new(

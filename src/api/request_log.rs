@@ -108,7 +108,14 @@ impl<S: Next<B>, B: Send + 'static> Service<Request<B>> for RequestLog<S> {
             .unwrap_or_else(|| self.layer.ids.make());
         let snapshot = self.layer.gateway.snapshot();
         let metrics_here = snapshot.metrics_on_main_listeners();
-        let route = route(req.method(), req.uri().path(), metrics_here);
+        let mut route = route(req.method(), req.uri().path(), metrics_here);
+        if req.extensions().get::<crate::edge::conn::OverCap>().is_some() {
+            let error = crate::edge::conn::OverCap::error();
+            route = super::routing::Route::Refused {
+                error,
+                public: true,
+            };
+        }
         let ctx: Ctx = Arc::new(RequestContext::new(id, route, snapshot));
         let method = req.method().clone();
         let gateway = self.layer.gateway.clone();

@@ -5,6 +5,7 @@ mod support;
 mod auth;
 mod check_command;
 mod config_checks;
+mod connection_limits;
 mod connections;
 mod content_route;
 mod docs;
