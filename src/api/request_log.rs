@@ -109,7 +109,11 @@ impl<S: Next<B>, B: Send + 'static> Service<Request<B>> for RequestLog<S> {
         let snapshot = self.layer.gateway.snapshot();
         let metrics_here = snapshot.metrics_on_main_listeners();
         let mut route = route(req.method(), req.uri().path(), metrics_here);
-        if req.extensions().get::<crate::edge::conn::OverCap>().is_some() {
+        if req
+            .extensions()
+            .get::<crate::edge::conn::OverCap>()
+            .is_some()
+        {
             let error = crate::edge::conn::OverCap::error();
             route = super::routing::Route::Refused {
                 error,

@@ -224,6 +224,9 @@ pub struct TasksConfig {
     pub poll_cache_ttl_ms: u64,
     /// Most task results kept in the cache.
     pub cache_capacity: u64,
+    /// Most bytes the results cache holds (URLs, messages, keys and overhead), so an
+    /// upstream answering with long results cannot make it grow past this.
+    pub cache_capacity_bytes: u64,
 }
 
 impl Default for TasksConfig {
@@ -237,6 +240,7 @@ impl Default for TasksConfig {
             terminal_cache_ttl_ms: 3_600_000,
             poll_cache_ttl_ms: 1_000,
             cache_capacity: 100_000,
+            cache_capacity_bytes: 64 * 1024 * 1024,
         }
     }
 }

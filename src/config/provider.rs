@@ -22,6 +22,10 @@ pub struct ProviderConfig {
     pub submit_timeout_ms: u64,
     #[serde(default = "default_query_timeout")]
     pub query_timeout_ms: u64,
+    /// Largest upstream answer (submit, status, result) read into memory; a longer one
+    /// is an unusable answer.
+    #[serde(default = "default_max_answer_bytes")]
+    pub max_answer_bytes: usize,
     /// Extra PEM CA file trusted for this provider, besides the webpki roots.
     #[serde(default)]
     pub ca_file: Option<PathBuf>,
@@ -46,6 +50,9 @@ pub struct ProviderConfig {
     pub content: Option<ContentConfig>,
 }
 
+fn default_max_answer_bytes() -> usize {
+    1024 * 1024
+}
 fn default_connect_timeout() -> u64 {
     3_000
 }

@@ -25,3 +25,4 @@ mod redaction;
 mod reload;
 mod shutdown;
 mod tls;
+mod upstream_bounds;
