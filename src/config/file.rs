@@ -102,7 +102,7 @@ impl Default for ServerConfig {
             metrics_listen: None,
             metrics_token_env: None,
             metrics_token_file: None,
-            max_body_bytes: 4 * 1024 * 1024,
+            max_body_bytes: 1024 * 1024,
             shutdown_grace_ms: 30_000,
             shutdown_delay_ms: 0,
             request_timeout_ms: 120_000,

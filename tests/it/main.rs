@@ -16,6 +16,7 @@ mod lifecycle;
 mod metrics_access;
 mod models;
 mod observability;
+mod param_bounds;
 mod param_limits;
 mod private_networks;
 mod providers_errors;
