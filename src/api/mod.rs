@@ -11,6 +11,8 @@
 
 mod auth;
 mod context;
+#[cfg(test)]
+mod fuzz;
 mod handlers;
 mod limits;
 mod request_log;
