@@ -154,14 +154,19 @@ pub fn urls_from(value: serde_json::Value) -> Vec<String> {
         Value::String(s) if !s.is_empty() && s.len() <= MAX_URL_BYTES => Some(s),
         _ => None,
     };
+    let mut kept = Vec::new();
     match value {
-        Value::Array(items) => items
-            .into_iter()
-            .filter_map(usable)
-            .take(MAX_URLS)
-            .collect(),
-        one => usable(one).into_iter().collect(),
+        // Pushed one by one into a new vector: collecting from the answer's own vector
+        // would reuse its allocation, and keep ten thousand URLs' room for sixteen.
+        Value::Array(items) => {
+            for url in items.into_iter().filter_map(usable).take(MAX_URLS) {
+                kept.push(url);
+            }
+        }
+        one => kept.extend(usable(one)),
     }
+    kept.shrink_to_fit();
+    kept
 }
 
 #[cfg(test)]
@@ -248,6 +253,8 @@ mod tests {
         assert!(e.message.chars().count() <= crate::providers::redact::MAX_MESSAGE_CHARS);
         let kept = urls_from(serde_json::json!(urls));
         assert_eq!(kept.len(), MAX_URLS);
+        // What is kept holds room for what is kept, not for the whole answer.
+        assert!(kept.capacity() <= MAX_URLS, "{}", kept.capacity());
         assert!(urls_from(serde_json::json!(long)).is_empty());
         assert!(urls_from(serde_json::json!([long, "https://cdn/ok"])) == ["https://cdn/ok"]);
     }

@@ -61,13 +61,14 @@ pub struct CacheLimits {
 /// moka's own bookkeeping.
 const ENTRY_OVERHEAD: usize = 256;
 
-/// The bytes an entry holds.
+/// The bytes an entry holds (the room allocated, not only what is used).
 pub fn weight(key: &str, state: &TaskState) -> usize {
     let error = state
         .error
         .as_ref()
-        .map_or(0, |e| e.code.len() + e.message.len());
-    let urls: usize = state.urls.iter().map(|u| u.len() + 24).sum();
+        .map_or(0, |e| e.code.capacity() + e.message.capacity());
+    let urls: usize = state.urls.iter().map(String::capacity).sum::<usize>()
+        + state.urls.capacity() * std::mem::size_of::<String>();
     ENTRY_OVERHEAD + key.len() + urls + error
 }
 
