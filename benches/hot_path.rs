@@ -21,7 +21,7 @@ use mediagate::providers::redact::Redactor;
 use mediagate::providers::status::StatusReader;
 use mediagate::snapshot::{LoadContext, Snapshot};
 use mediagate::tasks::{
-    CacheStats, MediaKind, TaskCache, TaskId, TaskSealer, TaskState, TaskStatus,
+    CacheLimits, CacheStats, MediaKind, TaskCache, TaskId, TaskSealer, TaskState, TaskStatus,
 };
 use serde_json::Value;
 
@@ -176,7 +176,10 @@ fn cache(c: &mut Criterion) {
         .build()
         .unwrap();
     let cache = TaskCache::new(
-        100_000,
+        CacheLimits {
+            entries: 100_000,
+            bytes: 64 << 20,
+        },
         Duration::from_secs(3600),
         Duration::from_secs(1),
         CacheStats::default(),

@@ -112,6 +112,8 @@ max_body_bytes = 4194304
 request_timeout_ms = 120000
 shutdown_grace_ms = 1000
 log_format = "text"
+# Every load client is on loopback: one address, so no per-address cap here.
+max_connections_per_ip = 0
 
 [tasks]
 secret_env = "MEDIAGATE_TASK_SECRET"

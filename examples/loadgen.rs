@@ -6,6 +6,10 @@
 //!     --path /a --path /b [--method POST --body-file f.json] [--header 'k: v']
 //! loadgen hold --addr 127.0.0.1:8080 --conns 10000 --path /healthz --seconds 30 [--batch 1000]
 //! loadgen seal --secret S --provider P --upstream-id ID --model M --owner O [--kind video]
+//! loadgen burst --addr 127.0.0.1:8080 --conns 256 --path /p [--method POST --body-file f] \
+//!     [--header 'k: v'] [--seconds 30]
+//! loadgen mix --addr 127.0.0.1:8080 --rate 50 --seconds 60 --conns 32 --path /collection \
+//!     --body-file f.json --header 'k: v' [--submit-percent 30] [--codes-file codes.txt]
 //! ```
 //!
 //! `rate` sends requests at a constant rate (an open model: each request has a
@@ -19,6 +23,15 @@
 //!
 //! `seal` prints a gateway task id for an upstream task, sealed with the same
 //! secret as the gateway, so a known upstream task can be queried through it.
+//!
+//! `burst` sends one request on each of `--conns` connections at once and waits (at
+//! most `--seconds`) for the answers: `answered=… unanswered=… status_200=… …`.
+//!
+//! `mix` submits (`POST --path` with the body) and queries the tasks it created
+//! (`GET --path/{id}`) at `--rate` requests per second for `--seconds`, and prints
+//! one JSON line: answers per class (`200`, or `STATUS code` of an error), answers
+//! outside the error catalogue (an error code not in `--codes-file`, or a body that
+//! is not the documented JSON), transport failures, and the created ids.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -81,20 +94,21 @@ fn loopback(args: &Args) -> SocketAddr {
 fn main() {
     let raw: Vec<String> = std::env::args().skip(1).collect();
     let Some(mode) = raw.first().cloned() else {
-        fail("usage: loadgen rate|hold|seal …")
+        fail("usage: loadgen rate|hold|seal|burst|mix …")
     };
     let args = Args(raw);
     match mode.as_str() {
         "seal" => seal(&args),
-        "rate" | "hold" => {
+        "rate" | "hold" | "burst" | "mix" => {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .expect("runtime");
-            if mode == "rate" {
-                runtime.block_on(rate(&args));
-            } else {
-                runtime.block_on(hold(&args));
+            match mode.as_str() {
+                "rate" => runtime.block_on(rate(&args)),
+                "hold" => runtime.block_on(hold(&args)),
+                "burst" => runtime.block_on(burst(&args)),
+                _ => runtime.block_on(mix(&args)),
             }
         }
         other => fail(&format!("unknown mode {other}")),
@@ -156,8 +170,19 @@ fn requests(args: &Args, addr: SocketAddr) -> Vec<Vec<u8>> {
         .collect()
 }
 
-/// Read one HTTP/1.1 response; returns its status code.
+/// Read one HTTP/1.1 response; returns its status code (the whole response is in
+/// `buf`).
 async fn read_response(stream: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result<u16> {
+    read_response_at(stream, buf)
+        .await
+        .map(|(status, _)| status)
+}
+
+/// [`read_response`], and where the body starts in `buf`.
+async fn read_response_at(
+    stream: &mut TcpStream,
+    buf: &mut Vec<u8>,
+) -> std::io::Result<(u16, usize)> {
     let bad = |m: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, m.to_string());
     buf.clear();
     let mut chunk = [0u8; 16 * 1024];
@@ -206,7 +231,7 @@ async fn read_response(stream: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Re
             buf.extend_from_slice(&chunk[..n]);
         }
     }
-    Ok(status)
+    Ok((status, head_end))
 }
 
 #[derive(Default)]
@@ -366,4 +391,186 @@ async fn hold(args: &Args) {
     );
     tokio::time::sleep(Duration::from_secs(seconds)).await;
     drop(held);
+}
+
+async fn burst(args: &Args) {
+    let addr = loopback(args);
+    let conns = (args.num("--conns", 256) as usize).clamp(1, MAX_CONNS);
+    let seconds = args.num("--seconds", 30).clamp(1, MAX_SECONDS);
+    let request = Arc::new(requests(args, addr).swap_remove(0));
+    let sent = futures_util::future::join_all((0..conns).map(|_| {
+        let request = request.clone();
+        async move {
+            let exchange = async {
+                let mut s = TcpStream::connect(addr).await?;
+                s.write_all(&request).await?;
+                let mut buf = Vec::new();
+                read_response(&mut s, &mut buf).await
+            };
+            tokio::time::timeout(Duration::from_secs(seconds), exchange)
+                .await
+                .ok()
+                .and_then(Result::ok)
+        }
+    }))
+    .await;
+    let mut statuses = std::collections::BTreeMap::<u16, usize>::new();
+    for status in sent.iter().flatten() {
+        *statuses.entry(*status).or_default() += 1;
+    }
+    let answered: usize = statuses.values().sum();
+    let counts: Vec<String> = statuses
+        .iter()
+        .map(|(s, n)| format!("status_{s}={n}"))
+        .collect();
+    println!(
+        "answered={answered} unanswered={} {}",
+        conns - answered,
+        counts.join(" ")
+    );
+}
+
+/// What `mix` saw.
+#[derive(Default)]
+struct Seen {
+    classes: std::collections::BTreeMap<String, u64>,
+    outside: u64,
+    outside_samples: Vec<String>,
+    transport: u64,
+    ids: Vec<String>,
+}
+
+/// The class of an answer, or `Err` with why it is outside the documented answers.
+fn classify(status: u16, body: &[u8], codes: &[String], query: bool) -> Result<String, String> {
+    let json: serde_json::Value = serde_json::from_slice(body).map_err(|_| {
+        format!(
+            "{status} not JSON: {}",
+            String::from_utf8_lossy(&body[..body.len().min(80)])
+        )
+    })?;
+    if (200..300).contains(&status) {
+        let word = json["status"].as_str().unwrap_or_default();
+        let known = ["queued", "processing", "completed", "failed"].contains(&word);
+        if !known || json["id"].as_str().is_none() || (query && json.get("error").is_none()) {
+            return Err(format!("{status} not a task: {json}"));
+        }
+        return Ok(format!("{status} {word}"));
+    }
+    let code = json["error"]["code"].as_str().unwrap_or_default();
+    let shape = json["error"]["message"].is_string() && json["error"]["type"].is_string();
+    if !shape || !codes.iter().any(|c| c == code) {
+        return Err(format!("{status} outside the catalogue: {json}"));
+    }
+    Ok(format!("{status} {code}"))
+}
+
+async fn mix(args: &Args) {
+    let addr = loopback(args);
+    let rate = args.num("--rate", 50).clamp(1, MAX_RATE);
+    let seconds = args.num("--seconds", 60).clamp(1, MAX_SECONDS * 12);
+    let conns = (args.num("--conns", 32) as usize).clamp(1, MAX_CONNS);
+    let submit_percent = args.num("--submit-percent", 30).min(100);
+    let codes: Arc<Vec<String>> = Arc::new(
+        args.one("--codes-file")
+            .map(|f| std::fs::read_to_string(f).unwrap_or_else(|e| fail(&format!("{f}: {e}"))))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| l.trim().to_string())
+            .filter(|l| !l.is_empty())
+            .collect(),
+    );
+    let submit = Arc::new(requests(args, addr).swap_remove(0));
+    let path = args.need("--path").to_string();
+    let headers: String = args
+        .all("--header")
+        .iter()
+        .filter(|h| !h.to_ascii_lowercase().starts_with("content-"))
+        .map(|h| format!("{h}\r\n"))
+        .collect();
+    let seen = Arc::new(std::sync::Mutex::new(Seen::default()));
+    let interval = Duration::from_secs_f64(conns as f64 / rate as f64);
+    let end = Instant::now() + Duration::from_secs(seconds);
+    let workers = (0..conns).map(|c| {
+        let (submit, codes, seen) = (submit.clone(), codes.clone(), seen.clone());
+        let (path, headers) = (path.clone(), headers.clone());
+        async move {
+            let mut stream: Option<TcpStream> = None;
+            let mut buf = Vec::with_capacity(4096);
+            let mut next = Instant::now() + interval.mul_f64(c as f64 / conns as f64);
+            let mut n = c as u64;
+            while next < end {
+                tokio::time::sleep_until(next.into()).await;
+                next += interval;
+                n = n
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let known = seen.lock().unwrap().ids.len();
+                let query = known > 0 && (n >> 33) % 100 >= submit_percent;
+                let request = if query {
+                    let id = seen.lock().unwrap().ids[(n >> 20) as usize % known].clone();
+                    format!("GET {path}/{id} HTTP/1.1\r\nHost: {addr}\r\n{headers}\r\n")
+                        .into_bytes()
+                } else {
+                    submit.to_vec()
+                };
+                let s = match &mut stream {
+                    Some(s) => s,
+                    None => match TcpStream::connect(addr).await {
+                        Ok(s) => stream.insert(s),
+                        Err(_) => {
+                            seen.lock().unwrap().transport += 1;
+                            continue;
+                        }
+                    },
+                };
+                let exchange = async {
+                    s.write_all(&request).await?;
+                    read_response_at(s, &mut buf).await
+                };
+                let answered = tokio::time::timeout(Duration::from_secs(180), exchange).await;
+                let mut seen = seen.lock().unwrap();
+                match answered {
+                    Ok(Ok((status, at))) => match classify(status, &buf[at..], &codes, query) {
+                        Ok(class) => {
+                            if !query && status == 200 {
+                                let body: serde_json::Value =
+                                    serde_json::from_slice(&buf[at..]).unwrap_or_default();
+                                if let Some(id) = body["id"].as_str() {
+                                    seen.ids.push(id.to_string());
+                                }
+                            }
+                            *seen.classes.entry(class).or_default() += 1;
+                        }
+                        Err(why) => {
+                            seen.outside += 1;
+                            if seen.outside_samples.len() < 5 {
+                                seen.outside_samples.push(why);
+                            }
+                        }
+                    },
+                    _ => {
+                        // A connection the gateway closed (a restart, an idle close):
+                        // counted, and the next request opens a new one.
+                        seen.transport += 1;
+                        stream = None;
+                    }
+                }
+            }
+        }
+    });
+    futures_util::future::join_all(workers).await;
+    let seen = seen.lock().unwrap();
+    println!(
+        "{}",
+        serde_json::json!({
+            "classes": seen.classes,
+            "outside_catalogue": seen.outside,
+            "outside_samples": seen.outside_samples,
+            "transport_failures": seen.transport,
+            "created": seen.ids.len(),
+        })
+    );
+    if let Some(file) = args.one("--ids-out") {
+        let _ = std::fs::write(file, seen.ids.join("\n"));
+    }
 }

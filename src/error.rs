@@ -434,6 +434,17 @@ impl ApiError {
         )
     }
 
+    // 503, one client address holding its share of connections (through a proxy)
+    pub fn too_many_connections() -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "service_unavailable",
+            "too_many_connections",
+            "this client address already has its share of connections in progress; retry later",
+        )
+        .with_retry_after(Duration::from_secs(1))
+    }
+
     // 503, per-key load shedding
     pub fn key_overloaded(max: usize) -> Self {
         Self::new(
@@ -452,6 +463,7 @@ impl ApiError {
     pub fn catalogue() -> Vec<ApiError> {
         let second = Duration::from_secs(1);
         vec![
+            Self::too_many_connections(),
             Self::invalid_json("…"),
             Self::missing_model(),
             Self::unknown_model("…", "…"),

@@ -13,6 +13,8 @@
 
 mod auth;
 mod context;
+#[cfg(test)]
+mod fuzz;
 mod handlers;
 mod limits;
 pub mod openapi;

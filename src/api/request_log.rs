@@ -111,7 +111,18 @@ impl<S: Next<B>, B: Send + 'static> Service<Request<B>> for RequestLog<S> {
             metrics: snapshot.metrics_on_main_listeners(),
             openapi: snapshot.server.openapi,
         };
-        let route = route(req.method(), req.uri().path(), optional);
+        let mut route = route(req.method(), req.uri().path(), optional);
+        if req
+            .extensions()
+            .get::<crate::edge::conn::OverCap>()
+            .is_some()
+        {
+            let error = crate::edge::conn::OverCap::error();
+            route = super::routing::Route::Refused {
+                error,
+                public: true,
+            };
+        }
         let ctx: Ctx = Arc::new(RequestContext::new(id, route, snapshot));
         let method = req.method().clone();
         let gateway = self.layer.gateway.clone();

@@ -74,6 +74,22 @@ pub struct ServerConfig {
     pub body_read_timeout_ms: u64,
     /// Open client connections at most, all listeners together; more are closed at once.
     pub max_connections: usize,
+    /// Open connections one client address (IPv6: one /64) may hold; more are closed
+    /// at once. 0 turns the cap off. Trusted proxies are exempt.
+    pub max_connections_per_ip: usize,
+    /// Open connections of the admin (metrics) listener at most.
+    pub admin_max_connections: usize,
+    /// A connection without a request in progress this long is closed (HTTP/2
+    /// connections included, which the header read timeout does not cover).
+    pub idle_timeout_ms: u64,
+    /// Peers (CIDR blocks or addresses) that carry many clients, such as a load
+    /// balancer: exempt from `max_connections_per_ip`.
+    pub trusted_proxies: Vec<String>,
+    /// Header in which trusted proxies name the client (e.g. `x-forwarded-for`: its
+    /// rightmost address that is not itself a trusted proxy). Read only on requests
+    /// from `trusted_proxies`; each such request then holds one of that client's
+    /// `max_connections_per_ip` slots while it is in progress.
+    pub client_ip_header: Option<String>,
     /// Log format: "text" or "json".
     pub log_format: LogFormat,
     /// Check the routes file and the certificate files for changes this often and
@@ -92,13 +108,18 @@ impl Default for ServerConfig {
             metrics_listen: None,
             metrics_token_env: None,
             metrics_token_file: None,
-            max_body_bytes: 4 * 1024 * 1024,
+            max_body_bytes: 1024 * 1024,
             shutdown_grace_ms: 30_000,
             shutdown_delay_ms: 0,
             request_timeout_ms: 120_000,
             header_read_timeout_ms: 10_000,
             body_read_timeout_ms: 30_000,
             max_connections: 10_000,
+            max_connections_per_ip: 256,
+            admin_max_connections: 32,
+            idle_timeout_ms: 60_000,
+            trusted_proxies: Vec::new(),
+            client_ip_header: None,
             log_format: LogFormat::Text,
             reload_poll_ms: 0,
             openapi: true,
@@ -210,6 +231,9 @@ pub struct TasksConfig {
     pub poll_cache_ttl_ms: u64,
     /// Most task results kept in the cache.
     pub cache_capacity: u64,
+    /// Most bytes the results cache holds (URLs, messages, keys and overhead), so an
+    /// upstream answering with long results cannot make it grow past this.
+    pub cache_capacity_bytes: u64,
 }
 
 impl Default for TasksConfig {
@@ -223,6 +247,7 @@ impl Default for TasksConfig {
             terminal_cache_ttl_ms: 3_600_000,
             poll_cache_ttl_ms: 1_000,
             cache_capacity: 100_000,
+            cache_capacity_bytes: 64 * 1024 * 1024,
         }
     }
 }

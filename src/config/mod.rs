@@ -3,6 +3,7 @@
 //! one secret reader. Compiling the file into the runtime form is `snapshot`'s job.
 
 mod file;
+mod network;
 mod problems;
 mod provider;
 mod secret;
@@ -13,6 +14,7 @@ pub use self::file::{
     Endpoint, FamilyConfig, KeyConfig, KeyLimitsConfig, LedgerConfig, LimitsConfig, LogFormat,
     QuotaConfig, RoutesFile, ServerConfig, SimulatorConfig, TasksConfig, TlsConfig, TrackerConfig,
 };
+pub use self::network::Network;
 pub use self::problems::{LoadError, Problems, Scope};
 pub use self::provider::{
     AuthConfig, ContentConfig, ProviderConfig, QueryConfig, ResultConfig, SubmitConfig,

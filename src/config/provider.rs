@@ -30,6 +30,10 @@ pub struct ProviderConfig {
     /// Status requests of the tracker in flight to this provider at most.
     #[serde(default = "default_poll_in_flight")]
     pub poll_max_in_flight: usize,
+    /// Largest upstream answer (submit, status, result) read into memory; a longer one
+    /// is an unusable answer.
+    #[serde(default = "default_max_answer_bytes")]
+    pub max_answer_bytes: usize,
     /// Extra PEM CA file trusted for this provider, besides the webpki roots.
     #[serde(default)]
     pub ca_file: Option<PathBuf>,
@@ -54,6 +58,9 @@ pub struct ProviderConfig {
     pub content: Option<ContentConfig>,
 }
 
+fn default_max_answer_bytes() -> usize {
+    1024 * 1024
+}
 fn default_connect_timeout() -> u64 {
     3_000
 }

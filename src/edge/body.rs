@@ -250,4 +250,58 @@ mod tests {
             .to_bytes();
         assert_eq!(&got[..], b"{}");
     }
+
+    mod fuzz {
+        //! Body reading on any headers and any chunking: an answer of the catalogue or
+        //! the bytes sent, never a panic or a hang; never more than the limit kept.
+        use super::*;
+        use proptest::prelude::*;
+
+        fn run<F: Future>(f: F) -> F::Output {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(f)
+        }
+
+        proptest! {
+            #[test]
+            fn any_body_any_headers(
+                content_type in prop::option::of("[ -~]{0,40}|application/json(; charset=utf-8)?"),
+                content_length in prop::option::of("[0-9]{1,6}|[ -~]{0,12}"),
+                chunks in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..300), 0..12),
+                limit in 1usize..2048,
+            ) {
+                let mut h = HeaderMap::new();
+                if let Some(ct) = content_type.as_deref().and_then(|v| HeaderValue::from_str(v).ok()) {
+                    h.insert(header::CONTENT_TYPE, ct);
+                }
+                if let Some(cl) = content_length.as_deref().and_then(|v| HeaderValue::from_str(v).ok()) {
+                    h.insert(header::CONTENT_LENGTH, cl);
+                }
+                let sent: Vec<u8> = chunks.concat();
+                let frames = chunks
+                    .into_iter()
+                    .map(|c| Ok::<_, std::io::Error>(http_body::Frame::data(Bytes::from(c))));
+                let body = http_body_util::StreamBody::new(futures_util::stream::iter(frames));
+                let read = run(async {
+                    tokio::time::timeout(Duration::from_secs(10), read_json_body(&h, body, limit)).await
+                });
+                let read = read.expect("never hangs");
+                match read {
+                    Ok(bytes) => {
+                        prop_assert!(bytes.len() <= limit);
+                        prop_assert_eq!(&bytes[..], &sent[..]);
+                        prop_assert!(is_json(&h));
+                    }
+                    Err(e) => prop_assert!(
+                        ["unsupported_media_type", "body_too_large", "invalid_json", "body_timeout"]
+                            .contains(&e.code),
+                        "{}", e.code
+                    ),
+                }
+            }
+        }
+    }
 }

@@ -3,7 +3,9 @@
 //! and the bounds on a request body ([`body`]).
 
 pub(crate) mod body;
+pub mod conn;
 pub mod server;
 pub(crate) mod tls;
 
+pub use self::conn::{ClientLimits, Connection};
 pub use self::server::{Host, Listeners, Services, Settings, serve, shutdown_signal};

@@ -5,12 +5,19 @@
 //! Hardening, in the order a connection meets it:
 //! - a cap on open connections (`server.max_connections`), taken right after accept,
 //!   before any handshake: past it, a connection is closed at once, not queued (the
-//!   admin listener is exempt);
+//!   admin listener has a small cap of its own, `server.admin_max_connections`, so an
+//!   overloaded gateway can still be observed);
+//! - a cap per client address (`server.max_connections_per_ip`, IPv6 by /64), taken
+//!   at the same time, so one client cannot hold every slot; trusted proxies are
+//!   exempt, and their clients are capped per request by the address header
+//!   ([`super::conn`]);
 //! - the TLS handshake, in the connection's own task under
 //!   `server.tls.handshake_timeout_ms`, so a slow client never blocks accepting;
 //! - `server.header_read_timeout_ms` for the first byte of a connection (so a client
 //!   that connects and sends nothing is closed), and for each request's headers
 //!   (HTTP/1.1, idle keep-alive included);
+//! - `server.idle_timeout_ms`: a connection without a request in progress for that long
+//!   is closed gracefully (HTTP/2 GOAWAY; hyper has no idle timeout for HTTP/2);
 //! - the body deadline, the per-key limits and the request timeout further in.
 
 use std::net::SocketAddr;
@@ -22,14 +29,17 @@ use std::time::Duration;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use hyper_util::service::TowerToHyperService;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tower::Service;
+
+use super::conn::{Activity, ClientLimits, ConnService, IpSlot, PerIp};
 
 use crate::config::ServerConfig;
 use crate::metrics::Metrics;
@@ -48,7 +58,13 @@ pub trait Host: Send + Sync + 'static {
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub header_read_timeout: Duration,
+    /// A connection without a request in progress this long is closed.
+    pub idle_timeout: Duration,
     pub max_connections: usize,
+    /// Connections the admin listener holds at most.
+    pub admin_max_connections: usize,
+    /// The per-client-address cap and who may name the client address.
+    pub clients: Arc<ClientLimits>,
     pub shutdown_delay: Duration,
     pub shutdown_grace: Duration,
     /// The TLS config and the handshake timeout, when `[server.tls]` is set.
@@ -88,10 +104,20 @@ enum Kind {
     Admin,
 }
 
-/// Held for a connection's whole life: its slot under the cap, and the gauge.
+/// Held for a connection's whole life: its slots under the caps, and the gauge.
 struct Slot {
-    _permit: Option<OwnedSemaphorePermit>,
+    _permit: OwnedSemaphorePermit,
+    _per_ip: Option<IpSlot>,
     open: Gauge,
+}
+
+/// What every connection shares: the caps, and the stop.
+struct Shared {
+    slots: Arc<Semaphore>,
+    admin_slots: Arc<Semaphore>,
+    per_ip: Arc<PerIp>,
+    stop: CancellationToken,
+    connections: TaskTracker,
 }
 
 impl Drop for Slot {
@@ -120,8 +146,15 @@ where
     S: HttpService,
     A: HttpService,
 {
-    let graceful = GracefulShutdown::new();
-    let slots = Arc::new(Semaphore::new(host.settings().max_connections.max(1)));
+    let settings = host.settings();
+    let shared = Arc::new(Shared {
+        slots: Arc::new(Semaphore::new(settings.max_connections.max(1))),
+        admin_slots: Arc::new(Semaphore::new(settings.admin_max_connections.max(1))),
+        per_ip: Arc::default(),
+        stop: CancellationToken::new(),
+        connections: TaskTracker::new(),
+    });
+    drop(settings);
     tokio::pin!(shutdown);
     let mut delay: Option<Pin<Box<tokio::time::Sleep>>> = None;
     loop {
@@ -140,9 +173,8 @@ where
         };
         match accepted {
             Ok((stream, peer)) => {
-                if let Some(slot) = admit(&*host, &slots, kind, peer) {
-                    let watcher = graceful.watcher();
-                    spawn_connection(&host, &services, kind, stream, peer, slot, watcher);
+                if let Some(slot) = admit(&*host, &shared, kind, peer) {
+                    spawn_connection(&host, &services, &shared, (kind, stream, peer), slot);
                 }
             }
             Err(e) => {
@@ -153,7 +185,7 @@ where
         }
     }
     drop(listeners);
-    drain(graceful, host.settings().shutdown_grace).await;
+    drain(&shared, host.settings().shutdown_grace).await;
     Ok(())
 }
 
@@ -182,25 +214,39 @@ impl<T> HttpService for T where
 {
 }
 
-/// The connection's slot under the cap, taken before any handshake or read: past the
-/// cap it is closed at once. The admin listener is exempt, so that an overloaded
-/// gateway can still be observed.
-fn admit(host: &impl Host, slots: &Arc<Semaphore>, kind: Kind, peer: SocketAddr) -> Option<Slot> {
-    let permit = match kind {
-        Kind::Admin => None,
-        Kind::Plain | Kind::Tls => match slots.clone().try_acquire_owned() {
-            Ok(permit) => Some(permit),
-            Err(_) => {
-                host.metrics().connections_refused.inc();
-                tracing::debug!(%peer, "connection refused: server.max_connections reached");
+/// The connection's slots, taken before any handshake or read: past a cap it is closed
+/// at once. The admin listener has its own small cap (an overloaded gateway can still
+/// be observed); client listeners share `max_connections`, and each client address
+/// (but a trusted proxy) its share of it.
+fn admit(host: &impl Host, shared: &Shared, kind: Kind, peer: SocketAddr) -> Option<Slot> {
+    let refuse = |why: &str| {
+        host.metrics().connections_refused.inc();
+        tracing::debug!(%peer, "connection refused: {why}");
+    };
+    let slots = match kind {
+        Kind::Admin => &shared.admin_slots,
+        Kind::Plain | Kind::Tls => &shared.slots,
+    };
+    let Ok(permit) = slots.clone().try_acquire_owned() else {
+        refuse("the listener's connection cap is reached");
+        return None;
+    };
+    let clients = host.settings().clients;
+    let per_ip = match kind {
+        Kind::Plain | Kind::Tls if !clients.trusts(peer.ip()) => {
+            let Some(slot) = shared.per_ip.take(peer.ip(), clients.max_per_ip) else {
+                refuse("server.max_connections_per_ip reached");
                 return None;
-            }
-        },
+            };
+            slot
+        }
+        _ => None,
     };
     let open = host.metrics().connections_open.clone();
     open.inc();
     Some(Slot {
         _permit: permit,
+        _per_ip: per_ip,
         open,
     })
 }
@@ -209,44 +255,52 @@ fn admit(host: &impl Host, slots: &Arc<Semaphore>, kind: Kind, peer: SocketAddr)
 fn spawn_connection<H: Host, S: HttpService, A: HttpService>(
     host: &Arc<H>,
     services: &Services<S, A>,
-    kind: Kind,
-    stream: TcpStream,
-    peer: SocketAddr,
+    shared: &Arc<Shared>,
+    (kind, stream, peer): (Kind, TcpStream, SocketAddr),
     slot: Slot,
-    watcher: Watcher,
 ) {
     let _ = stream.set_nodelay(true);
     let settings = host.settings();
-    let builder = http_builder(settings.header_read_timeout);
-    let first_byte = settings.header_read_timeout;
+    let conn = Conn {
+        builder: http_builder(settings.header_read_timeout),
+        first_byte: settings.header_read_timeout,
+        idle: settings.idle_timeout,
+        stop: shared.stop.clone(),
+        peer,
+    };
+    let wrap = |tls: bool| {
+        (
+            Activity::new(),
+            settings.clients.clone(),
+            shared.per_ip.clone(),
+            tls,
+        )
+    };
     match kind {
         Kind::Plain => {
-            let svc = services.main.clone();
-            tokio::spawn(async move {
-                let io = FirstByte::new(stream, first_byte);
-                run(TokioIo::new(io), &builder, svc, watcher, peer).await;
+            let svc = conn.service(services.main.clone(), wrap(false));
+            shared.connections.spawn(async move {
+                conn.run(stream, svc).await;
                 drop(slot);
             });
         }
         Kind::Admin => {
-            let svc = services.admin.clone();
-            tokio::spawn(async move {
-                let io = FirstByte::new(stream, first_byte);
-                run(TokioIo::new(io), &builder, svc, watcher, peer).await;
+            let svc = conn.service(services.admin.clone(), wrap(false));
+            shared.connections.spawn(async move {
+                conn.run(stream, svc).await;
                 drop(slot);
             });
         }
         Kind::Tls => {
-            let Some((tls, timeout)) = settings.tls else {
+            let Some((tls, timeout)) = settings.tls.clone() else {
                 tracing::debug!(%peer, "TLS connection closed: TLS is no longer configured");
                 return;
             };
-            let svc = services.main.clone();
+            let svc = conn.service(services.main.clone(), wrap(true));
             let host = host.clone();
-            tokio::spawn(async move {
+            shared.connections.spawn(async move {
                 if let Some(stream) = handshake(stream, tls, timeout, host.metrics(), peer).await {
-                    let io = FirstByte::new(stream, first_byte);
-                    run(TokioIo::new(io), &builder, svc, watcher, peer).await;
+                    conn.run(stream, svc).await;
                 }
                 drop(slot);
             });
@@ -255,12 +309,14 @@ fn spawn_connection<H: Host, S: HttpService, A: HttpService>(
 }
 
 /// Give in-flight requests `grace` to finish after the listeners closed.
-async fn drain(graceful: GracefulShutdown, grace: Duration) {
+async fn drain(shared: &Shared, grace: Duration) {
     tracing::info!(
         grace_ms = grace.as_millis() as u64,
         "listeners closed: draining in-flight requests"
     );
-    match tokio::time::timeout(grace, graceful.shutdown()).await {
+    shared.stop.cancel();
+    shared.connections.close();
+    match tokio::time::timeout(grace, shared.connections.wait()).await {
         Ok(()) => tracing::info!("all connections closed"),
         Err(_) => tracing::warn!("grace period over; closing remaining connections"),
     }
@@ -386,27 +442,63 @@ async fn handshake(
     }
 }
 
-/// Serve one connection until it ends or the graceful stop closes it.
-async fn run<I, S>(
-    io: TokioIo<I>,
-    builder: &auto::Builder<TokioExecutor>,
-    svc: S,
-    watcher: Watcher,
+/// One connection's settings, taken when it was accepted.
+struct Conn {
+    builder: auto::Builder<TokioExecutor>,
+    first_byte: Duration,
+    idle: Duration,
+    stop: CancellationToken,
     peer: SocketAddr,
-) where
-    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    S: Service<http::Request<Incoming>, Response = http::Response<ResponseBody>>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    let conn = builder
-        .serve_connection(io, TowerToHyperService::new(svc))
-        .into_owned();
-    if let Err(e) = watcher.watch(conn).await {
-        tracing::debug!(%peer, error = %e, "connection ended with an error");
+}
+
+impl Conn {
+    /// `inner` with this connection's extension, activity and client slot.
+    fn service<S: HttpService>(
+        &self,
+        inner: S,
+        (activity, limits, per_ip, tls): (Arc<Activity>, Arc<ClientLimits>, Arc<PerIp>, bool),
+    ) -> ConnService<S> {
+        ConnService {
+            inner,
+            peer: self.peer,
+            tls,
+            activity,
+            limits,
+            per_ip,
+        }
+    }
+
+    /// Serve until the connection ends; on the gateway's stop, or once it has been
+    /// idle for the idle timeout, close it gracefully (requests in progress finish).
+    async fn run<I, S>(self, io: I, svc: ConnService<S>)
+    where
+        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        S: HttpService,
+    {
+        let activity = svc.activity.clone();
+        let io = FirstByte::new(io, self.first_byte);
+        let conn = self
+            .builder
+            .serve_connection(TokioIo::new(io), TowerToHyperService::new(svc))
+            .into_owned();
+        tokio::pin!(conn);
+        let idle = activity.idle_for(self.idle);
+        tokio::pin!(idle);
+        let mut closing = false;
+        let ended = loop {
+            tokio::select! {
+                ended = conn.as_mut() => break ended,
+                () = self.stop.cancelled(), if !closing => {}
+                () = &mut idle, if !closing => {
+                    tracing::debug!(peer = %self.peer, "idle connection closed");
+                }
+            }
+            closing = true;
+            conn.as_mut().graceful_shutdown();
+        };
+        if let Err(e) = ended {
+            tracing::debug!(peer = %self.peer, error = %e, "connection ended with an error");
+        }
     }
 }
 

@@ -77,7 +77,10 @@ impl Gateway {
         let snapshot = Snapshot::build(file, config_path, &ctx)?;
         let tasks = &snapshot.tasks;
         let cache = TaskCache::new(
-            tasks.cache_capacity,
+            crate::tasks::CacheLimits {
+                entries: tasks.cache_capacity,
+                bytes: tasks.cache_capacity_bytes,
+            },
             Duration::from_millis(tasks.terminal_cache_ttl_ms),
             Duration::from_millis(tasks.poll_cache_ttl_ms),
             CacheStats {

@@ -20,13 +20,12 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 
 use super::origin::Reach;
 
-/// Largest upstream answer read into memory (status answers are small JSON).
-const MAX_ANSWER_BYTES: usize = 8 * 1024 * 1024;
-
 /// A pooled client for one provider.
 #[derive(Clone)]
 pub struct UpstreamClient {
     inner: Client<BoundedConnect<HttpsConnector<Guarded>>, Full<Bytes>>,
+    /// Largest answer read into memory (status answers are small JSON).
+    max_answer_bytes: usize,
 }
 
 impl std::fmt::Debug for UpstreamClient {
@@ -194,6 +193,7 @@ impl UpstreamClient {
         connect_timeout: Duration,
         ca_file: Option<&Path>,
         reach: Arc<Reach>,
+        max_answer_bytes: usize,
     ) -> Result<Self, String> {
         let mut http = HttpConnector::new();
         http.enforce_http(false);
@@ -238,7 +238,10 @@ impl UpstreamClient {
                 inner: https,
                 timeout: connect_timeout,
             });
-        Ok(Self { inner })
+        Ok(Self {
+            inner,
+            max_answer_bytes,
+        })
     }
 
     /// Send one request and read the whole answer, all under `timeout`.
@@ -250,7 +253,7 @@ impl UpstreamClient {
         let exchange = async {
             let response = self.inner.request(request).await.map_err(call_error)?;
             let (parts, body) = response.into_parts();
-            let body = Limited::new(body, MAX_ANSWER_BYTES)
+            let body = Limited::new(body, self.max_answer_bytes)
                 .collect()
                 .await
                 .map_err(|e| CallError::Broken(format!("answer body: {e}")))?

@@ -199,12 +199,20 @@ fn compile_client(
             "must be shorter than submit_timeout_ms",
         );
     }
+    if cfg.max_answer_bytes == 0 {
+        at.push("max_answer_bytes", "must be greater than 0");
+    }
     let ca_file = cfg.ca_file.as_ref().map(|f| dir.join(f));
     let connect_timeout = Duration::from_millis(cfg.connect_timeout_ms);
     let reach = origin?.reach();
     at.check(
         "ca_file",
-        UpstreamClient::new(connect_timeout, ca_file.as_deref(), reach),
+        UpstreamClient::new(
+            connect_timeout,
+            ca_file.as_deref(),
+            reach,
+            cfg.max_answer_bytes,
+        ),
     )
 }
 

@@ -128,28 +128,45 @@ impl StatusReader {
                 .map(|s| redactor.clean(&s))
         };
         TaskError {
-            code: text(&self.error_code).unwrap_or_else(|| "generation_failed".into()),
+            code: text(&self.error_code)
+                .map(|c| c.chars().take(MAX_CODE_CHARS).collect())
+                .unwrap_or_else(|| "generation_failed".into()),
             message: text(&self.error_message)
                 .unwrap_or_else(|| "the task failed without a reason given".into()),
         }
     }
 }
 
+/// Result URLs kept of one answer, at most: a task has a few results.
+pub const MAX_URLS: usize = 16;
+/// Longest result URL kept (signed storage URLs run to a few hundred bytes).
+pub const MAX_URL_BYTES: usize = 4096;
+/// Longest error code kept.
+pub const MAX_CODE_CHARS: usize = 64;
+
 /// Result URLs from what a `urls` program produced: one string or an array of them
-/// (empty strings and non-strings are skipped).
+/// (empty strings, non-strings and URLs longer than [`MAX_URL_BYTES`] are skipped; at
+/// most [`MAX_URLS`] are kept). What an upstream says is kept bounded: it is cached
+/// and sent to every client that asks.
 pub fn urls_from(value: serde_json::Value) -> Vec<String> {
     use serde_json::Value;
+    let usable = |v: Value| match v {
+        Value::String(s) if !s.is_empty() && s.len() <= MAX_URL_BYTES => Some(s),
+        _ => None,
+    };
+    let mut kept = Vec::new();
     match value {
-        Value::String(s) if !s.is_empty() => vec![s],
-        Value::Array(items) => items
-            .into_iter()
-            .filter_map(|v| match v {
-                Value::String(s) if !s.is_empty() => Some(s),
-                _ => None,
-            })
-            .collect(),
-        _ => Vec::new(),
+        // Pushed one by one into a new vector: collecting from the answer's own vector
+        // would reuse its allocation, and keep ten thousand URLs' room for sixteen.
+        Value::Array(items) => {
+            for url in items.into_iter().filter_map(usable).take(MAX_URLS) {
+                kept.push(url);
+            }
+        }
+        one => kept.extend(usable(one)),
     }
+    kept.shrink_to_fit();
+    kept
 }
 
 #[cfg(test)]
@@ -211,6 +228,35 @@ mod tests {
         let e = s.error.unwrap();
         assert_eq!(e.code, "generation_failed");
         assert_eq!(e.message, "[redacted] at [redacted] refused: nsfw");
+    }
+
+    #[test]
+    fn what_is_kept_of_a_hostile_answer_is_bounded() {
+        let urls: Vec<String> = (0..10_000).map(|n| format!("https://cdn/{n}")).collect();
+        let long = format!("https://cdn/{}", "x".repeat(MAX_URL_BYTES));
+        let body = serde_json::json!({"data": {
+            "task_status": "failed",
+            "task_status_msg": "m".repeat(100_000),
+        }});
+        let mut r = reader();
+        r.error_code = Some(Jq::compile(".data.task_status_msg").unwrap());
+        let s = r
+            .read(
+                "p",
+                crate::providers::jq::from_json(&body),
+                &vars(),
+                &Redactor::default(),
+            )
+            .unwrap();
+        let e = s.error.unwrap();
+        assert_eq!(e.code.chars().count(), MAX_CODE_CHARS);
+        assert!(e.message.chars().count() <= crate::providers::redact::MAX_MESSAGE_CHARS);
+        let kept = urls_from(serde_json::json!(urls));
+        assert_eq!(kept.len(), MAX_URLS);
+        // What is kept holds room for what is kept, not for the whole answer.
+        assert!(kept.capacity() <= MAX_URLS, "{}", kept.capacity());
+        assert!(urls_from(serde_json::json!(long)).is_empty());
+        assert!(urls_from(serde_json::json!([long, "https://cdn/ok"])) == ["https://cdn/ok"]);
     }
 
     #[test]

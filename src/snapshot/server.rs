@@ -17,6 +17,13 @@ pub(super) fn compile(cfg: &ServerConfig, dir: &Path, at: &mut Scope) -> Option<
             "must be greater than 0 and not absurdly large",
         );
     }
+    if cfg.admin_max_connections == 0 {
+        at.push("admin_max_connections", "must be greater than 0");
+    }
+    if cfg.idle_timeout_ms == 0 {
+        at.push("idle_timeout_ms", "must be greater than 0");
+    }
+    let clients = client_limits(cfg, at);
     let tls = match &cfg.tls {
         Some(tls) => {
             let config = edge::tls::compile(tls, dir, &mut at.at("tls"))?;
@@ -26,7 +33,10 @@ pub(super) fn compile(cfg: &ServerConfig, dir: &Path, at: &mut Scope) -> Option<
     };
     Some(edge::Settings {
         header_read_timeout: Duration::from_millis(cfg.header_read_timeout_ms),
+        idle_timeout: Duration::from_millis(cfg.idle_timeout_ms),
         max_connections: cfg.max_connections,
+        admin_max_connections: cfg.admin_max_connections,
+        clients: std::sync::Arc::new(clients?),
         shutdown_delay: Duration::from_millis(cfg.shutdown_delay_ms),
         shutdown_grace: Duration::from_millis(cfg.shutdown_grace_ms),
         tls,
@@ -64,4 +74,34 @@ pub(super) fn metrics_token(
     }
     let digest = ring::digest::digest(&ring::digest::SHA256, token.as_bytes());
     digest.as_ref().try_into().ok().map(Some)
+}
+
+/// The per-client-address cap, the trusted proxies and their client address header.
+fn client_limits(cfg: &ServerConfig, at: &mut Scope) -> Option<edge::ClientLimits> {
+    let before = at.count();
+    let trusted_proxies = cfg
+        .trusted_proxies
+        .iter()
+        .filter_map(|n| at.check("trusted_proxies", n.parse()))
+        .collect();
+    let client_ip_header = match &cfg.client_ip_header {
+        Some(name) => at.check(
+            "client_ip_header",
+            http::HeaderName::try_from(name.as_str())
+                .map(Some)
+                .map_err(|_| format!("`{name}` is not a header name")),
+        )?,
+        None => None,
+    };
+    if client_ip_header.is_some() && cfg.trusted_proxies.is_empty() {
+        at.push(
+            "client_ip_header",
+            "is read only from trusted_proxies, and none is configured",
+        );
+    }
+    (at.count() == before).then_some(edge::ClientLimits {
+        max_per_ip: cfg.max_connections_per_ip,
+        trusted_proxies,
+        client_ip_header,
+    })
 }

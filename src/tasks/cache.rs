@@ -1,5 +1,9 @@
 //! Task results cache (moka): finished results are kept long, unfinished ones for a
 //! short poll interval, and concurrent queries of one task share one upstream call.
+//!
+//! Entries are weighed by the bytes they hold (URLs and messages come from upstreams),
+//! so the cache is bounded in bytes as well as in entries: an entry weighs at least
+//! `bytes / entries`, so neither bound is ever passed.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -44,6 +48,30 @@ impl Expiry<Arc<str>, Entry> for ByStatus {
     }
 }
 
+/// How much the cache may hold.
+#[derive(Debug, Clone, Copy)]
+pub struct CacheLimits {
+    /// Entries at most.
+    pub entries: u64,
+    /// Bytes at most (keys, URLs, messages and a fixed overhead per entry).
+    pub bytes: u64,
+}
+
+/// What an entry costs beyond its strings: the key's and the state's allocations,
+/// moka's own bookkeeping.
+const ENTRY_OVERHEAD: usize = 256;
+
+/// The bytes an entry holds (the room allocated, not only what is used).
+pub fn weight(key: &str, state: &TaskState) -> usize {
+    let error = state
+        .error
+        .as_ref()
+        .map_or(0, |e| e.code.capacity() + e.message.capacity());
+    let urls: usize = state.urls.iter().map(String::capacity).sum::<usize>()
+        + state.urls.capacity() * std::mem::size_of::<String>();
+    ENTRY_OVERHEAD + key.len() + urls + error
+}
+
 /// Results by task (provider + upstream id).
 pub struct TaskCache {
     cache: Cache<Arc<str>, Entry>,
@@ -52,14 +80,19 @@ pub struct TaskCache {
 
 impl TaskCache {
     pub fn new(
-        capacity: u64,
+        limits: CacheLimits,
         terminal_ttl: Duration,
         poll_ttl: Duration,
         stats: CacheStats,
     ) -> Self {
+        let floor = (limits.bytes / limits.entries.max(1)).max(1);
         Self {
             cache: Cache::builder()
-                .max_capacity(capacity)
+                .max_capacity(limits.bytes)
+                .weigher(move |key: &Arc<str>, entry: &Entry| {
+                    let w = (weight(key, &entry.state) as u64).max(floor);
+                    u32::try_from(w).unwrap_or(u32::MAX)
+                })
                 .expire_after(ByStatus {
                     terminal: terminal_ttl,
                     unfinished: poll_ttl,
@@ -76,6 +109,12 @@ impl TaskCache {
         k.push('\0');
         k.push_str(upstream_id);
         k.into()
+    }
+
+    /// Bytes held now, as weighed (after pending evictions ran).
+    pub async fn weighted_size(&self) -> u64 {
+        self.cache.run_pending_tasks().await;
+        self.cache.weighted_size()
     }
 
     /// Forget every result (after a reload changed how answers are read).
@@ -125,6 +164,11 @@ mod tests {
     use crate::tasks::TaskStatus;
     use std::sync::atomic::AtomicUsize;
 
+    const LIMITS: CacheLimits = CacheLimits {
+        entries: 100,
+        bytes: 1 << 20,
+    };
+
     fn state(status: TaskStatus) -> TaskState {
         TaskState {
             status,
@@ -137,7 +181,7 @@ mod tests {
     #[tokio::test]
     async fn concurrent_queries_share_one_fetch() {
         let cache = TaskCache::new(
-            100,
+            LIMITS,
             Duration::from_secs(60),
             Duration::from_secs(1),
             CacheStats::default(),
@@ -166,7 +210,7 @@ mod tests {
     #[tokio::test]
     async fn unfinished_results_expire_and_finished_stay() {
         let cache = TaskCache::new(
-            100,
+            LIMITS,
             Duration::from_secs(60),
             Duration::from_millis(30),
             CacheStats::default(),
@@ -194,10 +238,57 @@ mod tests {
         assert_eq!(calls.load(Ordering::SeqCst), 3, "a fetched twice, b once");
     }
 
+    /// An upstream that answers with the largest results allowed cannot make the cache
+    /// hold more than its bytes, nor more than its entries.
+    #[tokio::test]
+    async fn bounded_in_bytes_and_in_entries() {
+        let limits = CacheLimits {
+            entries: 1000,
+            bytes: 2 << 20,
+        };
+        let cache = TaskCache::new(
+            limits,
+            Duration::from_secs(3600),
+            Duration::from_secs(3600),
+            CacheStats::default(),
+        );
+        let big = TaskState {
+            status: TaskStatus::Completed,
+            progress: None,
+            urls: vec!["u".repeat(8 * 1024); 32],
+            error: None,
+        };
+        let one = weight("p\0id-0000", &big) as u64;
+        for n in 0..200 {
+            let key = TaskCache::key("p", &format!("id-{n:04}"));
+            let state = big.clone();
+            cache.get_or_fetch(key, async { Ok(state) }).await.unwrap();
+        }
+        let held = cache.weighted_size().await;
+        assert!(held <= limits.bytes, "{held} bytes held");
+        assert!(held >= limits.bytes - one, "the cache is used: {held}");
+        // Small entries: the entry bound holds.
+        let small = TaskCache::new(
+            limits,
+            Duration::from_secs(60),
+            Duration::from_secs(60),
+            CacheStats::default(),
+        );
+        for n in 0..3000 {
+            let key = TaskCache::key("p", &format!("{n}"));
+            small
+                .get_or_fetch(key, async { Ok(state(TaskStatus::Failed)) })
+                .await
+                .unwrap();
+        }
+        small.cache.run_pending_tasks().await;
+        assert!(small.cache.entry_count() <= limits.entries);
+    }
+
     #[tokio::test]
     async fn errors_are_not_cached() {
         let cache = TaskCache::new(
-            100,
+            LIMITS,
             Duration::from_secs(60),
             Duration::from_secs(60),
             CacheStats::default(),

@@ -11,6 +11,6 @@ pub mod id;
 pub mod ledger;
 pub mod state;
 
-pub use self::cache::{CacheStats, TaskCache};
+pub use self::cache::{CacheLimits, CacheStats, TaskCache};
 pub use self::id::{TaskId, TaskSealer};
 pub use self::state::{MediaKind, TaskError, TaskState, TaskStatus};

@@ -18,7 +18,7 @@ const LIMIT: usize = 1024;
 fn routes() -> String {
     replace_once(
         &shipped_routes(),
-        "max_body_bytes = 4194304",
+        "max_body_bytes = 1048576",
         &format!("max_body_bytes = {LIMIT}"),
     )
 }

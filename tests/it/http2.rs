@@ -13,7 +13,7 @@ use crate::support::{
 async fn the_interface_works_over_h2c() {
     let routes = replace_once(
         &shipped_routes(),
-        "max_body_bytes = 4194304",
+        "max_body_bytes = 1048576",
         "max_body_bytes = 1024",
     );
     let gw = Gateway::start(&routes).await;

@@ -1,7 +1,9 @@
 //! How the client reached us, to form absolute content URLs when the provider sets no
-//! `content.public_base_url`: `X-Forwarded-Proto` (`http`/`https`, default `http`) and
-//! the `Host` header (or the HTTP/2 authority). Only the asking client sees the result,
-//! so what it sends is only reflected back to itself.
+//! `content.public_base_url`: `https` for a request on the gateway's own TLS listener,
+//! else `X-Forwarded-Proto` (`http`/`https`, default `http`); the `Host` header (or the
+//! HTTP/2 authority), never one with userinfo (`user@host`). Only the asking client sees
+//! the result, so what it sends is only reflected back to itself — but a client that
+//! follows the link sends its key there, so a link never downgrades TLS.
 
 use http::request::Parts;
 use http::{HeaderMap, header};
@@ -11,6 +13,7 @@ use crate::config::Endpoint;
 pub(super) struct PublicBase<'r> {
     headers: &'r HeaderMap,
     authority: Option<&'r http::uri::Authority>,
+    tls: bool,
 }
 
 impl<'r> PublicBase<'r> {
@@ -19,6 +22,10 @@ impl<'r> PublicBase<'r> {
         Self {
             headers: &req.headers,
             authority: req.uri.authority(),
+            tls: req
+                .extensions
+                .get::<crate::edge::Connection>()
+                .is_some_and(|c| c.tls),
         }
     }
 
@@ -40,11 +47,13 @@ impl<'r> PublicBase<'r> {
         let proto = match self
             .headers
             .get("x-forwarded-proto")
+            .filter(|_| !self.tls)
             .and_then(|v| v.to_str().ok())
             // The first proxy's view: `https, http` means the client used https.
             .and_then(|v| v.split(',').next())
         {
             Some(p) if p.trim().eq_ignore_ascii_case("https") => "https",
+            _ if self.tls => "https",
             _ => "http",
         };
         let host = self
@@ -53,7 +62,8 @@ impl<'r> PublicBase<'r> {
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned)
             .or_else(|| self.authority.map(|a| a.to_string()))
-            .filter(|h| h.parse::<http::uri::Authority>().is_ok())?;
+            // `user@host` would make a link that names another host to some readers.
+            .filter(|h| !h.contains('@') && h.parse::<http::uri::Authority>().is_ok())?;
         Some(format!("{proto}://{host}"))
     }
 }
@@ -63,12 +73,41 @@ mod tests {
     use super::*;
 
     fn url(headers: &[(&str, &str)], configured: Option<&str>) -> String {
+        url_on(false, headers, configured)
+    }
+
+    fn url_on(tls: bool, headers: &[(&str, &str)], configured: Option<&str>) -> String {
         let mut req = http::Request::builder().uri("/v1/alpha/videos/t");
         for (k, v) in headers {
             req = req.header(*k, *v);
         }
-        let (parts, ()) = req.body(()).unwrap().into_parts();
+        let (mut parts, ()) = req.body(()).unwrap().into_parts();
+        parts.extensions.insert(crate::edge::Connection {
+            peer: ([127, 0, 0, 1], 1).into(),
+            tls,
+            client: [127, 0, 0, 1].into(),
+        });
         PublicBase::of(&parts).content_url(configured, Endpoint::AlphaVideos, "t")
+    }
+
+    #[test]
+    fn on_the_tls_listener_links_are_https_and_userinfo_is_refused() {
+        assert_eq!(
+            url_on(true, &[("host", "gw.example:8443")], None),
+            "https://gw.example:8443/v1/alpha/videos/t/content"
+        );
+        // A forwarded `http` cannot downgrade a request that came over TLS.
+        assert_eq!(
+            url_on(
+                true,
+                &[("host", "gw.example"), ("x-forwarded-proto", "http")],
+                None
+            ),
+            "https://gw.example/v1/alpha/videos/t/content"
+        );
+        for host in ["evil.example@gw.example", "user:pass@gw.example:8080"] {
+            assert_eq!(url(&[("host", host)], None), "/v1/alpha/videos/t/content");
+        }
     }
 
     #[test]

@@ -23,7 +23,7 @@ use self::objects::{
     SecurityScheme, Tag, json_content,
 };
 use self::responses::{
-    AUTHENTICATED, CONTENT, LIST, MODEL, QUERY, READY, SUBMIT, UPSTREAM, refusals, success,
+    ANY, AUTHENTICATED, CONTENT, LIST, MODEL, QUERY, READY, SUBMIT, UPSTREAM, refusals, success,
 };
 use self::schemas::{SubmitBodies, reference};
 use crate::config::Endpoint;
@@ -393,7 +393,7 @@ fn operational(paths: &mut BTreeMap<String, PathItem>, metrics_here: bool) {
     let health = ok("The process is up.", reference("Health"));
     paths.insert(
         "/healthz".into(),
-        public("getHealth", "Liveness", health, &[]),
+        public("getHealth", "Liveness", health, ANY),
     );
     let ready = ok("Ready for traffic.", reference("Ready"));
     paths.insert(
@@ -404,7 +404,7 @@ fn operational(paths: &mut BTreeMap<String, PathItem>, metrics_here: bool) {
     let summary = "The OpenAPI document of this API";
     paths.insert(
         "/openapi.json".into(),
-        public("getOpenApi", summary, document, &[]),
+        public("getOpenApi", summary, document, ANY),
     );
     if metrics_here {
         let mut metrics = ok("Prometheus metrics.", json!({}));

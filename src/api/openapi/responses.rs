@@ -17,6 +17,7 @@ pub(super) const AUTHENTICATED: &[&str] = &[
     "invalid_api_key",
     "rate_limited",
     "too_many_concurrent_requests",
+    "too_many_connections",
     "request_timeout",
 ];
 
@@ -59,7 +60,9 @@ pub(super) const CONTENT: &[&str] = &[
     "range_not_satisfiable",
 ];
 pub(super) const MODEL: &[&str] = &["model_not_found", "not_found"];
-pub(super) const READY: &[&str] = &["shutting_down"];
+pub(super) const READY: &[&str] = &["shutting_down", "too_many_connections"];
+/// A client over its connection cap is refused on any route.
+pub(super) const ANY: &[&str] = &["too_many_connections"];
 
 /// Refusals of no listed operation, documented once under `components.responses`:
 /// 405 answers a method the document does not list for a path.
