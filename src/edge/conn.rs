@@ -185,16 +185,20 @@ impl Activity {
         Busy(self.clone())
     }
 
-    /// Resolves once no request has been in progress for `idle`.
+    /// Resolves once no request has been in progress for `idle` (noticed within twice
+    /// that: one timer per connection, waking at most once per `idle` while busy).
     pub async fn idle_for(&self, idle: Duration) {
         loop {
             let last = Duration::from_millis(self.last_ms.load(Ordering::Relaxed));
             let quiet = self.epoch.elapsed().saturating_sub(last);
-            if self.in_progress.load(Ordering::Acquire) == 0 && quiet >= idle {
+            let busy = self.in_progress.load(Ordering::Acquire) > 0;
+            if !busy && quiet >= idle {
                 return;
             }
-            // Busy or recently busy: look again when it could first be idle.
-            tokio::time::sleep(idle.saturating_sub(quiet).max(Duration::from_millis(10))).await;
+            // Recently busy: look again when it could first be idle; busy (a long
+            // download, a slow submit): look again a whole period later.
+            let wait = if busy { idle } else { idle - quiet };
+            tokio::time::sleep(wait.max(Duration::from_millis(10))).await;
         }
     }
 }
