@@ -35,5 +35,6 @@ mod running;
 pub mod simulator;
 pub mod snapshot;
 pub mod tasks;
+pub mod webhooks;
 
 pub use running::{Running, StartError, start};

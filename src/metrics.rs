@@ -38,6 +38,10 @@ struct ResultLabels {
     result: &'static str,
 }
 
+/// Results of a webhook delivery attempt.
+pub const WEBHOOK_ATTEMPT_RESULTS: [&str; 5] =
+    ["success", "http_error", "unreachable", "timeout", "refused"];
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 /// Every metric of the gateway.
@@ -61,6 +65,11 @@ pub struct Metrics {
     pub ledger_unknown_outcome: Gauge,
     /// Ledger statements that failed.
     pub ledger_errors: Counter,
+    webhook_deliveries: Family<ResultLabels, Counter>,
+    webhook_attempts: Family<ResultLabels, Counter>,
+    /// Webhook deliveries owed, and the age of the oldest.
+    pub webhooks_pending: Gauge,
+    pub webhook_oldest_pending_seconds: Gauge,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -169,6 +178,36 @@ impl Metrics {
             "Ledger statements that failed",
             ledger_errors.clone(),
         );
+        let webhook_deliveries = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "webhook_deliveries",
+            "Webhook deliveries ended, by result (delivered, gone: the receiver answered 410, expired: retried too long)",
+            webhook_deliveries.clone(),
+        );
+        let webhook_attempts = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "webhook_attempts",
+            "Webhook delivery attempts, by result (success, http_error, unreachable, timeout, refused: a private address)",
+            webhook_attempts.clone(),
+        );
+        let webhooks_pending = Gauge::default();
+        registry.register(
+            "webhooks_pending",
+            "Webhook deliveries owed (in the ledger, shared by replicas)",
+            webhooks_pending.clone(),
+        );
+        let webhook_oldest_pending_seconds = Gauge::default();
+        registry.register(
+            "webhook_oldest_pending_seconds",
+            "Age of the oldest webhook delivery owed (0 when none is)",
+            webhook_oldest_pending_seconds.clone(),
+        );
+        for result in ["delivered", "gone", "expired"] {
+            let _ = webhook_deliveries.get_or_create(&ResultLabels { result });
+        }
+        for result in WEBHOOK_ATTEMPT_RESULTS {
+            let _ = webhook_attempts.get_or_create(&ResultLabels { result });
+        }
         // Series that exist from the start, so that rates and alerts see a zero.
         for reason in ["rate", "submit"] {
             let _ = rate_limited.get_or_create(&ReasonLabels { reason });
@@ -195,6 +234,10 @@ impl Metrics {
             unmapped_statuses,
             ledger_unknown_outcome,
             ledger_errors,
+            webhook_deliveries,
+            webhook_attempts,
+            webhooks_pending,
+            webhook_oldest_pending_seconds,
         }
     }
 
@@ -242,6 +285,20 @@ impl Metrics {
     pub fn reload(&self, ok: bool) {
         let result = if ok { "success" } else { "failure" };
         self.reloads.get_or_create(&ResultLabels { result }).inc();
+    }
+
+    /// One webhook delivery attempt; `result` is one of [`WEBHOOK_ATTEMPT_RESULTS`].
+    pub fn webhook_attempt(&self, result: &'static str) {
+        self.webhook_attempts
+            .get_or_create(&ResultLabels { result })
+            .inc();
+    }
+
+    /// A webhook delivery ended: `delivered`, `gone` or `expired`.
+    pub fn webhook_delivery(&self, result: &'static str) {
+        self.webhook_deliveries
+            .get_or_create(&ResultLabels { result })
+            .inc();
     }
 
     /// The exposition text.

@@ -57,9 +57,16 @@ pub async fn start(config: &Path) -> Result<Running, StartError> {
             "demo API key enabled: its secret is published in the README; for local use only, remove it before exposing the gateway"
         );
     }
+    for name in &snapshot.demo_webhook_secrets {
+        tracing::warn!(
+            key = %name,
+            "demo webhook secret in use: it is published in the README; receivers cannot trust these webhooks"
+        );
+    }
     tokio::spawn(crate::gateway::reload::watch_files(gateway.clone()));
     tokio::spawn(crate::gateway::sweep::run(gateway.clone()));
     tokio::spawn(crate::gateway::tracker::run(gateway.clone()));
+    tokio::spawn(crate::gateway::deliveries::run(gateway.clone()));
     let listeners = Listeners::bind(&snapshot.server)
         .await
         .map_err(|(addr, e)| StartError::Listen(addr, e))?;

@@ -14,6 +14,7 @@ use subtle::ConstantTimeEq;
 
 use crate::config::QuotaConfig;
 use crate::error::ApiError;
+use crate::webhooks::WebhookSigner;
 
 /// An authenticated client key.
 #[derive(Debug)]
@@ -27,6 +28,10 @@ pub struct ApiKey {
     pub quota: Option<QuotaConfig>,
     /// Submits must carry an `Idempotency-Key`.
     pub require_idempotency_key: bool,
+    /// Where finished tasks are posted when a submit names no `callback_url`.
+    pub webhook_url: Option<String>,
+    /// Signs this key's webhooks; without it the key cannot ask for any.
+    pub webhook_signer: Option<Arc<WebhookSigner>>,
 }
 
 impl ApiKey {
@@ -37,7 +42,20 @@ impl ApiKey {
             models,
             quota: None,
             require_idempotency_key: false,
+            webhook_url: None,
+            webhook_signer: None,
         }
+    }
+
+    /// The key's webhooks: its default URL (already checked) and its secrets.
+    pub fn with_webhooks(
+        mut self,
+        url: Option<String>,
+        signer: Option<Arc<WebhookSigner>>,
+    ) -> Self {
+        self.webhook_url = url;
+        self.webhook_signer = signer;
+        self
     }
 
     /// The key's submit policy: its quota and whether it must send `Idempotency-Key`.
@@ -82,6 +100,11 @@ impl KeyRing {
 
     pub fn is_empty(&self) -> bool {
         self.keys.is_empty()
+    }
+
+    /// The key named `name` in routes.toml.
+    pub fn named(&self, name: &str) -> Option<&Arc<ApiKey>> {
+        self.keys.iter().find(|k| &*k.name == name)
     }
 
     /// The key presented in `Authorization: Bearer <key>`.

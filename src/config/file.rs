@@ -25,6 +25,9 @@ pub struct RoutesFile {
     /// The background tracker that follows unfinished tasks in the ledger.
     #[serde(default)]
     pub tracker: TrackerConfig,
+    /// Signed webhooks sent when a task finishes.
+    #[serde(default)]
+    pub webhooks: WebhooksConfig,
     /// Per-key limits every key gets unless its own `limits` says otherwise.
     #[serde(default)]
     pub limits: LimitsConfig,
@@ -307,6 +310,43 @@ impl Default for TrackerConfig {
     }
 }
 
+/// `[webhooks]`: how finished tasks are delivered to `callback_url`s.
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields, default)]
+pub struct WebhooksConfig {
+    /// One delivery attempt: connection, request and answer.
+    pub timeout_ms: u64,
+    /// The wait before the first retry; it doubles at each failure (with jitter).
+    pub first_retry_ms: u64,
+    /// The longest wait between two attempts.
+    pub max_retry_interval_ms: u64,
+    /// How long a delivery is retried before it is given up.
+    pub retry_for_hours: u64,
+    /// Deliveries in progress at once, per replica.
+    pub max_in_flight: usize,
+    /// How much of a receiver's answer is read (the rest is dropped).
+    pub max_answer_bytes: usize,
+    /// Hosts (as written in the URL) that may be sent callbacks over plain `http://`.
+    pub allow_http_hosts: Vec<String>,
+    /// Private networks (CIDR or single addresses) callbacks may be sent into.
+    pub allow_private_networks: Vec<String>,
+}
+
+impl Default for WebhooksConfig {
+    fn default() -> Self {
+        Self {
+            timeout_ms: 10_000,
+            first_retry_ms: 5_000,
+            max_retry_interval_ms: 3_600_000,
+            retry_for_hours: 24,
+            max_in_flight: 32,
+            max_answer_bytes: 4_096,
+            allow_http_hosts: Vec::new(),
+            allow_private_networks: Vec::new(),
+        }
+    }
+}
+
 /// The built-in simulated provider, reached as `base_url = "builtin:simulator"`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -350,6 +390,17 @@ pub struct KeyConfig {
     /// Refuse submits without an `Idempotency-Key` header; needs the ledger.
     #[serde(default)]
     pub require_idempotency_key: bool,
+    /// Where this key's finished tasks are posted when a submit names no
+    /// `callback_url`; needs the ledger and a webhook secret.
+    pub webhook_url: Option<String>,
+    /// Environment variable holding the key's webhook signing secret(s): `whsec_…`,
+    /// several separated by spaces while rotating (each delivery is signed with each).
+    pub webhook_secret_env: Option<String>,
+    /// File (relative to the routes file) holding the webhook secret(s).
+    pub webhook_secret_file: Option<PathBuf>,
+    /// The secret(s) written here: for the published demo secret; real secrets belong
+    /// in a variable or a file, out of the routes file.
+    pub webhook_secret: Option<String>,
 }
 
 /// A key's daily allowance. Failed tasks give their share back.

@@ -3,6 +3,7 @@
 //! reloaded ([`reload`]). It knows nothing of HTTP: `api` serves requests with it and
 //! `edge` runs connections for it.
 
+pub mod deliveries;
 pub mod reload;
 pub mod sweep;
 pub mod tracker;

@@ -198,7 +198,7 @@ fn expired() -> TaskState {
 }
 
 /// This replica's name on the leases it takes: random, per process.
-fn replica_name() -> String {
+pub(super) fn replica_name() -> String {
     use ring::rand::SecureRandom;
     let mut raw = [0u8; 8];
     let _ = ring::rand::SystemRandom::new().fill(&mut raw);

@@ -63,15 +63,25 @@ impl Model {
 }
 
 /// The fields of a submit body that the gateway reads itself, beside the model's own
-/// parameters (which the model's schema describes). `callback_url` joins this list
-/// when the gateway calls apps back.
-fn gateway_fields(id: &str) -> [(&'static str, Value); 1] {
-    [(
-        "model",
-        json!({
-            "type": "string",
-            "const": id,
-            "description": "The model identifier, exactly as listed.",
-        }),
-    )]
+/// parameters (which the model's schema describes).
+fn gateway_fields(id: &str) -> [(&'static str, Value); 2] {
+    [
+        (
+            "model",
+            json!({
+                "type": "string",
+                "const": id,
+                "description": "The model identifier, exactly as listed.",
+            }),
+        ),
+        (
+            "callback_url",
+            json!({
+                "type": "string",
+                "format": "uri",
+                "maxLength": crate::webhooks::target::MAX_URL_LEN,
+                "description": "Where the finished task is posted (a signed webhook, in the shape a query answers). An absolute https:// URL outside private networks; the key must have a webhook secret. Without it, the key's own webhook_url, if any.",
+            }),
+        ),
+    ]
 }

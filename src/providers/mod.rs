@@ -21,6 +21,8 @@ pub mod status;
 mod submit;
 
 pub use self::answer::{Refusal, Step};
+pub use self::client::{Answer as UpstreamAnswer, CallError, UpstreamClient};
+pub use self::origin::Reach;
 pub use self::submit::{SubmitError, Submitted};
 
 use std::path::Path;
@@ -30,7 +32,6 @@ use http::HeaderMap;
 use http::header::{HeaderName, HeaderValue};
 use prometheus_client::metrics::counter::Counter;
 
-use self::client::UpstreamClient;
 use self::content::ContentPlan;
 use self::jq::JqVars;
 use self::origin::Origin;

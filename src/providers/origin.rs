@@ -96,6 +96,15 @@ pub struct Reach {
 }
 
 impl Reach {
+    /// For connections with no origin of their own (webhook deliveries): public
+    /// addresses, and private ones only in `allowed`.
+    pub fn without_origin(allowed: Vec<Network>) -> Self {
+        Self {
+            allowed,
+            ..Self::default()
+        }
+    }
+
     /// Whether `to` is the provider's own origin (scheme, host and port).
     pub fn is_origin(&self, to: &Uri) -> bool {
         self.scheme.is_some()
@@ -109,7 +118,8 @@ impl Reach {
         !is_internal(ip) || self.allowed.iter().any(|n| n.contains(ip))
     }
 
-    fn may_reach(&self, to: &Uri) -> bool {
+    /// Whether `to` may be reached, as far as can be told from the URL as written.
+    pub fn may_reach(&self, to: &Uri) -> bool {
         if self.is_origin(to) {
             return true;
         }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use crate::access::{ApiKey, KeyLimiter, KeyLimits, KeyRing, key_digest};
 use crate::config::{KeyConfig, Problems, RoutesFile, Scope, SecretSource};
 use crate::models::Model;
+use crate::webhooks::{CallbackPolicy, WebhookSigner};
 
 /// Published demo keys: warned about at every start.
 const DEMO_KEYS: [&str; 2] = ["sk-demo", "sk-demo-2"];
@@ -18,6 +19,8 @@ pub(super) struct Keys {
     pub limits: KeyLimits,
     /// Names of keys whose secret is a published demo value.
     pub demo: Vec<String>,
+    /// Names of keys that sign webhooks with the published demo secret.
+    pub demo_webhook_secrets: Vec<String>,
 }
 
 pub(super) fn compile(
@@ -25,6 +28,7 @@ pub(super) fn compile(
     models: &HashMap<String, Arc<Model>>,
     dir: &Path,
     ledger_on: bool,
+    callbacks: Option<&CallbackPolicy>,
     p: &mut Problems,
 ) -> Keys {
     KeyLimiter::check(&file.limits, &mut p.at("limits"));
@@ -32,6 +36,7 @@ pub(super) fn compile(
         p.push("keys", "at least one client key is required");
     }
     let (mut ring, mut limits, mut demo) = (Vec::new(), Vec::new(), Vec::new());
+    let mut demo_webhook_secrets = Vec::new();
     let (mut names, mut digests) = (HashSet::new(), HashSet::new());
     for (i, k) in file.keys.iter().enumerate() {
         let mut at = p.at(format!("keys[{i}]"));
@@ -66,15 +71,70 @@ pub(super) fn compile(
                 "quotas and require_idempotency_key need the ledger ([ledger] url is none)",
             );
         }
+        let (webhook_url, signer) = webhooks_of(k, dir, ledger_on, callbacks, &mut at);
+        if signer.as_ref().is_some_and(|s| s.is_demo()) {
+            demo_webhook_secrets.push(k.name.clone());
+        }
         ring.push(
-            ApiKey::new(&k.name, digest, allowed).with_policy(k.quota, k.require_idempotency_key),
+            ApiKey::new(&k.name, digest, allowed)
+                .with_policy(k.quota, k.require_idempotency_key)
+                .with_webhooks(webhook_url, signer),
         );
     }
     Keys {
         ring: KeyRing::new(ring),
         limits: KeyLimits::new(limits),
         demo,
+        demo_webhook_secrets,
     }
+}
+
+/// A key's default webhook URL and its signing secrets. Webhooks need the ledger
+/// (deliveries are owed there), and a URL needs a secret to sign with.
+fn webhooks_of(
+    k: &KeyConfig,
+    dir: &Path,
+    ledger_on: bool,
+    callbacks: Option<&CallbackPolicy>,
+    at: &mut Scope,
+) -> (Option<String>, Option<Arc<WebhookSigner>>) {
+    let source = SecretSource {
+        env: k.webhook_secret_env.as_deref(),
+        file: k.webhook_secret_file.as_deref(),
+    };
+    let field = match (&k.webhook_secret, &k.webhook_secret_env) {
+        (Some(_), _) => "webhook_secret",
+        (None, Some(_)) => "webhook_secret_env",
+        (None, None) => "webhook_secret_file",
+    };
+    let text = match &k.webhook_secret {
+        Some(_) if source.env.is_some() || source.file.is_some() => {
+            let msg = "set one of webhook_secret, webhook_secret_env or webhook_secret_file";
+            at.push(field, msg);
+            None
+        }
+        Some(inline) => Some(inline.clone()),
+        None => at.check(field, source.read(dir)).flatten(),
+    };
+    let signer = text
+        .and_then(|text| at.check(field, WebhookSigner::parse(&text)))
+        .map(Arc::new);
+    let url = k.webhook_url.as_ref().and_then(|url| {
+        if !ledger_on {
+            at.push(
+                "webhook_url",
+                "webhooks need the ledger ([ledger] url is none)",
+            );
+        } else if signer.is_none() {
+            at.push(
+                "webhook_url",
+                "needs webhook_secret_env or webhook_secret_file to sign with",
+            );
+        }
+        let checked = callbacks.map(|policy| policy.check(url));
+        at.check("webhook_url", checked?).map(|_| url.clone())
+    });
+    (url, signer)
 }
 
 /// The SHA-256 of the key: given as hex, or of the key read from its variable.

@@ -23,13 +23,14 @@ use prometheus_client::metrics::counter::Counter;
 use crate::access::{KeyLimits, KeyRing};
 use crate::config::{
     Endpoint, LedgerConfig, LoadError, Problems, RoutesFile, ServerConfig, SimulatorConfig,
-    TasksConfig, TrackerConfig, config_dir, read_routes,
+    TasksConfig, TrackerConfig, WebhooksConfig, config_dir, read_routes,
 };
 use crate::edge;
 use crate::models::Model;
 use crate::providers::Provider;
 use crate::tasks::TaskSealer;
 use crate::tasks::ledger::LedgerUrl;
+use crate::webhooks::CallbackPolicy;
 
 pub use self::providers::SIMULATOR_URL;
 
@@ -55,9 +56,19 @@ pub struct Snapshot {
     pub ledger_url: LedgerUrl,
     pub ledger: LedgerConfig,
     pub tracker: TrackerConfig,
+    pub webhooks: Webhooks,
+    /// Keys that sign webhooks with the published demo secret.
+    pub demo_webhook_secrets: Vec<String>,
     /// SHA-256 of the bearer token `/metrics` asks for on the main listeners; without
     /// one (and without `metrics_listen`) `/metrics` is not served at all.
     pub metrics_token: Option<[u8; 32]>,
+}
+
+/// `[webhooks]`: delivery settings and the callback URL rule.
+#[derive(Debug)]
+pub struct Webhooks {
+    pub settings: WebhooksConfig,
+    pub callbacks: CallbackPolicy,
 }
 
 /// What the load needs from the running process.
@@ -104,7 +115,11 @@ impl Snapshot {
             .at("ledger")
             .check("url", LedgerUrl::parse(&file.ledger.url, dir));
         let ledger_on = ledger.as_ref().is_some_and(|l| *l != LedgerUrl::Off);
-        let keys = keys::compile(&file, &models, dir, ledger_on, p);
+        let callbacks = p.at("webhooks").check(
+            "allow_private_networks",
+            CallbackPolicy::new(&file.webhooks),
+        );
+        let keys = keys::compile(&file, &models, dir, ledger_on, callbacks.as_ref(), p);
         let sealer = tasks::compile(&file.tasks, dir, ctx.secret_file, &mut p.at("tasks"));
         let edge = server::compile(&file.server, dir, &mut p.at("server"));
         let metrics_token = server::metrics_token(&file.server, dir, &mut p.at("server"));
@@ -120,9 +135,14 @@ impl Snapshot {
             limits: keys.limits,
             uses_simulator,
             demo_keys: keys.demo,
+            demo_webhook_secrets: keys.demo_webhook_secrets,
             ledger_url: ledger?,
             ledger: file.ledger,
             tracker: file.tracker,
+            webhooks: Webhooks {
+                settings: file.webhooks,
+                callbacks: callbacks?,
+            },
             metrics_token: metrics_token?,
         })
     }

@@ -4,13 +4,16 @@
 //! - [`state`]: the four statuses, the media kind, a normalised upstream answer;
 //! - [`id`]: sealed, self-contained task ids (the only way a query finds its task);
 //! - [`cache`]: results cache with request coalescing (moka);
-//! - [`ledger`]: the durable record of every task (SQLite or PostgreSQL).
+//! - [`ledger`]: the durable record of every task (SQLite or PostgreSQL);
+//! - [`view`]: the public task shape, from a state or a ledger row.
 
 pub mod cache;
 pub mod id;
 pub mod ledger;
 pub mod state;
+pub mod view;
 
 pub use self::cache::{CacheLimits, CacheStats, TaskCache};
 pub use self::id::{TaskId, TaskSealer};
 pub use self::state::{MediaKind, TaskError, TaskState, TaskStatus};
+pub use self::view::{TaskView, recorded_state};

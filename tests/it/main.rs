@@ -30,3 +30,4 @@ mod shutdown;
 mod tls;
 mod tracker;
 mod upstream_bounds;
+mod webhooks;

@@ -16,7 +16,7 @@ use crate::error::ApiError;
 use crate::gateway::Gateway;
 use crate::response::{ResponseBody, json};
 use crate::tasks::ledger::TaskRecord;
-use crate::tasks::{MediaKind, TaskCache, TaskError, TaskState, TaskStatus};
+use crate::tasks::{MediaKind, TaskCache, TaskState, TaskStatus, recorded_state};
 
 const DEFAULT_LIMIT: u32 = 20;
 const MAX_LIMIT: u32 = 100;
@@ -103,7 +103,7 @@ impl Item {
         let id = row.task_id.clone()?;
         // The sealed id says when the task was created, exactly as a query answers.
         let task = ctx.snapshot.sealer.open(&id)?;
-        let mut state = match recorded(row) {
+        let mut state = match recorded_state(row) {
             Some(state) if state.status.is_terminal() => Arc::new(state),
             recorded => {
                 let key = TaskCache::key(&task.provider, &task.upstream_id);
@@ -132,29 +132,6 @@ impl Item {
     fn view(&self) -> TaskView<'_> {
         TaskView::new(&self.id, self.kind, &self.model, self.created, &self.state)
     }
-}
-
-/// The state the ledger recorded for a row.
-fn recorded(row: &TaskRecord) -> Option<TaskState> {
-    let status = serde_json::from_value(serde_json::Value::from(row.status.as_deref()?)).ok()?;
-    let urls = row
-        .urls
-        .as_deref()
-        .and_then(|u| serde_json::from_str(u).ok())
-        .unwrap_or_default();
-    let error = match (&row.error_code, &row.error_message) {
-        (Some(code), Some(message)) => Some(TaskError {
-            code: code.clone(),
-            message: message.clone(),
-        }),
-        _ => None,
-    };
-    Some(TaskState {
-        status,
-        progress: None,
-        urls,
-        error: error.filter(|_| status == TaskStatus::Failed),
-    })
 }
 
 #[cfg(test)]

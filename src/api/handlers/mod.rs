@@ -2,6 +2,7 @@
 //! request timeout, with the body read deadline. One module per endpoint; each handler
 //! is a short sequence of steps and returns `Result<Response, ApiError>`.
 
+mod callback;
 mod content;
 mod idempotency;
 mod list;

@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use http::{Request, Response, StatusCode};
 use serde_json::Value;
 
-use super::idempotency;
+use super::{callback, idempotency};
 use crate::api::context::{Ctx, RequestContext};
 use crate::api::shapes::SubmitResponse;
 use crate::config::Endpoint;
@@ -39,30 +39,37 @@ where
         Some(_) => idempotency::read(req.headers(), key)?,
         None => None,
     };
-    let (model_id, params) = read_params(req, ctx.snapshot.server.max_body_bytes).await?;
+    let body = read_body(req, ctx.snapshot.server.max_body_bytes).await?;
     let model = ctx
         .snapshot
-        .model(&model_id, endpoint)
-        .ok_or_else(|| ApiError::unknown_model(&model_id, endpoint.path()))?;
+        .model(&body.model, endpoint)
+        .ok_or_else(|| ApiError::unknown_model(&body.model, endpoint.path()))?;
     ctx.note(|f| f.model = Some(model.id.clone()));
     if !key.may_use(&model.id) {
         return Err(ApiError::model_not_allowed(&model.id));
     }
+    let mut params = body.params;
     model.validator.check(&model.id, &params)?;
     let Some(ledger) = &gateway.ledger else {
+        if body.callback_url.is_some() {
+            let msg = "webhooks need the task ledger, and this gateway runs without one";
+            return Err(ApiError::invalid_parameter("callback_url", msg.into()));
+        }
         let created = forward(ctx, model, &params, None).await;
         return created.map(|c| c.response()).map_err(Failure::into_error);
     };
+    let callback_url = callback::target(ctx, key, body.callback_url).await?;
     let new = NewTask {
         owner: &key.name,
         endpoint,
         model: &model.id,
         kind: model.kind,
-        fingerprint: fingerprint(endpoint, &model.id, &params),
+        fingerprint: request_fingerprint(endpoint, model, &mut params, callback_url.as_deref()),
         idempotency_key: idempotency_key.as_deref(),
         video_seconds: requested_seconds(model, &params),
         quota: key.quota,
         provider: model.providers.first().map(|p| p.name.as_str()),
+        callback_url: callback_url.as_deref(),
     };
     let admission = ledger.admit(&new).await.map_err(|e| {
         gateway.metrics.ledger_errors.inc();
@@ -260,8 +267,16 @@ fn seal(
     }
 }
 
-/// The body as a JSON object, split into the model id and the parameters.
-async fn read_params<B>(req: Request<B>, limit: usize) -> Result<(String, Value), ApiError>
+/// A submit body: the fields the gateway reads itself, and the model's parameters.
+struct SubmitBody {
+    model: String,
+    callback_url: Option<String>,
+    params: Value,
+}
+
+/// The body as a JSON object, split into the model id, the callback URL and the
+/// parameters (which are validated without them).
+async fn read_body<B>(req: Request<B>, limit: usize) -> Result<SubmitBody, ApiError>
 where
     B: http_body::Body<Data = bytes::Bytes>,
     B::Error: std::error::Error + Send + Sync + 'static,
@@ -273,10 +288,45 @@ where
         Ok(_) => return Err(ApiError::not_an_object()),
         Err(e) => return Err(ApiError::invalid_json(e)),
     };
-    match params.remove("model") {
-        Some(Value::String(model)) => Ok((model, Value::Object(params))),
-        _ => Err(ApiError::missing_model()),
+    let Some(Value::String(model)) = params.remove("model") else {
+        return Err(ApiError::missing_model());
+    };
+    let callback_url = match params.remove("callback_url") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(url)) => Some(url),
+        Some(_) => {
+            let msg = "`callback_url` must be a string: an absolute https:// URL";
+            return Err(ApiError::invalid_parameter("callback_url", msg.into()));
+        }
+    };
+    Ok(SubmitBody {
+        model,
+        callback_url,
+        params: Value::Object(params),
+    })
+}
+
+/// What makes two submits "the same request" for an `Idempotency-Key`: the endpoint,
+/// the model, the validated parameters and the callback URL.
+fn request_fingerprint(
+    endpoint: Endpoint,
+    model: &Model,
+    params: &mut Value,
+    callback_url: Option<&str>,
+) -> String {
+    let Some(url) = callback_url else {
+        return fingerprint(endpoint, &model.id, params);
+    };
+    // Fingerprinted as one more field, without copying the parameters.
+    let Some(map) = params.as_object_mut() else {
+        return fingerprint(endpoint, &model.id, params);
+    };
+    map.insert("callback_url".into(), Value::String(url.into()));
+    let fp = fingerprint(endpoint, &model.id, params);
+    if let Some(map) = params.as_object_mut() {
+        map.remove("callback_url");
     }
+    fp
 }
 
 /// Seconds of video a submit asks for (`duration` or `seconds`), for usage and quotas.

@@ -121,6 +121,10 @@ macro_rules! exec {
     };
 }
 
+// Declared after the macros above, which it uses.
+mod deliveries;
+pub use self::deliveries::{Delivery, DeliveryBacklog, DeliveryOutcome};
+
 static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
 static POSTGRES_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
 
@@ -220,6 +224,7 @@ impl Ledger {
                         .bind(new.video_seconds)
                         .bind(now)
                         .bind(new.provider)
+                        .bind(new.callback_url)
                         .fetch_optional(&mut *$tx)
                         .await?
                         .map(Admission::Fresh),
@@ -563,6 +568,7 @@ mod tests {
             video_seconds: 5,
             quota: None,
             provider: Some("p"),
+            callback_url: None,
         }
     }
 

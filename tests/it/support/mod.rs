@@ -13,7 +13,7 @@ use std::sync::{Mutex, Once};
 use std::thread::ThreadId;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-pub use fake::{Answer, Fake, Held};
+pub use fake::{Answer, Fake, Held, Seen};
 pub use gateway::{ConfigDir, Gateway, Proc, check, operator};
 pub use http::{Alpn, Http, Reply, assert_error, read_response, read_to_close};
 pub use postgres::Postgres;

@@ -1,0 +1,420 @@
+//! Webhook delivery: every replica leases due deliveries from the ledger (a row is
+//! owed from the moment a task with a callback URL is recorded finished), posts the
+//! task in the shape a query answers, signed the Standard Webhooks way with the
+//! owner key's secrets, and writes the outcome back: 2xx delivered, 410 gone, anything
+//! else (or no answer within `[webhooks] timeout_ms`) retried with exponential backoff
+//! and jitter until `retry_for_hours` have passed. Delivery is at least once: a
+//! replica that dies mid-attempt leaves its lease to expire and the attempt is made
+//! again, with the same `webhook-id`, so receivers drop the duplicate.
+//!
+//! Connections go only to addresses the callback rule allows, judged on the resolved
+//! address (the providers' guarded connector); redirects are not followed and at most
+//! `max_answer_bytes` of an answer is read.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, header};
+use http_body_util::{BodyExt, Full, Limited};
+use tokio::sync::Semaphore;
+
+use super::Gateway;
+use crate::config::{Endpoint, WebhooksConfig};
+use crate::providers::{CallError, UpstreamClient};
+use crate::snapshot::Snapshot;
+use crate::tasks::ledger::{Delivery, DeliveryOutcome, TaskRecord, now_ms};
+use crate::tasks::{MediaKind, TaskStatus, TaskView, recorded_state};
+
+/// Deliveries leased at once; when there were as many, the next batch follows at once.
+const BATCH: i64 = 32;
+/// Pause between looks at the ledger when nothing more is due.
+const TICK: Duration = Duration::from_millis(250);
+/// How often the backlog gauges are refreshed.
+const BACKLOG_EVERY: Duration = Duration::from_secs(5);
+
+/// Deliver webhooks until the gateway stops.
+pub async fn run(gateway: Arc<Gateway>) {
+    let Some(ledger) = gateway.ledger.clone() else {
+        return;
+    };
+    let me = super::tracker::replica_name();
+    let mut client: Option<(Arc<Snapshot>, UpstreamClient)> = None;
+    let (mut slots, mut slots_max) = (Arc::new(Semaphore::new(1)), 1);
+    let mut backlog_due = tokio::time::Instant::now();
+    while !gateway.is_draining() {
+        let snapshot = gateway.snapshot();
+        // The callback rule and the limits follow reloads.
+        if client
+            .as_ref()
+            .is_none_or(|(s, _)| !Arc::ptr_eq(s, &snapshot))
+        {
+            let settings = &snapshot.webhooks.settings;
+            match delivery_client(&snapshot) {
+                Ok(c) => client = Some((snapshot.clone(), c)),
+                Err(e) => tracing::error!(error = %e, "webhooks: cannot build the HTTP client"),
+            }
+            if settings.max_in_flight.max(1) != slots_max {
+                slots_max = settings.max_in_flight.max(1);
+                slots = Arc::new(Semaphore::new(slots_max));
+            }
+        }
+        if tokio::time::Instant::now() >= backlog_due {
+            backlog_due += BACKLOG_EVERY;
+            match ledger.delivery_backlog().await {
+                Ok(b) => {
+                    gateway.metrics.webhooks_pending.set(b.pending);
+                    let age = b.oldest_ms.map_or(0, |t| (now_ms() - t).max(0) / 1000);
+                    gateway.metrics.webhook_oldest_pending_seconds.set(age);
+                }
+                Err(e) => tracing::warn!(error = %e, "webhooks: the backlog cannot be read"),
+            }
+        }
+        let Some((_, http)) = &client else {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            continue;
+        };
+        let settings = &snapshot.webhooks.settings;
+        // Long enough for one attempt and the write of its outcome.
+        let lease =
+            Duration::from_millis(settings.timeout_ms).saturating_mul(2) + Duration::from_secs(5);
+        let due = match ledger.claim_deliveries(&me, lease, BATCH).await {
+            Ok(due) => due,
+            Err(e) => {
+                gateway.metrics.ledger_errors.inc();
+                tracing::warn!(error = %e, "webhooks: the ledger cannot be read");
+                Vec::new()
+            }
+        };
+        let full = due.len() as i64 == BATCH;
+        for delivery in due {
+            let Ok(slot) = slots.clone().acquire_owned().await else {
+                continue;
+            };
+            let (gateway, me, http) = (gateway.clone(), me.clone(), http.clone());
+            tokio::spawn(async move {
+                attempt(&gateway, &me, &http, delivery).await;
+                drop(slot);
+            });
+        }
+        if !full {
+            tokio::select! {
+                () = tokio::time::sleep(TICK) => {}
+                () = gateway.stopped() => {}
+            }
+        }
+    }
+}
+
+fn delivery_client(snapshot: &Snapshot) -> Result<UpstreamClient, String> {
+    let settings = &snapshot.webhooks.settings;
+    UpstreamClient::new(
+        Duration::from_millis(settings.timeout_ms),
+        None,
+        snapshot.webhooks.callbacks.reach(),
+        settings.max_answer_bytes,
+    )
+}
+
+/// One attempt at one leased delivery, and its outcome written back.
+async fn attempt(gateway: &Gateway, me: &str, http: &UpstreamClient, delivery: Delivery) {
+    let Some(ledger) = &gateway.ledger else {
+        return;
+    };
+    let snapshot = gateway.snapshot();
+    let settings = &snapshot.webhooks.settings;
+    let result = match ledger.row(delivery.task_row).await {
+        Ok(Some(row)) => match Message::of(&row, &snapshot) {
+            Ok(message) => send(http, &delivery.url, &message, settings).await,
+            Err(e) => Attempt::failed("not_sent", None, e),
+        },
+        Ok(None) => Attempt::failed("not_sent", None, "the task's ledger row is gone".into()),
+        Err(e) => Attempt::failed("not_sent", None, format!("the ledger cannot be read: {e}")),
+    };
+    if result.label != "not_sent" {
+        gateway.metrics.webhook_attempt(result.label);
+    }
+    let outcome = result.outcome(&delivery, settings);
+    let host = delivery_host(&delivery.url);
+    match &outcome {
+        DeliveryOutcome::Delivered { status } => {
+            gateway.metrics.webhook_delivery("delivered");
+            tracing::debug!(row = delivery.task_row, host, status, "webhook delivered");
+        }
+        DeliveryOutcome::Gone => {
+            gateway.metrics.webhook_delivery("gone");
+            tracing::info!(
+                row = delivery.task_row,
+                host,
+                "webhook receiver answered 410: no more attempts"
+            );
+        }
+        DeliveryOutcome::Expired { error, .. } => {
+            gateway.metrics.webhook_delivery("expired");
+            tracing::warn!(
+                row = delivery.task_row,
+                host,
+                error,
+                attempts = delivery.attempts + 1,
+                "webhook given up"
+            );
+        }
+        DeliveryOutcome::Retry { error, next_ms, .. } => {
+            let in_s = (next_ms - now_ms()).max(0) / 1000;
+            tracing::info!(
+                row = delivery.task_row,
+                host,
+                error,
+                retry_in_s = in_s,
+                "webhook attempt failed"
+            );
+        }
+    }
+    if let Err(e) = ledger.delivery_attempted(delivery.id, me, &outcome).await {
+        gateway.metrics.ledger_errors.inc();
+        tracing::warn!(row = delivery.task_row, error = %e, "webhooks: the outcome cannot be written");
+    }
+}
+
+/// The host a callback goes to, for logs: never its path or query, which may carry
+/// the receiver's own tokens.
+fn delivery_host(url: &str) -> String {
+    url.parse::<http::Uri>()
+        .ok()
+        .and_then(|u| u.host().map(str::to_string))
+        .unwrap_or_default()
+}
+
+/// A signed message: the task as a query answers it.
+struct Message {
+    id: String,
+    body: Bytes,
+    signature: Box<dyn Fn(u64) -> String + Send + Sync>,
+}
+
+impl Message {
+    fn of(row: &TaskRecord, snapshot: &Snapshot) -> Result<Self, String> {
+        let key = snapshot
+            .keys
+            .named(&row.owner)
+            .ok_or("the task's key is no longer configured")?;
+        let signer = key
+            .webhook_signer
+            .clone()
+            .ok_or("the task's key has no webhook secret")?;
+        let body = Bytes::from(task_body(row, snapshot).ok_or("the task has no recorded outcome")?);
+        let id = message_id(row);
+        let (signed_id, signed_body) = (id.clone(), body.clone());
+        Ok(Self {
+            id,
+            body,
+            signature: Box::new(move |ts| signer.sign(&signed_id, ts, &signed_body)),
+        })
+    }
+}
+
+/// Stable per event, so that a receiver drops a repeated delivery: derived from the
+/// task id and its terminal status.
+fn message_id(row: &TaskRecord) -> String {
+    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+    ctx.update(row.task_id.as_deref().unwrap_or_default().as_bytes());
+    ctx.update(b"\0");
+    ctx.update(row.state.as_bytes());
+    format!("msg_{}", hex::encode(&ctx.finish().as_ref()[..16]))
+}
+
+/// The task as `GET …/{id}` answers it once finished.
+fn task_body(row: &TaskRecord, snapshot: &Snapshot) -> Option<Vec<u8>> {
+    let id = row.task_id.as_deref()?;
+    let mut state = recorded_state(row)?;
+    let endpoint = match row.endpoint.as_str() {
+        "alpha-videos" => Endpoint::AlphaVideos,
+        _ => Endpoint::ModelCenter,
+    };
+    // The sealed id says when the task was created, exactly as a query answers.
+    let (kind, model, created) = match snapshot.sealer.open(id) {
+        Some(task) => (task.kind, task.model, task.created),
+        None => {
+            let kind = if row.kind == "image" {
+                MediaKind::Image
+            } else {
+                MediaKind::Video
+            };
+            (kind, row.model.clone(), (row.created_ms / 1000) as u64)
+        }
+    };
+    let content = row
+        .provider
+        .as_deref()
+        .and_then(|p| snapshot.providers.get(p))
+        .and_then(|p| p.content_url_base());
+    if state.status == TaskStatus::Completed
+        && let Some(configured) = content
+    {
+        // With no public base URL configured, the path alone: there is no request
+        // whose Host could complete it.
+        let base = configured.unwrap_or_default();
+        state.urls = vec![format!("{base}{}/{id}/content", endpoint.path())];
+    }
+    serde_json::to_vec(&TaskView::new(id, kind, &model, created, &state)).ok()
+}
+
+/// What one attempt came to, before the retry policy is applied.
+struct Attempt {
+    /// A result of `metrics::WEBHOOK_ATTEMPT_RESULTS`, or `not_sent`.
+    label: &'static str,
+    status: Option<u16>,
+    error: Option<String>,
+}
+
+impl Attempt {
+    fn failed(label: &'static str, status: Option<u16>, error: String) -> Self {
+        Self {
+            label,
+            status,
+            error: Some(error),
+        }
+    }
+
+    fn outcome(self, delivery: &Delivery, settings: &WebhooksConfig) -> DeliveryOutcome {
+        let Some(error) = self.error else {
+            return match self.status {
+                Some(410) => DeliveryOutcome::Gone,
+                status => DeliveryOutcome::Delivered {
+                    status: status.unwrap_or(200),
+                },
+            };
+        };
+        let now = now_ms();
+        let give_up_at =
+            delivery.created_ms + (settings.retry_for_hours as i64).saturating_mul(3_600_000);
+        if now >= give_up_at {
+            return DeliveryOutcome::Expired {
+                status: self.status,
+                error,
+            };
+        }
+        let wait = backoff(delivery.attempts + 1, settings, jitter());
+        DeliveryOutcome::Retry {
+            status: self.status,
+            error,
+            next_ms: (now + wait.as_millis() as i64).min(give_up_at),
+        }
+    }
+}
+
+/// The wait after the `n`th failed attempt: `first_retry_ms` doubled each time, at
+/// most `max_retry_interval_ms`, of which the last half is random (`jitter` in 0..1)
+/// so that receivers coming back are not hit by every sender at once.
+fn backoff(n: i64, settings: &WebhooksConfig, jitter: f64) -> Duration {
+    let doubled = settings
+        .first_retry_ms
+        .saturating_mul(1u64 << (n.clamp(1, 40) - 1));
+    let full = doubled.min(settings.max_retry_interval_ms.max(settings.first_retry_ms));
+    Duration::from_millis(full / 2 + ((full / 2) as f64 * jitter.clamp(0.0, 1.0)) as u64)
+}
+
+fn jitter() -> f64 {
+    use ring::rand::SecureRandom;
+    let mut raw = [0u8; 4];
+    let _ = ring::rand::SystemRandom::new().fill(&mut raw);
+    f64::from(u32::from_le_bytes(raw)) / f64::from(u32::MAX)
+}
+
+/// Post the message; the answer's status decides, and at most `max_answer_bytes` of
+/// its body is read (so the connection can be kept).
+async fn send(
+    http: &UpstreamClient,
+    url: &str,
+    message: &Message,
+    settings: &WebhooksConfig,
+) -> Attempt {
+    let timestamp = now_ms().max(0) as u64 / 1000;
+    let request = Request::post(url)
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(
+            header::USER_AGENT,
+            concat!("mediagate-webhooks/", env!("CARGO_PKG_VERSION")),
+        )
+        .header("webhook-id", &message.id)
+        .header("webhook-timestamp", timestamp.to_string())
+        .header("webhook-signature", (message.signature)(timestamp))
+        .body(Full::new(message.body.clone()));
+    let request = match request {
+        Ok(r) => r,
+        Err(_) => {
+            return Attempt::failed("not_sent", None, "the callback URL is not usable".into());
+        }
+    };
+    let timeout = Duration::from_millis(settings.timeout_ms);
+    let started = tokio::time::Instant::now();
+    let response = match http.open(request, timeout).await {
+        Ok(response) => response,
+        Err(CallError::TimedOut) => {
+            return Attempt::failed("timeout", None, "no answer in time".into());
+        }
+        Err(CallError::Forbidden) => {
+            let e = "the callback URL resolves into a private network";
+            return Attempt::failed("refused", None, e.into());
+        }
+        Err(e) => return Attempt::failed("unreachable", None, e.to_string()),
+    };
+    let status = response.status().as_u16();
+    let rest = timeout.saturating_sub(started.elapsed());
+    let drain = Limited::new(response.into_body(), settings.max_answer_bytes).collect();
+    let _ = tokio::time::timeout(rest, drain).await;
+    if response_is_success(status) {
+        Attempt {
+            label: "success",
+            status: Some(status),
+            error: None,
+        }
+    } else if status == 410 {
+        Attempt {
+            label: "http_error",
+            status: Some(410),
+            error: None,
+        }
+    } else {
+        Attempt::failed(
+            "http_error",
+            Some(status),
+            format!("the receiver answered {status}"),
+        )
+    }
+}
+
+fn response_is_success(status: u16) -> bool {
+    (200..300).contains(&status)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap_with_jitter_in_the_upper_half() {
+        let s = WebhooksConfig::default();
+        assert_eq!(backoff(1, &s, 1.0), Duration::from_secs(5));
+        assert_eq!(backoff(1, &s, 0.0), Duration::from_millis(2_500));
+        assert_eq!(backoff(2, &s, 1.0), Duration::from_secs(10));
+        assert_eq!(backoff(5, &s, 1.0), Duration::from_secs(80));
+        assert_eq!(backoff(20, &s, 1.0), Duration::from_secs(3_600));
+        assert_eq!(backoff(1_000, &s, 0.5), Duration::from_millis(2_700_000));
+    }
+
+    #[test]
+    fn defaults_retry_for_a_day_with_dozens_of_attempts() {
+        let s = WebhooksConfig::default();
+        let (mut at, mut attempts) = (Duration::ZERO, 1);
+        while at < Duration::from_secs(s.retry_for_hours * 3_600) {
+            at += backoff(attempts, &s, 0.5);
+            attempts += 1;
+        }
+        assert!(s.retry_for_hours >= 24);
+        assert!(
+            (25..=60).contains(&attempts),
+            "{attempts} attempts in a day"
+        );
+    }
+}

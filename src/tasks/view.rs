@@ -1,0 +1,113 @@
+//! The public task shape: what a query answers, a listing lists and a webhook posts.
+
+use serde::Serialize;
+
+use super::ledger::TaskRecord;
+use super::{MediaKind, TaskError, TaskState, TaskStatus};
+
+/// A task as a query answers it, a listing lists it and a webhook posts it.
+#[derive(Debug, Serialize)]
+pub struct TaskView<'a> {
+    pub id: &'a str,
+    pub object: MediaKind,
+    pub model: &'a str,
+    pub status: TaskStatus,
+    pub created: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub progress: Option<u8>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub video_url: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image_url: Option<&'a str>,
+    pub urls: &'a [String],
+    pub error: Option<&'a TaskError>,
+}
+
+impl<'a> TaskView<'a> {
+    pub fn new(
+        id: &'a str,
+        kind: MediaKind,
+        model: &'a str,
+        created: u64,
+        state: &'a TaskState,
+    ) -> Self {
+        let first = state.urls.first().map(String::as_str);
+        Self {
+            id,
+            object: kind,
+            model,
+            status: state.status,
+            created,
+            progress: state.progress,
+            video_url: first.filter(|_| kind == MediaKind::Video),
+            image_url: first.filter(|_| kind == MediaKind::Image),
+            urls: &state.urls,
+            error: state.error.as_ref(),
+        }
+    }
+}
+
+/// The state the ledger recorded for a row.
+pub fn recorded_state(row: &TaskRecord) -> Option<TaskState> {
+    let status = serde_json::from_value(serde_json::Value::from(row.status.as_deref()?)).ok()?;
+    let urls = row
+        .urls
+        .as_deref()
+        .and_then(|u| serde_json::from_str(u).ok())
+        .unwrap_or_default();
+    let error = match (&row.error_code, &row.error_message) {
+        (Some(code), Some(message)) => Some(TaskError {
+            code: code.clone(),
+            message: message.clone(),
+        }),
+        _ => None,
+    };
+    Some(TaskState {
+        status,
+        progress: None,
+        urls,
+        error: error.filter(|_| status == TaskStatus::Failed),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn image_view_carries_image_url_and_no_video_url() {
+        let state = TaskState {
+            status: TaskStatus::Completed,
+            progress: Some(100),
+            urls: vec!["https://x/a.png".into(), "https://x/b.png".into()],
+            error: None,
+        };
+        let v = serde_json::to_value(TaskView::new(
+            "task_1",
+            MediaKind::Image,
+            "zeta-5.0",
+            7,
+            &state,
+        ))
+        .unwrap();
+        assert_eq!(v["image_url"], "https://x/a.png");
+        assert!(v.get("video_url").is_none());
+        assert_eq!(v["urls"].as_array().unwrap().len(), 2);
+        assert_eq!(v["status"], "completed");
+        assert!(v["error"].is_null());
+    }
+
+    #[test]
+    fn unfinished_view_omits_progress_when_unknown() {
+        let state = TaskState {
+            status: TaskStatus::Queued,
+            progress: None,
+            urls: vec![],
+            error: None,
+        };
+        let v = serde_json::to_value(TaskView::new("t", MediaKind::Video, "m", 1, &state)).unwrap();
+        assert!(v.get("progress").is_none());
+        assert!(v.get("video_url").is_none());
+        assert_eq!(v["object"], "video");
+    }
+}

@@ -1,0 +1,311 @@
+//! Webhooks: a finished task is posted to its callback URL, signed the Standard
+//! Webhooks way, at least once, surviving a receiver that is down and a gateway that
+//! restarts. The receiver here checks signatures with its own implementation of the
+//! specification, not the gateway's.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use serde_json::{Value, json};
+
+use crate::support::{
+    Answer, ConfigDir, DEMO, DEMO2, Fake, Gateway, MODEL_CENTER, Postgres, Proc, Routes, Seen,
+    assert_error, eventually, family, model_center_provider,
+};
+
+/// The demo key's webhook secret in these tests, and a second one while rotating.
+const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+const NEXT_SECRET: &str = "whsec_AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+
+/// Callbacks to the receiver on 127.0.0.1 over http are allowed; retries are fast.
+const WEBHOOKS: &str = r#"
+[webhooks]
+allow_http_hosts = ["127.0.0.1"]
+allow_private_networks = ["127.0.0.1"]
+first_retry_ms = 100
+max_retry_interval_ms = 200
+timeout_ms = 2000
+"#;
+
+/// The simulator as provider `up` serving `m1`, followed by the tracker every 100 ms;
+/// the demo key signs with the secret in the file `webhook-secret`.
+fn routes(key_lines: &str) -> Routes {
+    Routes::new()
+        .provider(model_center_provider(
+            "up",
+            "builtin:simulator",
+            "poll_interval_ms = 100",
+        ))
+        .family(family("test", &["up"], &["m1"]))
+        .top(WEBHOOKS)
+        .demo_key(&format!(
+            "webhook_secret_file = \"webhook-secret\"\n{key_lines}"
+        ))
+}
+
+fn config(routes: &Routes, secrets: &str) -> ConfigDir {
+    ConfigDir::new(routes).with("webhook-secret", secrets)
+}
+
+/// A receiver verifying a delivery: every signature in `webhook-signature` that is
+/// `v1,` + base64 HMAC-SHA256 of `id.timestamp.body` under `secret`, and a
+/// timestamp within five minutes.
+fn signed_with(seen: &Seen, secret: &str) -> bool {
+    let key = STANDARD
+        .decode(secret.strip_prefix("whsec_").unwrap())
+        .unwrap();
+    let id = seen.header("webhook-id").unwrap_or_default();
+    let ts = seen.header("webhook-timestamp").unwrap_or_default();
+    let now = crate::support::unix_now();
+    let fresh = ts.parse::<u64>().is_ok_and(|t| t.abs_diff(now) < 300);
+    let mut signed = format!("{id}.{ts}.").into_bytes();
+    signed.extend_from_slice(&seen.body);
+    let tag = ring::hmac::sign(
+        &ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &key),
+        &signed,
+    );
+    let expected = format!("v1,{}", STANDARD.encode(tag.as_ref()));
+    fresh
+        && seen
+            .header("webhook-signature")
+            .unwrap_or_default()
+            .split(' ')
+            .any(|s| s == expected)
+}
+
+/// Deliveries received, de-duplicated by `webhook-id` the way a receiver should.
+fn by_id(seen: &[Seen]) -> BTreeMap<String, Value> {
+    seen.iter()
+        .map(|s| (s.header("webhook-id").unwrap().to_string(), s.json()))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_finished_task_is_posted_signed_in_the_shape_a_query_answers() {
+    let receiver = Fake::start().await;
+    receiver.on("POST /hook", Answer::json(204, json!(null)));
+    let gw = Gateway::start_in(config(&routes(""), &format!("{SECRET} {NEXT_SECRET}"))).await;
+    let http = gw.client();
+    let callback = format!("{}/hook?token=abc", receiver.url());
+    let done = http
+        .submit_id(
+            MODEL_CENTER,
+            DEMO,
+            &json!({"model": "m1", "prompt": "x", "callback_url": callback}),
+        )
+        .await;
+    let failed = http
+        .submit_id(
+            MODEL_CENTER,
+            DEMO,
+            &json!({"model": "m1", "prompt": "x [fail]", "callback_url": callback}),
+        )
+        .await;
+    let mut seen = Vec::new();
+    eventually("both outcomes are delivered", async || {
+        seen.extend(receiver.take());
+        by_id(&seen).len() == 2
+    })
+    .await;
+    for delivery in &seen {
+        assert_eq!(delivery.query.as_deref(), Some("token=abc"));
+        assert_eq!(delivery.header("content-type"), Some("application/json"));
+        assert!(delivery.header("webhook-id").unwrap().starts_with("msg_"));
+        // Signed with both secrets while they rotate: either one verifies.
+        assert!(signed_with(delivery, SECRET), "{:?}", delivery.headers);
+        assert!(signed_with(delivery, NEXT_SECRET));
+        assert!(!signed_with(
+            delivery,
+            "whsec_xRM79p/hSIjXTNu5g4EEbMLmFjq9esrWv6HAnHdQtTQ="
+        ));
+    }
+    // Exactly what a query answers.
+    let bodies: Vec<Value> = by_id(&seen).into_values().collect();
+    for id in [&done, &failed] {
+        let queried = http.wait_done(MODEL_CENTER, DEMO, id).await;
+        assert!(bodies.contains(&queried), "{queried} not in {bodies:?}");
+    }
+    let statuses: BTreeSet<&str> = bodies
+        .iter()
+        .map(|b| b["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(statuses, BTreeSet::from(["completed", "failed"]));
+    // One delivery per task: nothing more arrives.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(receiver.take().is_empty());
+}
+
+#[tokio::test]
+async fn a_receiver_that_is_down_gets_the_delivery_when_it_is_back_and_410_stops() {
+    let receiver = Fake::start().await;
+    receiver.on("POST /down", Answer::json(503, json!({"error": "down"})));
+    receiver.on("POST /gone", Answer::json(410, json!(null)));
+    // The key's own webhook URL: no callback_url in the body.
+    let key_url = format!("webhook_url = \"{}/down\"", receiver.url());
+    let gw = Gateway::start_in(config(&routes(&key_url), SECRET)).await;
+    let http = gw.client();
+    http.submit_id(MODEL_CENTER, DEMO, &json!({"model": "m1", "prompt": "x"}))
+        .await;
+    let gone = format!("{}/gone", receiver.url());
+    http.submit_id(
+        MODEL_CENTER,
+        DEMO,
+        &json!({"model": "m1", "prompt": "y", "callback_url": gone}),
+    )
+    .await;
+    let mut seen = Vec::new();
+    eventually("the receiver is tried again while it is down", async || {
+        seen.extend(receiver.take());
+        seen.iter().filter(|s| s.path == "/down").count() >= 3
+    })
+    .await;
+    receiver.on("POST /down", Answer::json(200, json!({"ok": true})));
+    eventually(
+        "the delivery arrives once the receiver is back",
+        async || {
+            let before = seen.len();
+            seen.extend(receiver.take());
+            seen.len() > before && seen.last().is_some_and(|s| s.path == "/down")
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    seen.extend(receiver.take());
+    let down: Vec<&Seen> = seen.iter().filter(|s| s.path == "/down").collect();
+    // Every attempt is the same message: one id, one body, each one signed.
+    let ids: BTreeSet<_> = down.iter().map(|s| s.header("webhook-id")).collect();
+    let bodies: BTreeSet<_> = down.iter().map(|s| s.body.clone()).collect();
+    assert_eq!((ids.len(), bodies.len()), (1, 1), "{ids:?}");
+    assert!(down.iter().all(|s| signed_with(s, SECRET)));
+    // After the 200, nothing more; after the 410, no second attempt.
+    assert_eq!(seen.iter().filter(|s| s.path == "/gone").count(), 1);
+    assert!(down.len() >= 4);
+}
+
+#[tokio::test]
+async fn callbacks_are_refused_at_submit_when_they_cannot_be_sent_safely() {
+    let upstream = Fake::start().await;
+    upstream.on("POST /v2/model-center/tasks", Answer::queued("t-1"));
+    let gw = Gateway::start_in(config(
+        &Routes::upstream(&upstream.url(), "").demo_key("webhook_secret_file = \"webhook-secret\""),
+        SECRET,
+    ))
+    .await;
+    let http = gw.client();
+    let submit = |key: &'static str, callback: Value| {
+        let http = http.clone();
+        async move {
+            http.post_json(
+                MODEL_CENTER,
+                key,
+                &json!({"model": "m1", "prompt": "x", "callback_url": callback}),
+            )
+            .await
+        }
+    };
+    for (callback, why) in [
+        (json!("https://127.0.0.1/hook"), "private network"),
+        (json!("https://169.254.169.254/latest"), "private network"),
+        (json!("https://[::1]:8443/hook"), "private network"),
+        (json!("https://localhost/hook"), "private network"),
+        (json!("https://0x7f000001/hook"), "private network"),
+        (json!("http://hooks.example.com/hook"), "https"),
+        (json!("https://user:pw@hooks.example.com/hook"), "user name"),
+        (json!("/hook"), "https"),
+        (json!(5), "string"),
+    ] {
+        let r = submit(DEMO, callback.clone()).await;
+        let msg = assert_error(&r, 400, "invalid_parameter", Some("callback_url"));
+        assert!(msg.contains(why), "{callback}: {msg}");
+    }
+    // A key without a webhook secret cannot ask for webhooks.
+    let r = submit(DEMO2, json!("https://hooks.example.com/hook")).await;
+    let msg = assert_error(&r, 400, "invalid_parameter", Some("callback_url"));
+    assert!(msg.contains("secret"), "{msg}");
+    // Nothing reached the provider.
+    assert!(upstream.take().is_empty());
+}
+
+#[tokio::test]
+async fn deliveries_pending_at_a_crash_are_made_after_the_restart() {
+    let receiver = Fake::start().await;
+    receiver.on("POST /hook", Answer::json(500, json!(null)));
+    let dir = config(&routes(""), SECRET);
+    let mut gw = Proc::start_in(dir, &[], &[]).await;
+    let callback = format!("{}/hook", receiver.url());
+    let id = gw
+        .client()
+        .submit_id(
+            MODEL_CENTER,
+            DEMO,
+            &json!({"model": "m1", "prompt": "x", "callback_url": callback}),
+        )
+        .await;
+    eventually("the receiver refuses an attempt", async || {
+        !receiver.take().is_empty()
+    })
+    .await;
+    gw.restart().await; // SIGKILL, then the same files
+    receiver.take();
+    receiver.on("POST /hook", Answer::json(200, json!(null)));
+    let mut seen = Vec::new();
+    eventually("the delivery is made after the restart", async || {
+        seen.extend(receiver.take());
+        !seen.is_empty()
+    })
+    .await;
+    assert_eq!(seen[0].json()["id"], id.as_str());
+    assert_eq!(seen[0].json()["status"], "completed");
+    assert!(signed_with(&seen[0], SECRET));
+}
+
+#[tokio::test]
+async fn replicas_sharing_postgres_deliver_every_webhook() {
+    let pg = Postgres::start();
+    let receiver = Fake::start().await;
+    receiver.on("POST /hook", Answer::json(200, json!(null)));
+    let routes = routes("")
+        .top(&format!("[ledger]\nurl = {:?}", pg.database("hooks")))
+        .render();
+    let secret = "a-task-secret-shared-by-both-replicas-0123456789";
+    let dir = || {
+        ConfigDir::new(&routes)
+            .with("task-secret", secret)
+            .with("webhook-secret", SECRET)
+    };
+    let (a, b) = (
+        Proc::start_in(dir(), &[], &[]).await,
+        Proc::start_in(dir(), &[], &[]).await,
+    );
+    let callback = format!("{}/hook", receiver.url());
+    let mut ids = BTreeSet::new();
+    for n in 0..6 {
+        let http = if n % 2 == 0 { a.client() } else { b.client() };
+        let prompt = if n % 3 == 0 { "x [fail]" } else { "x" };
+        ids.insert(
+            http.submit_id(
+                MODEL_CENTER,
+                DEMO,
+                &json!({"model": "m1", "prompt": prompt, "callback_url": callback}),
+            )
+            .await,
+        );
+    }
+    let mut seen = Vec::new();
+    eventually("every task's outcome is delivered", async || {
+        seen.extend(receiver.take());
+        by_id(&seen).len() == ids.len()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    seen.extend(receiver.take());
+    let delivered: BTreeSet<String> = by_id(&seen)
+        .values()
+        .map(|b| b["id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(delivered, ids);
+    // Leased by one replica at a time: each message arrived once.
+    assert_eq!(seen.len(), ids.len());
+}
