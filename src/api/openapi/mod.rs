@@ -290,6 +290,41 @@ impl Ops {
         );
         op.parameters
             .push(id_parameter("The task id the submit returned."));
+        op.description = Some(
+            "Long-poll: with `wait` (or `Prefer: wait=N`) the answer comes as soon as the task's status differs from `status` (by default the current one), or when the wait is over, with the state then. A finished task answers at once.".into(),
+        );
+        op.parameters.extend([
+            Parameter {
+                name: "wait",
+                location: "query",
+                required: false,
+                description: "Seconds to wait for a change of status (long-poll).",
+                schema: json!({"type": "integer", "minimum": 0, "maximum": 60}),
+            },
+            Parameter {
+                name: "status",
+                location: "query",
+                required: false,
+                description: "The status you last saw: a wait ends when the task's status differs from it.",
+                schema: json!({"type": "string", "enum": ["queued", "processing", "completed", "failed"]}),
+            },
+            Parameter {
+                name: "Prefer",
+                location: "header",
+                required: false,
+                description: "`wait=N` (RFC 7240): the same as `?wait=N` (at most 60); answered with `Preference-Applied`.",
+                schema: json!({"type": "string"}),
+            },
+        ]);
+        let ok = op.responses.get_mut("200").expect("inserted");
+        ok.headers.insert(
+            "Preference-Applied",
+            objects::Header::Inline {
+                description: "`wait=N` when a `Prefer: wait` was honoured.",
+                required: false,
+                schema: json!({"type": "string", "pattern": "^wait=[0-9]+$"}),
+            },
+        );
         op
     }
 
