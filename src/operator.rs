@@ -101,8 +101,21 @@ pub async fn tasks(
 /// `mediagate tasks show ID`: one row, by sealed task id or upstream id.
 pub async fn show(ledger: &Ledger, id: &str) -> Result<String, String> {
     let row = ledger.find(id).await.map_err(|e| e.to_string())?;
-    row.map(|r| describe(&r))
-        .ok_or_else(|| format!("no task `{id}` in the ledger"))
+    let row = row.ok_or_else(|| format!("no task `{id}` in the ledger"))?;
+    let mut text = describe(&row);
+    // The webhook owed for it, if any: where it stands.
+    if let Some((state, attempts, status, error)) = ledger
+        .delivery_of(row.id)
+        .await
+        .map_err(|e| e.to_string())?
+    {
+        let status = status.map_or("-".into(), |s| s.to_string());
+        let error = error.unwrap_or_else(|| "-".into());
+        text.push_str(&format!(
+            "webhook: {state}, {attempts} attempts, last answer {status}, last error {error}\n"
+        ));
+    }
+    Ok(text)
 }
 
 fn describe(r: &TaskRecord) -> String {

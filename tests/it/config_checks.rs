@@ -1,5 +1,6 @@
 //! Settings that cannot work together are refused at load (and by `mediagate check`),
-//! naming the key: a submit that may outlast the request it belongs to.
+//! naming the key: a submit that may outlast the request it belongs to, webhooks that
+//! could not be signed or sent.
 
 use crate::support::{ConfigDir, Routes, family, tasks_provider};
 
@@ -34,4 +35,39 @@ async fn a_submit_longer_than_the_request_is_refused() {
     let short = "request_timeout_ms = 300\nbody_read_timeout_ms = 100";
     let e = problems_of(with(1000, short)).await;
     assert!(e.contains("providers.one.submit_timeout_ms"), "{e}");
+}
+
+#[tokio::test]
+async fn webhook_settings_that_cannot_work_are_refused_without_quoting_secrets() {
+    let simulated = || Routes::simulated(&["m1"]);
+    // A default URL needs a secret to sign with, and must itself be acceptable.
+    let e =
+        problems_of(simulated().demo_key(r#"webhook_url = "https://hooks.example.com/x""#)).await;
+    assert!(e.contains("keys[0].webhook_url"), "{e}");
+    assert!(e.contains("secret"), "{e}");
+    let e = problems_of(simulated().demo_key(
+        "webhook_url = \"http://10.0.0.8/x\"\nwebhook_secret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"",
+    ))
+    .await;
+    assert!(
+        e.contains("keys[0].webhook_url") && e.contains("https"),
+        "{e}"
+    );
+    // A secret that is not one is named by its key, never quoted.
+    let not_a_secret = "sk-live-0123456789abcdef0123456789";
+    let e = problems_of(simulated().demo_key(&format!("webhook_secret = {not_a_secret:?}"))).await;
+    assert!(e.contains("keys[0].webhook_secret"), "{e}");
+    assert!(!e.contains(not_a_secret), "{e}");
+    // Webhooks are owed in the ledger: none without one.
+    let stateless = simulated().top("[ledger]\nurl = \"none\"").demo_key(
+        "webhook_url = \"https://hooks.example.com/x\"\nwebhook_secret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"",
+    );
+    let e = problems_of(stateless).await;
+    assert!(
+        e.contains("keys[0].webhook_url") && e.contains("ledger"),
+        "{e}"
+    );
+    let e = problems_of(simulated().top("[webhooks]\nallow_private_networks = [\"10.0.0.0/33\"]"))
+        .await;
+    assert!(e.contains("webhooks.allow_private_networks"), "{e}");
 }

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use crate::support::{
     Answer, ConfigDir, DEMO, DEMO2, Fake, Gateway, MODEL_CENTER, Postgres, Proc, Routes, Seen,
-    assert_error, eventually, family, model_center_provider,
+    assert_error, eventually, family, model_center_provider, operator,
 };
 
 /// The demo key's webhook secret in these tests, and a second one while rotating.
@@ -146,15 +146,17 @@ async fn a_receiver_that_is_down_gets_the_delivery_when_it_is_back_and_410_stops
     let key_url = format!("webhook_url = \"{}/down\"", receiver.url());
     let gw = Gateway::start_in(config(&routes(&key_url), SECRET)).await;
     let http = gw.client();
-    http.submit_id(MODEL_CENTER, DEMO, &json!({"model": "m1", "prompt": "x"}))
+    let down_id = http
+        .submit_id(MODEL_CENTER, DEMO, &json!({"model": "m1", "prompt": "x"}))
         .await;
     let gone = format!("{}/gone", receiver.url());
-    http.submit_id(
-        MODEL_CENTER,
-        DEMO,
-        &json!({"model": "m1", "prompt": "y", "callback_url": gone}),
-    )
-    .await;
+    let gone_id = http
+        .submit_id(
+            MODEL_CENTER,
+            DEMO,
+            &json!({"model": "m1", "prompt": "y", "callback_url": gone}),
+        )
+        .await;
     let mut seen = Vec::new();
     eventually("the receiver is tried again while it is down", async || {
         seen.extend(receiver.take());
@@ -182,6 +184,18 @@ async fn a_receiver_that_is_down_gets_the_delivery_when_it_is_back_and_410_stops
     // After the 200, nothing more; after the 410, no second attempt.
     assert_eq!(seen.iter().filter(|s| s.path == "/gone").count(), 1);
     assert!(down.len() >= 4);
+    // Operators see where each delivery stands.
+    let shown = operator(gw.dir(), &["tasks", "show", &down_id]);
+    let attempts = format!(
+        "webhook: delivered, {} attempts, last answer 200",
+        down.len()
+    );
+    assert!(shown.contains(&attempts), "{shown}");
+    let shown = operator(gw.dir(), &["tasks", "show", &gone_id]);
+    assert!(
+        shown.contains("webhook: gone, 1 attempts, last answer 410"),
+        "{shown}"
+    );
 }
 
 #[tokio::test]
