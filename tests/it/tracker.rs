@@ -8,23 +8,12 @@ use serde_json::json;
 
 use crate::support::{
     Answer, DEMO, Fake, Gateway, MODEL_CENTER, Postgres, Proc, Routes, assert_error, eventually,
-    family, model_center_provider, operator,
+    operator,
 };
-
-/// The simulator as provider `up` serving `m1`, asked about every 100 ms.
-fn simulated() -> Routes {
-    Routes::new()
-        .provider(model_center_provider(
-            "up",
-            "builtin:simulator",
-            "poll_interval_ms = 100",
-        ))
-        .family(family("test", &["up"], &["m1"]))
-}
 
 #[tokio::test]
 async fn unfinished_tasks_are_followed_without_client_queries() {
-    let gw = Gateway::start(simulated()).await;
+    let gw = Gateway::start(Routes::tracked_simulator()).await;
     let http = gw.client();
     let done = http
         .submit_id(MODEL_CENTER, DEMO, &json!({"model": "m1", "prompt": "x"}))
@@ -56,7 +45,7 @@ async fn unfinished_tasks_are_followed_without_client_queries() {
 
 #[tokio::test]
 async fn a_long_poll_returns_as_soon_as_the_status_changes() {
-    let gw = Gateway::start(simulated()).await;
+    let gw = Gateway::start(Routes::tracked_simulator()).await;
     let http = gw.client();
     let id = http
         .submit_id(MODEL_CENTER, DEMO, &json!({"model": "m1", "prompt": "x"}))

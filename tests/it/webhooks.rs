@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use crate::support::{
     Answer, ConfigDir, DEMO, DEMO2, Fake, Gateway, MODEL_CENTER, Postgres, Proc, Routes, Seen,
-    assert_error, eventually, family, model_center_provider, operator,
+    assert_error, eventually, operator,
 };
 
 /// The demo key's webhook secret in these tests, and a second one while rotating.
@@ -32,17 +32,9 @@ timeout_ms = 2000
 /// The simulator as provider `up` serving `m1`, followed by the tracker every 100 ms;
 /// the demo key signs with the secret in the file `webhook-secret`.
 fn routes(key_lines: &str) -> Routes {
-    Routes::new()
-        .provider(model_center_provider(
-            "up",
-            "builtin:simulator",
-            "poll_interval_ms = 100",
-        ))
-        .family(family("test", &["up"], &["m1"]))
-        .top(WEBHOOKS)
-        .demo_key(&format!(
-            "webhook_secret_file = \"webhook-secret\"\n{key_lines}"
-        ))
+    Routes::tracked_simulator().top(WEBHOOKS).demo_key(&format!(
+        "webhook_secret_file = \"webhook-secret\"\n{key_lines}"
+    ))
 }
 
 fn config(routes: &Routes, secrets: &str) -> ConfigDir {

@@ -51,8 +51,9 @@ pub(super) const SUBMIT: &[&str] = &[
     "ledger_unavailable",
 ];
 pub(super) const LIST: &[&str] = &["invalid_parameter", "ledger_off", "ledger_unavailable"];
-/// A malformed id segment is an unknown path (`not_found`) rather than an unknown task.
-pub(super) const QUERY: &[&str] = &["task_not_found", "not_found"];
+/// A malformed id segment is an unknown path (`not_found`) rather than an unknown task;
+/// a long-poll's `wait` or `status` out of range is `invalid_parameter`.
+pub(super) const QUERY: &[&str] = &["task_not_found", "not_found", "invalid_parameter"];
 pub(super) const CONTENT: &[&str] = &[
     "task_not_found",
     "not_found",

@@ -81,6 +81,18 @@ impl Routes {
             .family(family("test", &["up"], models))
     }
 
+    /// The simulator as provider `up` serving `m1`, asked about by the tracker every
+    /// 100 ms.
+    pub fn tracked_simulator() -> Self {
+        Self::new()
+            .provider(model_center_provider(
+                "up",
+                "builtin:simulator",
+                "poll_interval_ms = 100",
+            ))
+            .family(family("test", &["up"], &["m1"]))
+    }
+
     /// A model-center provider `up` at `base_url` (with `extra` lines), serving `m1`.
     pub fn upstream(base_url: &str, extra: &str) -> Self {
         Self::new()
