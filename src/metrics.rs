@@ -39,8 +39,14 @@ struct ResultLabels {
 }
 
 /// Results of a webhook delivery attempt.
-pub const WEBHOOK_ATTEMPT_RESULTS: [&str; 5] =
-    ["success", "http_error", "unreachable", "timeout", "refused"];
+pub const WEBHOOK_ATTEMPT_RESULTS: [&str; 6] = [
+    "success",
+    "http_error",
+    "unreachable",
+    "timeout",
+    "refused",
+    "not_sent",
+];
 
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
@@ -187,7 +193,7 @@ impl Metrics {
         let webhook_attempts = Family::<ResultLabels, Counter>::default();
         registry.register(
             "webhook_attempts",
-            "Webhook delivery attempts, by result (success, http_error, unreachable, timeout, refused: a private address)",
+            "Webhook delivery attempts, by result (success, http_error, unreachable, timeout, refused: a private address, not_sent: the key or its secret is gone)",
             webhook_attempts.clone(),
         );
         let webhooks_pending = Gauge::default();

@@ -78,7 +78,16 @@ pub async fn run(gateway: Arc<Gateway>) {
         // Long enough for one attempt and the write of its outcome.
         let lease =
             Duration::from_millis(settings.timeout_ms).saturating_mul(2) + Duration::from_secs(5);
-        let due = match ledger.claim_deliveries(&me, lease, BATCH).await {
+        // Lease only what can start now: a lease runs while its delivery waits.
+        let free = match slots.available_permits() {
+            0 => {
+                drop(slots.acquire().await);
+                slots.available_permits()
+            }
+            n => n,
+        };
+        let batch = BATCH.min(free as i64).max(1);
+        let due = match ledger.claim_deliveries(&me, lease, batch).await {
             Ok(due) => due,
             Err(e) => {
                 gateway.metrics.ledger_errors.inc();
@@ -86,7 +95,7 @@ pub async fn run(gateway: Arc<Gateway>) {
                 Vec::new()
             }
         };
-        let full = due.len() as i64 == BATCH;
+        let full = due.len() as i64 == batch;
         for delivery in due {
             let Ok(slot) = slots.clone().acquire_owned().await else {
                 continue;
@@ -131,9 +140,7 @@ async fn attempt(gateway: &Gateway, me: &str, http: &UpstreamClient, delivery: D
         Ok(None) => Attempt::failed("not_sent", None, "the task's ledger row is gone".into()),
         Err(e) => Attempt::failed("not_sent", None, format!("the ledger cannot be read: {e}")),
     };
-    if result.label != "not_sent" {
-        gateway.metrics.webhook_attempt(result.label);
-    }
+    gateway.metrics.webhook_attempt(result.label);
     let outcome = result.outcome(&delivery, settings);
     let host = delivery_host(&delivery.url);
     match &outcome {
@@ -261,7 +268,7 @@ fn task_body(row: &TaskRecord, snapshot: &Snapshot) -> Option<Vec<u8>> {
 
 /// What one attempt came to, before the retry policy is applied.
 struct Attempt {
-    /// A result of `metrics::WEBHOOK_ATTEMPT_RESULTS`, or `not_sent`.
+    /// One of `metrics::WEBHOOK_ATTEMPT_RESULTS`.
     label: &'static str,
     status: Option<u16>,
     error: Option<String>,

@@ -128,7 +128,7 @@ fn webhooks_of(
         } else if signer.is_none() {
             at.push(
                 "webhook_url",
-                "needs webhook_secret_env or webhook_secret_file to sign with",
+                "needs a webhook secret to sign with (webhook_secret_env, webhook_secret_file or webhook_secret)",
             );
         }
         let checked = callbacks.map(|policy| policy.check(url));

@@ -58,13 +58,21 @@ where
         let created = forward(ctx, model, &params, None).await;
         return created.map(|c| c.response()).map_err(Failure::into_error);
     };
+    let explicit = body.callback_url.is_some();
     let callback_url = callback::target(ctx, key, body.callback_url).await?;
     let new = NewTask {
         owner: &key.name,
         endpoint,
         model: &model.id,
         kind: model.kind,
-        fingerprint: request_fingerprint(endpoint, model, &mut params, callback_url.as_deref()),
+        // The key's own webhook_url is the operator's, not the request's: changing it
+        // must not turn a client's retry into "another request".
+        fingerprint: request_fingerprint(
+            endpoint,
+            model,
+            &mut params,
+            callback_url.as_deref().filter(|_| explicit),
+        ),
         idempotency_key: idempotency_key.as_deref(),
         video_seconds: requested_seconds(model, &params),
         quota: key.quota,
@@ -307,7 +315,7 @@ where
 }
 
 /// What makes two submits "the same request" for an `Idempotency-Key`: the endpoint,
-/// the model, the validated parameters and the callback URL.
+/// the model, the validated parameters and the callback URL the body gave.
 fn request_fingerprint(
     endpoint: Endpoint,
     model: &Model,
