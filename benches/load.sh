@@ -4,6 +4,8 @@
 #
 #   benches/load.sh                 # everything, ~6 minutes
 #   DURATION=5 benches/load.sh      # shorter runs
+#   ONLY=ledger benches/load.sh     # only the ledger's cost (no nginx), ~1 minute
+#   MEDIAGATE=path/to/mediagate ONLY=ledger benches/load.sh   # another build, to compare
 #
 # Installs nginx and wrk with apt-get when missing (needs root), builds the release
 # binary and the two helpers in examples/ (fast_upstream, loadgen), and prints a
@@ -25,6 +27,7 @@ STORM_CONNS=${STORM_CONNS:-1000}
 STORM_TASKS=${STORM_TASKS:-100}
 IDLE_CONNS=${IDLE_CONNS:-10000}
 POLL_TTL_MS=${POLL_TTL_MS:-1000}
+ONLY=${ONLY:-all}              # all | ledger
 LAT_SECONDS=${LAT_SECONDS:-5}  # per constant-rate run
 LAT_REPEAT=${LAT_REPEAT:-3}    # constant-rate runs per cell (median reported)
 OUT=target/load
@@ -63,6 +66,7 @@ log "building (release)"
 cargo build --release --quiet --bin mediagate --example fast_upstream --example loadgen
 BIN=${CARGO_TARGET_DIR:-target}/release
 LOADGEN=$BIN/examples/loadgen
+MEDIAGATE=${MEDIAGATE:-$BIN/mediagate}
 
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 if (( $(ulimit -n) < IDLE_CONNS + 1000 )); then
@@ -182,18 +186,19 @@ start_gateway() { # $1 = name, $2 = poll ttl, $3 = ledger url; prints the addres
   local name=$1
   routes "$2" "${3:-none}" >"$WORK/$name.toml"
   MEDIAGATE_TASK_SECRET=$SECRET RUST_LOG=${RUST_LOG:-info} \
-    "$BIN/mediagate" serve --config "$WORK/$name.toml" >/dev/null 2>"$WORK/$name.log" &
+    "$MEDIAGATE" serve --config "$WORK/$name.toml" >/dev/null 2>"$WORK/$name.log" &
   echo $! >"$WORK/$name.pid"
   wait_for "$WORK/$name.log" "listening on http://" | sed 's/.*listening on http:\/\/\([0-9.:]*\).*/\1/'
 }
 MG_ADDR=$(start_gateway mediagate "$POLL_TTL_MS")
 MG_PID=$(cat "$WORK/mediagate.pid")
+sleep 1
+RSS_IDLE=$(rss_kb "$MG_PID")
+if [[ $ONLY == all ]]; then
 # The same gateway with the poll cache off: every query of an unfinished task is
 # forwarded, which is the fair comparison with a proxy that caches nothing.
 MGF_ADDR=$(start_gateway mediagate-nocache 0)
 log "mediagate on $MG_ADDR (poll cache ${POLL_TTL_MS} ms), $MGF_ADDR (poll cache off)"
-sleep 1
-RSS_IDLE=$(rss_kb "$MG_PID")
 
 # --- nginx --------------------------------------------------------------------------
 NG_PORT=$(free_port)
@@ -245,6 +250,7 @@ curl -sf "http://$MG_ADDR$TASKS/$FINISHED_MG" -H "$AUTH" | grep -q '"completed"'
   || { echo "the finished task does not read as completed through mediagate" >&2; exit 1; }
 curl -sf "http://$MG_ADDR$TASKS/$UNFINISHED_MG" -H "$AUTH" | grep -q '"queued"' \
   || { echo "the unfinished task does not read as queued through mediagate" >&2; exit 1; }
+fi # ONLY == all
 
 # --- wrk ----------------------------------------------------------------------------
 cat >"$WORK/submit.lua" <<EOF
@@ -280,9 +286,9 @@ CLK_TCK=$(getconf CLK_TCK)
 serving_pids() { # $1 = URL
   case $1 in
     *"//$UP_ADDR/"*) echo "$UP_PID" ;;
-    *"//$NG_ADDR/"*) pgrep -P "$(cat "$WORK/nginx.pid")" ;;
+    *"//${NG_ADDR:-none}/"*) pgrep -P "$(cat "$WORK/nginx.pid")" ;;
     *"//$MG_ADDR/"*) cat "$WORK/mediagate.pid" ;;
-    *"//$MGF_ADDR/"*) cat "$WORK/mediagate-nocache.pid" ;;
+    *"//${MGF_ADDR:-none}/"*) cat "$WORK/mediagate-nocache.pid" ;;
     *"//${MGS_ADDR:-none}/"*) cat "$WORK/mediagate-sqlite.pid" ;;
     *"//${MGP_ADDR:-none}/"*) cat "$WORK/mediagate-pg.pid" ;;
   esac
@@ -351,6 +357,7 @@ latency() { # $1 = label, $2..4 = direct, nginx, mediagate paths, rest = extra a
 echo "$BODY" >"$WORK/body.json"
 SUBMIT_ARGS=(--method POST --body-file "$WORK/body.json" --header "Content-Type: application/json")
 
+if [[ $ONLY == all ]]; then
 # --- throughput ---------------------------------------------------------------------
 throughput "submit" "$WORK/submit.lua" \
   "http://$UP_ADDR$TASKS" "http://$NG_ADDR$TASKS" "http://$MG_ADDR$TASKS"
@@ -398,6 +405,7 @@ sm=($(storm "$WORK/storm-mg.lua" "http://$MG_ADDR/"))
 # At most one upstream request per task per cache interval (+1 per task for the
 # interval in progress when the run starts).
 STORM_LIMIT=$(( STORM_TASKS * (DURATION * 1000 / POLL_TTL_MS + 1) ))
+fi # ONLY == all
 
 # --- the ledger's cost ---------------------------------------------------------------
 # The same submit load against gateways whose ledger is off (the one measured above),
@@ -409,7 +417,10 @@ ledger_cost() { # $1 = label, $2 = address
   t=($(run_wrk "$CONNS" "$WORK/submit.lua" "http://$2$TASKS"))
   MG_ADDR_FOR_LAT=$2
   l=($(run_rate "$2" "$TASKS" "${SUBMIT_ARGS[@]}"))
-  LEDGER_ROWS+=("| $1 | ${t[0]} | ${t[4]} | ${t[3]} | ${l[0]} / ${l[1]} | ${l[2]} |")
+  # Against the ledger-off gateway of the same run: the machine is shared, so only
+  # figures taken in the same minutes compare.
+  [[ -z ${OFF_CPU:-} ]] && OFF_CPU=${t[4]} OFF_P99=${l[1]}
+  LEDGER_ROWS+=("| $1 | ${t[0]} | ${t[4]} | $(ratio "${t[4]}" "$OFF_CPU") | ${t[3]} | ${l[0]} / ${l[1]} | $(( l[1] - OFF_P99 )) | ${l[2]} |")
 }
 ledger_cost "off" "$MG_ADDR"
 MGS_ADDR=$(start_gateway mediagate-sqlite "$POLL_TTL_MS" "sqlite://$WORK/ledger.db")
@@ -430,6 +441,7 @@ if [[ -n $PG_BIN ]]; then
 fi
 
 # --- memory -------------------------------------------------------------------------
+if [[ $ONLY == all ]]; then
 sleep 1
 RSS_AFTER=$(rss_kb "$MG_PID")
 log "holding $IDLE_CONNS idle keep-alive connections"
@@ -442,15 +454,17 @@ RSS_HELD=$(rss_kb "$MG_PID")
 ESTABLISHED=$(ss -Htn state established "( sport = :${MG_ADDR##*:} )" | wc -l)
 kill "$HOLD_PID" 2>/dev/null || true
 wait "$HOLD_PID" 2>/dev/null || true
+fi # ONLY == all
 
 # --- report -------------------------------------------------------------------------
 {
   echo "## Run of $(date -u '+%Y-%m-%d %H:%M UTC')"
   echo
   echo "Machine: $(nproc) CPUs, $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo) RAM, Linux $(uname -r)."
-  echo "Versions: mediagate $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(rustc --version), nginx $("$NGINX" -v 2>&1 | cut -d/ -f2), wrk $(wrk -v 2>&1 | head -1 | awk '{print $2}')."
-  echo "Command: \`benches/load.sh\` (DURATION=$DURATION CONNS=$CONNS RATE=$RATE LAT_SECONDS=$LAT_SECONDS LAT_REPEAT=$LAT_REPEAT STORM_CONNS=$STORM_CONNS STORM_TASKS=$STORM_TASKS IDLE_CONNS=$IDLE_CONNS POLL_TTL_MS=$POLL_TTL_MS)"
+  echo "Versions: mediagate $(git rev-parse --short HEAD 2>/dev/null || echo "?") ($MEDIAGATE), $(rustc --version), nginx $("$NGINX" -v 2>&1 | cut -d/ -f2), wrk $(wrk -v 2>&1 | head -1 | awk '{print $2}')."
+  echo "Command: \`benches/load.sh\` (ONLY=$ONLY DURATION=$DURATION CONNS=$CONNS RATE=$RATE LAT_SECONDS=$LAT_SECONDS LAT_REPEAT=$LAT_REPEAT STORM_CONNS=$STORM_CONNS STORM_TASKS=$STORM_TASKS IDLE_CONNS=$IDLE_CONNS POLL_TTL_MS=$POLL_TTL_MS)"
   echo
+  if [[ $ONLY == all ]]; then
   echo "### Throughput (wrk -t2 -c$CONNS, ${DURATION} s per run; latency in µs)"
   echo
   echo "| workload | direct req/s | nginx req/s | mediagate req/s | mg/nginx | mg/direct | direct p50 / p99 | nginx p50 / p99 | mediagate p50 / p99 | CPU µs/req upstream / nginx / mediagate | CPU mg/nginx | errors d/n/m |"
@@ -474,12 +488,14 @@ wait "$HOLD_PID" 2>/dev/null || true
   echo "mediagate/nginx in the storm: $(ratio "${sm[0]}" "${sn[0]}"); mediagate/direct: $(ratio "${sm[0]}" "${sd[0]}")."
   echo "Upstream requests caused by 2 s of queries of a finished task through mediagate: $FINISHED_UPSTREAM."
   echo
+  fi
   echo "### The ledger's cost (submit; wrk -c$CONNS for throughput, $RATE req/s for latency)"
   echo
-  echo "| ledger | submit req/s | CPU µs/req | errors | p50 / p99 µs at $RATE req/s | failed |"
-  echo "|---|---|---|---|---|---|"
+  echo "| ledger | submit req/s | CPU µs/req | CPU vs off | errors | p50 / p99 µs at $RATE req/s | p99 added vs off | failed |"
+  echo "|---|---|---|---|---|---|---|---|"
   printf '%s\n' "${LEDGER_ROWS[@]}"
   echo
+  if [[ $ONLY == all ]]; then
   echo "### Memory (mediagate VmRSS)"
   echo
   echo "| state | RSS |"
@@ -489,5 +505,6 @@ wait "$HOLD_PID" 2>/dev/null || true
   echo "| $HELD; $ESTABLISHED established at the gateway port | $(( RSS_HELD / 1024 )) MiB ($RSS_HELD kB) |"
   echo
   echo "Per held connection: $(( (RSS_HELD - RSS_AFTER) * 1024 / (ESTABLISHED > 0 ? ESTABLISHED : 1) )) bytes."
+  fi
 } | tee "$OUT/report.md"
 cp "$WORK/wrk.log" "$WORK/rate.log" "$OUT/" 2>/dev/null || true

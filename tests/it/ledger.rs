@@ -426,3 +426,41 @@ async fn without_a_ledger_listing_is_501_and_keys_are_ignored() {
     assert_eq!((a.status.as_u16(), b.status.as_u16()), (200, 200));
     assert_ne!(a.json()["id"], b.json()["id"]);
 }
+
+/// Forty submits at once on SQLite, committed together by the ledger's writer: each
+/// gets its own task and its own row, completed with what the upstream answered.
+#[tokio::test]
+async fn concurrent_submits_on_sqlite_each_get_their_own_completed_row() {
+    let fake = Fake::start().await;
+    fake.on(SUBMIT, Answer::queued("up-1"));
+    let gw = Gateway::start(Routes::upstream(&fake.url(), "")).await;
+    let mut clients = JoinSet::new();
+    for n in 0..40 {
+        let http = gw.client();
+        clients.spawn(async move {
+            match n % 2 {
+                0 => submit_keyed(&http, DEMO, &format!("k{n}"), &body("a fox")).await,
+                _ => http.post_json(MODEL_CENTER, DEMO, &body("a fox")).await,
+            }
+        });
+    }
+    let mut ids = Vec::new();
+    while let Some(reply) = clients.join_next().await {
+        let reply = reply.unwrap();
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        ids.push(reply.json()["id"].as_str().unwrap().to_string());
+    }
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 40);
+    assert_eq!(submits_seen(&fake), 40);
+    let submitted = operator(gw.dir(), &["tasks", "--state", "submitted"]);
+    assert_eq!(
+        submitted.lines().count(),
+        41,
+        "a header and forty rows:\n{submitted}"
+    );
+    for id in &ids {
+        assert!(submitted.contains(id.as_str()), "{id} is in the ledger");
+    }
+}

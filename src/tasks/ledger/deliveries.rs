@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use super::writer::{SqliteValue, bind};
 use super::{Db, Ledger, LedgerError, now_ms};
 
 /// A delivery leased to this replica.
@@ -62,23 +63,41 @@ impl Ledger {
         lease: Duration,
         limit: i64,
     ) -> Result<Vec<Delivery>, LedgerError> {
+        let owner = owner.to_owned();
         let now = now_ms();
         let until = now + lease.as_millis() as i64;
-        macro_rules! claim {
-            ($pool:ident, $sql:expr) => {
-                sqlx::query_as($sql)
-                    .bind(owner)
-                    .bind(until)
-                    .bind(now)
-                    .bind(limit)
-                    .fetch_all($pool)
-                    .await?
-            };
+        match &self.db {
+            Db::Sqlite { writer, .. } => {
+                writer
+                    .run(move |conn| {
+                        let mut stmt = bind(
+                            conn,
+                            CLAIM_SQLITE,
+                            &[owner.value(), until.value(), now.value(), limit.value()],
+                        )?;
+                        let mut rows = stmt.raw_query();
+                        let mut out = Vec::new();
+                        while let Some(row) = rows.next()? {
+                            out.push(Delivery {
+                                id: row.get(0)?,
+                                task_row: row.get(1)?,
+                                url: row.get(2)?,
+                                attempts: row.get(3)?,
+                                created_ms: row.get(4)?,
+                            });
+                        }
+                        Ok(out)
+                    })
+                    .await
+            }
+            Db::Postgres(pool) => Ok(sqlx::query_as(CLAIM_POSTGRES)
+                .bind(owner)
+                .bind(until)
+                .bind(now)
+                .bind(limit)
+                .fetch_all(pool)
+                .await?),
         }
-        Ok(match &self.db {
-            Db::Sqlite { writer, .. } => claim!(writer, CLAIM_SQLITE),
-            Db::Postgres(pool) => claim!(pool, CLAIM_POSTGRES),
-        })
     }
 
     /// Write down what became of an attempt on a delivery `owner` leased.

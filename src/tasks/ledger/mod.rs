@@ -12,6 +12,7 @@
 //! nothing is assembled from client input. docs/ledger.md says what is stored.
 
 mod record;
+mod writer;
 
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -21,6 +22,8 @@ use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
+
+use self::writer::{SqliteValue, Writer, bind};
 
 pub use self::record::{
     Admission, Answer, Created, NewTask, Page, State, TaskRecord, UsageRow, fingerprint,
@@ -73,10 +76,10 @@ impl From<sqlx::Error> for LedgerError {
 }
 
 enum Db {
-    /// SQLite writes one transaction at a time: one writer connection queues them
-    /// (waiting on the pool, not in SQLite's busy loop), readers run beside it (WAL).
+    /// SQLite writes one transaction at a time: every write goes to one writer
+    /// thread that commits them in groups (`writer.rs`); readers run beside it (WAL).
     Sqlite {
-        writer: SqlitePool,
+        writer: Writer,
         reader: SqlitePool,
     },
     Postgres(PgPool),
@@ -97,8 +100,8 @@ impl std::fmt::Debug for Ledger {
     }
 }
 
-/// The same statements on either engine: `$pool` is the engine's pool (on SQLite,
-/// the writer, or the readers for `read`).
+/// The same reading statements on either engine: `$pool` is the engine's pool (on
+/// SQLite, the readers).
 macro_rules! on_db {
     ($ledger:expr, read $pool:ident => $body:expr) => {
         match &$ledger.db {
@@ -106,18 +109,37 @@ macro_rules! on_db {
             Db::Postgres($pool) => $body,
         }
     };
-    ($ledger:expr, $pool:ident => $body:expr) => {
+}
+
+/// Run one writing statement with its bound arguments on either engine; the number
+/// of rows it changed.
+macro_rules! exec {
+    ($ledger:expr, $sql:expr $(, $arg:expr)* $(,)?) => {
         match &$ledger.db {
-            Db::Sqlite { writer: $pool, .. } => $body,
-            Db::Postgres($pool) => $body,
+            Db::Sqlite { writer, .. } => {
+                writer.execute($sql, vec![$(SqliteValue::value($arg)),*]).await
+            }
+            Db::Postgres(pool) => sqlx::query($sql)$(.bind($arg))*
+                .execute(pool)
+                .await
+                .map(|done| done.rows_affected() as usize)
+                .map_err(LedgerError::from),
         }
     };
 }
 
-/// Run one statement with its bound arguments on either engine.
-macro_rules! exec {
-    ($ledger:expr, $sql:expr $(, $arg:expr)* $(,)?) => {
-        on_db!($ledger, pool => sqlx::query($sql)$(.bind($arg))*.execute(pool).await.map(drop))
+/// Run one writing statement returning whole rows on either engine.
+macro_rules! records {
+    ($ledger:expr, $sqlite:expr, $postgres:expr $(, $arg:expr)* $(,)?) => {
+        match &$ledger.db {
+            Db::Sqlite { writer, .. } => {
+                writer.records($sqlite, vec![$(SqliteValue::value($arg)),*]).await
+            }
+            Db::Postgres(pool) => sqlx::query_as($postgres)$(.bind($arg))*
+                .fetch_all(pool)
+                .await
+                .map_err(LedgerError::from),
+        }
     };
 }
 
@@ -150,6 +172,9 @@ impl Ledger {
             LedgerUrl::Postgres(url) => {
                 let pool = PgPoolOptions::new()
                     .max_connections(max_connections.max(1))
+                    // A ping per acquire is a round trip per statement; a broken
+                    // connection shows in the statement's own error instead.
+                    .test_before_acquire(false)
                     .acquire_timeout(Duration::from_secs(5))
                     .connect(url)
                     .await
@@ -170,82 +195,33 @@ impl Ledger {
     pub async fn admit(&self, new: &NewTask<'_>) -> Result<Admission, LedgerError> {
         let now = now_ms();
         let day_start = now - now.rem_euclid(DAY_MS);
-        macro_rules! admit_in {
-            ($tx:ident) => {{
-                let seen = match new.idempotency_key {
-                    Some(key) => {
-                        sqlx::query_as(record::SELECT_BY_IDEMPOTENCY)
-                            .bind(new.owner)
-                            .bind(key)
-                            .fetch_optional(&mut *$tx)
-                            .await?
-                    }
-                    None => None,
-                };
-                let admission = match seen {
-                    Some(seen) => Some(Admission::seen(seen, &new.fingerprint)),
-                    None => admit_fresh!($tx),
-                };
-                $tx.commit().await?;
-                match admission {
-                    Some(admission) => Ok(admission),
-                    // Another request took the key between our look and our insert.
-                    None => Box::pin(self.admit(new)).await,
-                }
-            }};
-        }
-        macro_rules! admit_fresh {
-            ($tx:ident) => {{
-                let (tasks, seconds): (i64, i64) = match new.quota {
-                    Some(_) => {
-                        sqlx::query_as(record::USED_TODAY)
-                            .bind(new.owner)
-                            .bind(day_start)
-                            .fetch_one(&mut *$tx)
-                            .await?
-                    }
-                    None => (0, 0),
-                };
-                match new
-                    .quota
-                    .and_then(|q| q.exceeded(tasks, seconds, new.video_seconds))
-                {
-                    Some(what) => Some(Admission::QuotaExceeded {
-                        what,
-                        resets_ms: day_start + DAY_MS,
-                    }),
-                    None => sqlx::query_scalar(record::INSERT)
-                        .bind(new.owner)
-                        .bind(new.endpoint_name())
-                        .bind(new.model)
-                        .bind(new.kind.as_str())
-                        .bind(&new.fingerprint)
-                        .bind(new.idempotency_key)
-                        .bind(new.video_seconds)
-                        .bind(now)
-                        .bind(new.provider)
-                        .bind(new.callback_url)
-                        .fetch_optional(&mut *$tx)
-                        .await?
-                        .map(Admission::Fresh),
-                }
-            }};
-        }
         match &self.db {
             Db::Sqlite { writer, .. } => {
-                let mut tx = writer.begin_with("BEGIN IMMEDIATE").await?;
-                admit_in!(tx)
+                let new = OwnedTask::from(new);
+                writer
+                    .run(move |conn| admit_sqlite(conn, &new, now, day_start))
+                    .await
             }
-            Db::Postgres(pool) => {
-                let mut tx = pool.begin().await?;
-                if new.quota.is_some() {
-                    sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
-                        .bind(new.owner)
-                        .execute(&mut *tx)
-                        .await?;
+            Db::Postgres(pool) if new.quota.is_some() => {
+                admit_postgres_quota(pool, new, now, day_start).await
+            }
+            Db::Postgres(pool) => loop {
+                // Without a quota one statement suffices: the insert takes the
+                // idempotency key, or finds it taken.
+                let row: Option<i64> = insert_query(new, now).fetch_optional(pool).await?;
+                if let Some(row) = row {
+                    break Ok(Admission::Fresh(row));
                 }
-                admit_in!(tx)
-            }
+                let seen: Option<TaskRecord> = sqlx::query_as(record::SELECT_BY_IDEMPOTENCY)
+                    .bind(new.owner)
+                    .bind(new.idempotency_key)
+                    .fetch_optional(pool)
+                    .await?;
+                if let Some(seen) = seen {
+                    break Ok(Admission::seen(seen, &new.fingerprint));
+                }
+                // The key was released between the two statements: try again.
+            },
         }
     }
 
@@ -260,7 +236,7 @@ impl Ledger {
             c.task_id,
             c.status.as_str(),
             i64::from(c.answer.status),
-            &c.answer.body,
+            c.answer.body.as_str(),
             now_ms(),
             c.first_poll.as_millis() as i64
         )?;
@@ -280,6 +256,7 @@ impl Ledger {
     pub async fn refused(&self, row: i64, answer: Option<&Answer>) -> Result<(), LedgerError> {
         let (status, body) =
             answer.map_or((None, None), |a| (Some(i64::from(a.status)), Some(&a.body)));
+        let body = body.map(String::as_str);
         exec!(self, record::SET_REFUSED, row, status, body, now_ms())?;
         Ok(())
     }
@@ -328,19 +305,18 @@ impl Ledger {
             Some(e) => (Some(e.code.as_str()), Some(e.message.as_str())),
             None => (None, None),
         };
-        let now = now_ms();
-        let changed = on_db!(self, pool => sqlx::query(record::SET_FINISHED)
-            .bind(provider)
-            .bind(upstream_id)
-            .bind(State::from(state.status).as_str())
-            .bind(state.status.as_str())
-            .bind(urls)
-            .bind(code)
-            .bind(message)
-            .bind(now)
-            .execute(pool)
-            .await
-            .map(|done| done.rows_affected()))?;
+        let changed = exec!(
+            self,
+            record::SET_FINISHED,
+            provider,
+            upstream_id,
+            State::from(state.status).as_str(),
+            state.status.as_str(),
+            urls,
+            code,
+            message,
+            now_ms()
+        )?;
         Ok(changed == 1)
     }
 
@@ -354,21 +330,15 @@ impl Ledger {
     ) -> Result<Vec<TaskRecord>, LedgerError> {
         let now = now_ms();
         let until = now + lease.as_millis() as i64;
-        macro_rules! claim {
-            ($pool:ident, $sql:expr) => {
-                sqlx::query_as($sql)
-                    .bind(owner)
-                    .bind(until)
-                    .bind(now)
-                    .bind(limit)
-                    .fetch_all($pool)
-                    .await?
-            };
-        }
-        Ok(match &self.db {
-            Db::Sqlite { writer, .. } => claim!(writer, record::CLAIM_SQLITE),
-            Db::Postgres(pool) => claim!(pool, record::CLAIM_POSTGRES),
-        })
+        records!(
+            self,
+            record::CLAIM_SQLITE,
+            record::CLAIM_POSTGRES,
+            owner,
+            until,
+            now,
+            limit
+        )
     }
 
     /// The tracker asked about a task it leased and it is not finished: its status,
@@ -444,11 +414,13 @@ impl Ledger {
         let now = now_ms();
         let stale_before = now - stale.as_millis() as i64;
         let forget_before = now - idempotency_ttl.as_millis() as i64;
-        let expired: Vec<TaskRecord> = on_db!(self, pool => sqlx::query_as(record::EXPIRE_SUBMITTING)
-            .bind(stale_before)
-            .bind(now)
-            .fetch_all(pool)
-            .await)?;
+        let expired = records!(
+            self,
+            record::EXPIRE_SUBMITTING,
+            record::EXPIRE_SUBMITTING,
+            stale_before,
+            now
+        )?;
         exec!(self, record::FORGET_KEYS, forget_before)?;
         Ok(expired)
     }
@@ -504,10 +476,7 @@ impl Ledger {
     }
 }
 
-async fn open_sqlite(
-    path: &Path,
-    max_connections: u32,
-) -> Result<(SqlitePool, SqlitePool), String> {
+async fn open_sqlite(path: &Path, max_connections: u32) -> Result<(Writer, SqlitePool), String> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
@@ -524,16 +493,181 @@ async fn open_sqlite(
     let open = |connections: u32| {
         SqlitePoolOptions::new()
             .max_connections(connections)
+            // A ping per acquire is a hand-off to the connection's thread and back.
+            .test_before_acquire(false)
             .connect_with(options.clone())
     };
     let cannot_open = |e: sqlx::Error| format!("cannot open {}: {e}", path.display());
-    let writer = open(1).await.map_err(cannot_open)?;
+    // sqlx creates the file and runs the migrations; the writer thread takes over.
+    let migrating = open(1).await.map_err(cannot_open)?;
     SQLITE_MIGRATIONS
-        .run(&writer)
+        .run(&migrating)
         .await
         .map_err(|e| format!("cannot migrate the ledger in {}: {e}", path.display()))?;
+    migrating.close().await;
+    let writer = Writer::open(path)?;
     let reader = open(max_connections.max(1)).await.map_err(cannot_open)?;
     Ok((writer, reader))
+}
+
+/// A [`NewTask`] owned, to cross to the SQLite writer thread.
+struct OwnedTask {
+    owner: String,
+    endpoint: &'static str,
+    model: String,
+    kind: &'static str,
+    fingerprint: String,
+    idempotency_key: Option<String>,
+    video_seconds: i64,
+    quota: Option<crate::config::QuotaConfig>,
+    provider: Option<String>,
+    callback_url: Option<String>,
+}
+
+impl From<&NewTask<'_>> for OwnedTask {
+    fn from(new: &NewTask<'_>) -> Self {
+        Self {
+            owner: new.owner.to_owned(),
+            endpoint: new.endpoint_name(),
+            model: new.model.to_owned(),
+            kind: new.kind.as_str(),
+            fingerprint: new.fingerprint.clone(),
+            idempotency_key: new.idempotency_key.map(str::to_owned),
+            video_seconds: new.video_seconds,
+            quota: new.quota,
+            provider: new.provider.map(str::to_owned),
+            callback_url: new.callback_url.map(str::to_owned),
+        }
+    }
+}
+
+/// The admission on the SQLite writer, inside its transaction. With a quota the key
+/// is looked up first (a retry is answered even over the quota); without, the
+/// insert itself takes the key or finds it taken.
+fn admit_sqlite(
+    conn: &rusqlite::Connection,
+    new: &OwnedTask,
+    now: i64,
+    day_start: i64,
+) -> rusqlite::Result<Admission> {
+    let seen = || -> rusqlite::Result<Option<Admission>> {
+        let Some(key) = &new.idempotency_key else {
+            return Ok(None);
+        };
+        let mut stmt = bind(conn, record::SELECT_BY_IDEMPOTENCY, &[&new.owner, key])?;
+        let mut rows = stmt.raw_query();
+        let row = rows.next()?.map(TaskRecord::from_sqlite).transpose()?;
+        Ok(row.map(|row| Admission::seen(row, &new.fingerprint)))
+    };
+    if let Some(quota) = new.quota {
+        if let Some(seen) = seen()? {
+            return Ok(seen);
+        }
+        let mut stmt = bind(
+            conn,
+            record::USED_TODAY,
+            &[&new.owner as &dyn rusqlite::ToSql, &day_start],
+        )?;
+        let (tasks, seconds): (i64, i64) = match stmt.raw_query().next()? {
+            Some(row) => (row.get(0)?, row.get(1)?),
+            None => (0, 0),
+        };
+        if let Some(what) = quota.exceeded(tasks, seconds, new.video_seconds) {
+            return Ok(Admission::QuotaExceeded {
+                what,
+                resets_ms: day_start + DAY_MS,
+            });
+        }
+    }
+    let args: [&dyn rusqlite::ToSql; 10] = [
+        &new.owner,
+        &new.endpoint,
+        &new.model,
+        &new.kind,
+        &new.fingerprint,
+        &new.idempotency_key,
+        &new.video_seconds,
+        &now,
+        &new.provider,
+        &new.callback_url,
+    ];
+    let mut stmt = bind(conn, record::INSERT, &args)?;
+    let inserted: Option<i64> = match stmt.raw_query().next()? {
+        Some(row) => Some(row.get(0)?),
+        None => None,
+    };
+    match inserted {
+        Some(row) => Ok(Admission::Fresh(row)),
+        // One writer, one transaction: the row that holds the key is there.
+        None => seen()?.ok_or(rusqlite::Error::QueryReturnedNoRows),
+    }
+}
+
+/// The write-ahead insert of `new` on PostgreSQL: its row number, or nothing when the
+/// idempotency key is taken.
+fn insert_query<'q>(
+    new: &'q NewTask<'_>,
+    now: i64,
+) -> sqlx::query::QueryScalar<'q, sqlx::Postgres, i64, sqlx::postgres::PgArguments> {
+    sqlx::query_scalar(record::INSERT)
+        .bind(new.owner)
+        .bind(new.endpoint_name())
+        .bind(new.model)
+        .bind(new.kind.as_str())
+        .bind(&new.fingerprint)
+        .bind(new.idempotency_key)
+        .bind(new.video_seconds)
+        .bind(now)
+        .bind(new.provider)
+        .bind(new.callback_url)
+}
+
+/// The admission of a key with a quota on PostgreSQL: one transaction serialised per
+/// owner (an advisory lock), so that replicas agree on the day's count.
+async fn admit_postgres_quota(
+    pool: &PgPool,
+    new: &NewTask<'_>,
+    now: i64,
+    day_start: i64,
+) -> Result<Admission, LedgerError> {
+    let mut tx = pool.begin().await?;
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
+        .bind(new.owner)
+        .execute(&mut *tx)
+        .await?;
+    if let Some(key) = new.idempotency_key {
+        let seen: Option<TaskRecord> = sqlx::query_as(record::SELECT_BY_IDEMPOTENCY)
+            .bind(new.owner)
+            .bind(key)
+            .fetch_optional(&mut *tx)
+            .await?;
+        if let Some(seen) = seen {
+            tx.commit().await?;
+            return Ok(Admission::seen(seen, &new.fingerprint));
+        }
+    }
+    let (tasks, seconds): (i64, i64) = sqlx::query_as(record::USED_TODAY)
+        .bind(new.owner)
+        .bind(day_start)
+        .fetch_one(&mut *tx)
+        .await?;
+    let quota = new.quota.unwrap_or_default();
+    let admission = match quota.exceeded(tasks, seconds, new.video_seconds) {
+        Some(what) => Some(Admission::QuotaExceeded {
+            what,
+            resets_ms: day_start + DAY_MS,
+        }),
+        None => insert_query(new, now)
+            .fetch_optional(&mut *tx)
+            .await?
+            .map(Admission::Fresh),
+    };
+    tx.commit().await?;
+    match admission {
+        Some(admission) => Ok(admission),
+        // Another request took the key between our look and our insert.
+        None => Box::pin(admit_postgres_quota(pool, new, now, day_start)).await,
+    }
 }
 
 impl From<TaskStatus> for State {
@@ -549,6 +683,8 @@ impl From<TaskStatus> for State {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
+
     use crate::config::QuotaConfig;
     use crate::tasks::MediaKind;
 
@@ -797,5 +933,153 @@ mod tests {
             l.admit(&new("a", Some("k"), "fp")).await.unwrap(),
             Admission::Fresh(_)
         ));
+    }
+
+    /// The SQLite writer of `l`, and a write that keeps it busy for `hold`: writes
+    /// queued meanwhile are committed together, in the next transaction.
+    fn hold_writer(l: &Arc<Ledger>, hold: Duration) -> tokio::task::JoinHandle<()> {
+        let l = l.clone();
+        tokio::spawn(async move {
+            let Db::Sqlite { writer, .. } = &l.db else {
+                panic!("an SQLite ledger")
+            };
+            writer
+                .run(move |_| {
+                    std::thread::sleep(hold);
+                    Ok(())
+                })
+                .await
+                .unwrap();
+        })
+    }
+
+    fn batches(l: &Ledger) -> u64 {
+        let Db::Sqlite { writer, .. } = &l.db else {
+            panic!("an SQLite ledger")
+        };
+        writer.batches()
+    }
+
+    #[tokio::test]
+    async fn admits_with_one_key_in_one_batch_make_one_row() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = Arc::new(ledger(&dir).await);
+        let before = batches(&l);
+        let held = hold_writer(&l, Duration::from_millis(200));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut admits = tokio::task::JoinSet::new();
+        for _ in 0..20 {
+            let l = l.clone();
+            admits.spawn(async move { l.admit(&new("a", Some("same"), "fp")).await.unwrap() });
+        }
+        // Queued while the writer is busy: they wait for the same transaction.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        held.await.unwrap();
+        let (mut fresh, mut in_flight) = (Vec::new(), Vec::new());
+        while let Some(admission) = admits.join_next().await {
+            match admission.unwrap() {
+                Admission::Fresh(row) => fresh.push(row),
+                Admission::InFlight(row) => in_flight.push(row),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(fresh.len(), 1, "one row for the key");
+        assert!(in_flight.iter().all(|r| *r == fresh[0]));
+        assert_eq!(in_flight.len(), 19);
+        assert_eq!(
+            batches(&l) - before,
+            2,
+            "the holding write's transaction, then one for the twenty admits"
+        );
+        assert_eq!(l.count(State::Submitting).await.unwrap(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_failed_write_takes_nothing_of_its_batch_with_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = Arc::new(ledger(&dir).await);
+        let before = batches(&l);
+        let held = hold_writer(&l, Duration::from_millis(300));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut admits = tokio::task::JoinSet::new();
+        for n in 0..5 {
+            let l = l.clone();
+            admits.spawn(async move { l.admit(&new("a", None, &format!("fp{n}"))).await });
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        // Queued after the admits, in the same batch: a write that changes their rows
+        // and then fails. Its change is rolled back, their rows are committed.
+        let failing = {
+            let l = l.clone();
+            tokio::spawn(async move {
+                let Db::Sqlite { writer, .. } = &l.db else {
+                    panic!()
+                };
+                writer
+                    .run(|conn| {
+                        conn.execute("UPDATE tasks SET model = 'changed'", [])?;
+                        conn.execute("INSERT INTO no_such_table VALUES (1)", [])
+                    })
+                    .await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        held.await.unwrap();
+        let error = failing.await.unwrap().unwrap_err();
+        assert!(error.0.contains("no_such_table"), "{error}");
+        let mut rows = Vec::new();
+        while let Some(admission) = admits.join_next().await {
+            let Admission::Fresh(row) = admission.unwrap().unwrap() else {
+                panic!("fresh")
+            };
+            rows.push(row);
+        }
+        assert_eq!(rows.len(), 5);
+        assert_eq!(
+            batches(&l) - before,
+            2,
+            "the holding write's batch, then one for the rest"
+        );
+        for row in rows {
+            // Committed, and read back by another connection.
+            let record = l.row(row).await.unwrap().expect("committed");
+            assert_eq!(record.model, "m", "the failed write's change was undone");
+        }
+    }
+
+    #[tokio::test]
+    async fn the_writer_reads_rows_as_the_readers_do() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = ledger(&dir).await;
+        let Admission::Fresh(row) = l.admit(&new("a", Some("k"), "fp")).await.unwrap() else {
+            panic!()
+        };
+        create(&l, row, 7).await;
+        l.finished(
+            "p",
+            "up-7",
+            &TaskState {
+                status: TaskStatus::Completed,
+                progress: None,
+                urls: vec!["https://x/1".into()],
+                error: None,
+            },
+        )
+        .await
+        .unwrap();
+        // A replay is a row read by the writer: every column in its place.
+        let Admission::Replay(answer) = l.admit(&new("a", Some("k"), "fp")).await.unwrap() else {
+            panic!()
+        };
+        assert_eq!(answer, self::answer(7));
+        let Db::Sqlite { writer, .. } = &l.db else {
+            panic!()
+        };
+        let by_writer = writer
+            .records(record::SELECT_BY_ROW, vec![SqliteValue::value(row)])
+            .await
+            .unwrap();
+        let by_reader = l.row(row).await.unwrap().unwrap();
+        assert_eq!(format!("{:?}", by_writer[0]), format!("{by_reader:?}"));
     }
 }

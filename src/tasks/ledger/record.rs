@@ -178,6 +178,37 @@ pub struct TaskRecord {
 }
 
 impl TaskRecord {
+    /// A row read by the SQLite writer, its columns in `columns!()`'s order.
+    pub(super) fn from_sqlite(row: &rusqlite::Row<'_>) -> rusqlite::Result<Self> {
+        Ok(Self {
+            id: row.get(0)?,
+            owner: row.get(1)?,
+            endpoint: row.get(2)?,
+            model: row.get(3)?,
+            kind: row.get(4)?,
+            fingerprint: row.get(5)?,
+            idempotency_key: row.get(6)?,
+            video_seconds: row.get(7)?,
+            state: row.get(8)?,
+            status: row.get(9)?,
+            provider: row.get(10)?,
+            upstream_id: row.get(11)?,
+            task_id: row.get(12)?,
+            answer_status: row.get(13)?,
+            answer_body: row.get(14)?,
+            urls: row.get(15)?,
+            error_code: row.get(16)?,
+            error_message: row.get(17)?,
+            created_ms: row.get(18)?,
+            updated_ms: row.get(19)?,
+            finished_ms: row.get(20)?,
+            next_poll_ms: row.get(21)?,
+            poll_interval_ms: row.get(22)?,
+            lease_owner: row.get(23)?,
+            lease_until_ms: row.get(24)?,
+        })
+    }
+
     /// The answer kept for replay, if any.
     pub fn answer(&self) -> Option<Answer> {
         Some(Answer {

@@ -1,0 +1,263 @@
+//! SQLite's writes, committed in groups: one thread owns the writer connection and
+//! drains a queue of pending writes, running every write that waits into one
+//! transaction (each in its own savepoint) and answering each once that transaction
+//! is committed. A write's caller therefore learns of it only when it is durable, as
+//! with one transaction per write, but a burst of submits shares one `BEGIN`, one
+//! `COMMIT` and the WAL pages they both touch.
+//!
+//! rusqlite rather than sqlx here: sqlx-sqlite sends every statement to its
+//! connection's thread and waits for the answer, and its pool pings a connection
+//! when it is taken and again when it is given back, so a submit's two writes were
+//! eight thread hand-offs. Here a write is one hand-off to the thread and one answer.
+
+use std::path::Path;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use rusqlite::types::Value;
+use rusqlite::{CachedStatement, Connection, OpenFlags, ToSql};
+use tokio::sync::oneshot;
+
+use super::LedgerError;
+use super::record::TaskRecord;
+
+/// The most writes committed by one transaction: a bound on how long the first of
+/// them waits for the others.
+const MAX_BATCH: usize = 256;
+
+/// A write waiting for its turn.
+trait Job: Send {
+    /// Run inside the batch's transaction; false when it failed (its result is the
+    /// error, and its savepoint is rolled back).
+    fn run(&mut self, conn: &Connection) -> bool;
+    /// Hand the result over: the batch was committed, or `failed` says why not.
+    fn answer(self: Box<Self>, failed: Option<&str>);
+}
+
+struct Pending<F, R> {
+    work: Option<F>,
+    result: Option<rusqlite::Result<R>>,
+    reply: oneshot::Sender<Result<R, LedgerError>>,
+}
+
+impl<F, R> Job for Pending<F, R>
+where
+    F: FnOnce(&Connection) -> rusqlite::Result<R> + Send,
+    R: Send,
+{
+    fn run(&mut self, conn: &Connection) -> bool {
+        let result = self.work.take().map(|work| work(conn));
+        let ok = matches!(result, Some(Ok(_)));
+        self.result = result;
+        ok
+    }
+
+    fn answer(self: Box<Self>, failed: Option<&str>) {
+        let answer = match (failed, self.result) {
+            // The write itself failed: its own error, whatever became of the batch.
+            (_, Some(Err(e))) => Err(LedgerError(e.to_string())),
+            (Some(why), _) => Err(LedgerError(why.to_string())),
+            (None, Some(Ok(r))) => Ok(r),
+            (None, None) => Err(LedgerError("the write did not run".into())),
+        };
+        // The caller may have gone (its request was cut short); the write stands.
+        let _ = self.reply.send(answer);
+    }
+}
+
+/// The queue into the writer thread.
+pub(super) struct Writer {
+    jobs: mpsc::Sender<Box<dyn Job>>,
+    /// Transactions committed (or tried) so far; tests read it.
+    #[cfg_attr(not(test), allow(dead_code))]
+    batches: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Writer {
+    /// Open `path` (already created and migrated) and start the writer thread.
+    pub(super) fn open(path: &Path) -> Result<Self, String> {
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+        conn.busy_timeout(Duration::from_secs(5))
+            .and_then(|_| {
+                // WAL with NORMAL: a commit survives a crash of the process; only a
+                // power loss may lose the last transactions.
+                conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;")
+            })
+            .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+        conn.set_prepared_statement_cache_capacity(64);
+        let (jobs, queue) = mpsc::channel();
+        let batches = std::sync::Arc::default();
+        let counted = std::sync::Arc::clone(&batches);
+        std::thread::Builder::new()
+            .name("ledger-writer".into())
+            .spawn(move || serve(&conn, &queue, &counted))
+            .map_err(|e| format!("cannot start the ledger writer: {e}"))?;
+        Ok(Self { jobs, batches })
+    }
+
+    /// Transactions run so far (each holding one or more writes).
+    #[cfg(test)]
+    pub(super) fn batches(&self) -> u64 {
+        self.batches.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Run `work` in the next transaction; its result once that is committed.
+    pub(super) async fn run<R, F>(&self, work: F) -> Result<R, LedgerError>
+    where
+        F: FnOnce(&Connection) -> rusqlite::Result<R> + Send + 'static,
+        R: Send + 'static,
+    {
+        let (reply, answer) = oneshot::channel();
+        let job = Pending {
+            work: Some(work),
+            result: None,
+            reply,
+        };
+        let stopped = || LedgerError("the ledger writer stopped".into());
+        self.jobs.send(Box::new(job)).map_err(|_| stopped())?;
+        answer.await.map_err(|_| stopped())?
+    }
+
+    /// One statement; the number of rows it changed.
+    pub(super) async fn execute(
+        &self,
+        sql: &'static str,
+        args: Vec<Value>,
+    ) -> Result<usize, LedgerError> {
+        self.run(move |conn| bind(conn, sql, &args)?.raw_execute())
+            .await
+    }
+
+    /// One statement returning whole rows.
+    pub(super) async fn records(
+        &self,
+        sql: &'static str,
+        args: Vec<Value>,
+    ) -> Result<Vec<TaskRecord>, LedgerError> {
+        self.run(move |conn| {
+            let mut stmt = bind(conn, sql, &args)?;
+            let mut rows = stmt.raw_query();
+            let mut out = Vec::new();
+            while let Some(row) = rows.next()? {
+                out.push(TaskRecord::from_sqlite(row)?);
+            }
+            Ok(out)
+        })
+        .await
+    }
+}
+
+/// `sql` prepared (or taken from the connection's cache) with `args` bound as
+/// `$1`, `$2`, …: the statements are shared with PostgreSQL, and SQLite numbers
+/// named parameters by first appearance, not by their digits.
+pub(super) fn bind<'c>(
+    conn: &'c Connection,
+    sql: &str,
+    args: &[impl ToSql],
+) -> rusqlite::Result<CachedStatement<'c>> {
+    const NAMES: [&str; 12] = [
+        "$1", "$2", "$3", "$4", "$5", "$6", "$7", "$8", "$9", "$10", "$11", "$12",
+    ];
+    let mut stmt = conn.prepare_cached(sql)?;
+    for (name, arg) in NAMES.iter().zip(args) {
+        if let Some(at) = stmt.parameter_index(name)? {
+            stmt.raw_bind_parameter(at, arg)?;
+        }
+    }
+    Ok(stmt)
+}
+
+/// A value bound to an SQLite statement, owned: it crosses to the writer thread.
+pub(super) trait SqliteValue {
+    fn value(self) -> Value;
+}
+
+impl SqliteValue for i64 {
+    fn value(self) -> Value {
+        Value::Integer(self)
+    }
+}
+
+impl SqliteValue for &str {
+    fn value(self) -> Value {
+        Value::Text(self.to_owned())
+    }
+}
+
+impl SqliteValue for &String {
+    fn value(self) -> Value {
+        Value::Text(self.clone())
+    }
+}
+
+impl SqliteValue for String {
+    fn value(self) -> Value {
+        Value::Text(self)
+    }
+}
+
+impl<T: SqliteValue> SqliteValue for Option<T> {
+    fn value(self) -> Value {
+        self.map_or(Value::Null, SqliteValue::value)
+    }
+}
+
+fn serve(
+    conn: &Connection,
+    queue: &mpsc::Receiver<Box<dyn Job>>,
+    batches: &std::sync::atomic::AtomicU64,
+) {
+    while let Ok(first) = queue.recv() {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match queue.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        let failed = commit(conn, &mut batch).err().map(|e| e.to_string());
+        batches.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        for job in batch {
+            job.answer(failed.as_deref());
+        }
+    }
+}
+
+/// Run the batch in one transaction, each write in a savepoint so that one that
+/// fails takes nothing of the others with it.
+fn commit(conn: &Connection, batch: &mut [Box<dyn Job>]) -> rusqlite::Result<()> {
+    exec(conn, "BEGIN IMMEDIATE")?;
+    let done = run_all(conn, batch).and_then(|()| exec(conn, "COMMIT"));
+    if done.is_err() && !conn.is_autocommit() {
+        let _ = conn.execute_batch("ROLLBACK");
+    }
+    done
+}
+
+fn exec(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.raw_execute().map(drop)
+}
+
+fn run_all(conn: &Connection, batch: &mut [Box<dyn Job>]) -> rusqlite::Result<()> {
+    let exec = |sql: &str| exec(conn, sql);
+    for job in batch.iter_mut() {
+        exec("SAVEPOINT write")?;
+        if !job.run(conn) && !conn.is_autocommit() {
+            exec("ROLLBACK TO write")?;
+        }
+        if conn.is_autocommit() {
+            // Some errors (a full disk, I/O) roll the whole transaction back:
+            // nothing of this batch is written.
+            return Err(rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ABORT),
+                Some("the transaction was rolled back".into()),
+            ));
+        }
+        exec("RELEASE write")?;
+    }
+    Ok(())
+}
