@@ -1,5 +1,8 @@
 -- Webhooks: where a task's outcome is posted, and the deliveries still owed.
 ALTER TABLE tasks ADD COLUMN callback_url TEXT;
+-- The progress a finished task was reported with, so that a webhook (and a listing)
+-- shows what a query shows.
+ALTER TABLE tasks ADD COLUMN progress BIGINT;
 CREATE TABLE deliveries (
     id              BIGSERIAL PRIMARY KEY,
     task_row        BIGINT  NOT NULL UNIQUE REFERENCES tasks (id),

@@ -64,7 +64,7 @@ pub fn recorded_state(row: &TaskRecord) -> Option<TaskState> {
     };
     Some(TaskState {
         status,
-        progress: None,
+        progress: row.progress.and_then(|p| u8::try_from(p).ok()),
         urls,
         error: error.filter(|_| status == TaskStatus::Failed),
     })

@@ -12,9 +12,11 @@ use serde_json::{Value, json};
 
 use crate::support::{
     Answer, ConfigDir, DEMO, DEMO2, Fake, Gateway, MODEL_CENTER, Postgres, Proc, Routes, Seen,
-    assert_error, eventually, operator,
+    assert_error, eventually, operator, replace_once, shipped_routes,
 };
 
+/// The published demo webhook secret of the shipped routes.toml.
+const DEMO_SECRET: &str = "whsec_xRM79p/hSIjXTNu5g4EEbMLmFjq9esrWv6HAnHdQtTQ=";
 /// The demo key's webhook secret in these tests, and a second one while rotating.
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 const NEXT_SECRET: &str = "whsec_AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
@@ -78,22 +80,20 @@ fn by_id(seen: &[Seen]) -> BTreeMap<String, Value> {
 async fn a_finished_task_is_posted_signed_in_the_shape_a_query_answers() {
     let receiver = Fake::start().await;
     receiver.on("POST /hook", Answer::json(204, json!(null)));
-    let gw = Gateway::start_in(config(&routes(""), &format!("{SECRET} {NEXT_SECRET}"))).await;
+    // The shipped configuration (its simulator reports progress, its demo key signs
+    // with the published demo secret), with callbacks allowed to this receiver.
+    let shipped = replace_once(
+        &shipped_routes(),
+        "retry_for_hours = 24",
+        "retry_for_hours = 24\nallow_http_hosts = [\"127.0.0.1\"]\nallow_private_networks = [\"127.0.0.1\"]",
+    );
+    let gw = Gateway::start(&shipped).await;
     let http = gw.client();
     let callback = format!("{}/hook?token=abc", receiver.url());
-    let done = http
-        .submit_id(
-            MODEL_CENTER,
-            DEMO,
-            &json!({"model": "m1", "prompt": "x", "callback_url": callback}),
-        )
-        .await;
+    let submit = |prompt: &str| json!({"model": "sd_2.0_special", "prompt": prompt, "callback_url": callback});
+    let done = http.submit_id(MODEL_CENTER, DEMO, &submit("x")).await;
     let failed = http
-        .submit_id(
-            MODEL_CENTER,
-            DEMO,
-            &json!({"model": "m1", "prompt": "x [fail]", "callback_url": callback}),
-        )
+        .submit_id(MODEL_CENTER, DEMO, &submit("x [fail]"))
         .await;
     let mut seen = Vec::new();
     eventually("both outcomes are delivered", async || {
@@ -105,13 +105,8 @@ async fn a_finished_task_is_posted_signed_in_the_shape_a_query_answers() {
         assert_eq!(delivery.query.as_deref(), Some("token=abc"));
         assert_eq!(delivery.header("content-type"), Some("application/json"));
         assert!(delivery.header("webhook-id").unwrap().starts_with("msg_"));
-        // Signed with both secrets while they rotate: either one verifies.
-        assert!(signed_with(delivery, SECRET), "{:?}", delivery.headers);
-        assert!(signed_with(delivery, NEXT_SECRET));
-        assert!(!signed_with(
-            delivery,
-            "whsec_xRM79p/hSIjXTNu5g4EEbMLmFjq9esrWv6HAnHdQtTQ="
-        ));
+        assert!(signed_with(delivery, DEMO_SECRET), "{:?}", delivery.headers);
+        assert!(!signed_with(delivery, SECRET));
     }
     // Exactly what a query answers.
     let bodies: Vec<Value> = by_id(&seen).into_values().collect();
@@ -119,6 +114,7 @@ async fn a_finished_task_is_posted_signed_in_the_shape_a_query_answers() {
         let queried = http.wait_done(MODEL_CENTER, DEMO, id).await;
         assert!(bodies.contains(&queried), "{queried} not in {bodies:?}");
     }
+    assert!(bodies.iter().any(|b| b["progress"] == 100), "{bodies:?}");
     let statuses: BTreeSet<&str> = bodies
         .iter()
         .map(|b| b["status"].as_str().unwrap())
@@ -136,7 +132,11 @@ async fn a_receiver_that_is_down_gets_the_delivery_when_it_is_back_and_410_stops
     receiver.on("POST /gone", Answer::json(410, json!(null)));
     // The key's own webhook URL: no callback_url in the body.
     let key_url = format!("webhook_url = \"{}/down\"", receiver.url());
-    let gw = Gateway::start_in(config(&routes(&key_url), SECRET)).await;
+    let gw = Gateway::start_in(config(
+        &routes(&key_url),
+        &format!("{SECRET} {NEXT_SECRET}"),
+    ))
+    .await;
     let http = gw.client();
     let down_id = http
         .submit_id(MODEL_CENTER, DEMO, &json!({"model": "m1", "prompt": "x"}))
@@ -172,7 +172,12 @@ async fn a_receiver_that_is_down_gets_the_delivery_when_it_is_back_and_410_stops
     let ids: BTreeSet<_> = down.iter().map(|s| s.header("webhook-id")).collect();
     let bodies: BTreeSet<_> = down.iter().map(|s| s.body.clone()).collect();
     assert_eq!((ids.len(), bodies.len()), (1, 1), "{ids:?}");
-    assert!(down.iter().all(|s| signed_with(s, SECRET)));
+    // Signed with both secrets while they rotate: either one verifies.
+    assert!(
+        down.iter()
+            .all(|s| signed_with(s, SECRET) && signed_with(s, NEXT_SECRET))
+    );
+    assert!(!signed_with(down[0], DEMO_SECRET));
     // After the 200, nothing more; after the 410, no second attempt.
     assert_eq!(seen.iter().filter(|s| s.path == "/gone").count(), 1);
     assert!(down.len() >= 4);

@@ -315,7 +315,8 @@ impl Ledger {
             urls,
             code,
             message,
-            now_ms()
+            now_ms(),
+            state.progress.map(i64::from)
         )?;
         Ok(changed == 1)
     }

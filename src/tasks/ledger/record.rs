@@ -175,6 +175,8 @@ pub struct TaskRecord {
     /// The replica polling it now, until `lease_until_ms`.
     pub lease_owner: Option<String>,
     pub lease_until_ms: Option<i64>,
+    /// The progress the finished task was last reported with (0–100).
+    pub progress: Option<i64>,
 }
 
 impl TaskRecord {
@@ -206,6 +208,7 @@ impl TaskRecord {
             poll_interval_ms: row.get(22)?,
             lease_owner: row.get(23)?,
             lease_until_ms: row.get(24)?,
+            progress: row.get(25)?,
         })
     }
 
@@ -292,7 +295,7 @@ fn canonical(v: &serde_json::Value, out: &mut ring::digest::Context) {
 /// Every column of a row, in [`TaskRecord`]'s order.
 macro_rules! columns {
     () => {
-        "id, owner, endpoint, model, kind, fingerprint, idempotency_key, video_seconds, state, status, provider, upstream_id, task_id, answer_status, answer_body, urls, error_code, error_message, created_ms, updated_ms, finished_ms, next_poll_ms, poll_interval_ms, lease_owner, lease_until_ms"
+        "id, owner, endpoint, model, kind, fingerprint, idempotency_key, video_seconds, state, status, provider, upstream_id, task_id, answer_status, answer_body, urls, error_code, error_message, created_ms, updated_ms, finished_ms, next_poll_ms, poll_interval_ms, lease_owner, lease_until_ms, progress"
     };
 }
 
@@ -337,7 +340,7 @@ pub(super) const SET_ATTEMPT: &str =
 pub(super) const SET_REFUSED: &str = "UPDATE tasks SET state = 'refused', answer_status = $2, answer_body = $3, idempotency_key = CASE WHEN $2 IS NULL THEN NULL ELSE idempotency_key END, updated_ms = $4, finished_ms = $4 WHERE id = $1";
 pub(super) const SET_UNKNOWN: &str =
     "UPDATE tasks SET state = 'unknown_outcome', provider = $2, updated_ms = $3 WHERE id = $1";
-pub(super) const SET_FINISHED: &str = "UPDATE tasks SET state = $3, status = $4, urls = $5, error_code = $6, error_message = $7, updated_ms = $8, finished_ms = $8 WHERE provider = $1 AND upstream_id = $2 AND state = 'submitted'";
+pub(super) const SET_FINISHED: &str = "UPDATE tasks SET state = $3, status = $4, urls = $5, error_code = $6, error_message = $7, updated_ms = $8, finished_ms = $8, progress = $9 WHERE provider = $1 AND upstream_id = $2 AND state = 'submitted'";
 pub(super) const EXPIRE_SUBMITTING: &str = concat!(
     "UPDATE tasks SET state = 'unknown_outcome', updated_ms = $2 WHERE state = 'submitting' AND updated_ms < $1 RETURNING ",
     columns!()
