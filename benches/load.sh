@@ -4,6 +4,8 @@
 #
 #   benches/load.sh                 # everything, ~6 minutes
 #   DURATION=5 benches/load.sh      # shorter runs
+#   ONLY=memory benches/load.sh     # only the memory section (a minute): RSS idle and
+#                                   # holding IDLE_CONNS connections, nothing else run
 #
 # Installs nginx and wrk with apt-get when missing (needs root), builds the release
 # binary and the two helpers in examples/ (fast_upstream, loadgen), and prints a
@@ -27,6 +29,8 @@ IDLE_CONNS=${IDLE_CONNS:-10000}
 POLL_TTL_MS=${POLL_TTL_MS:-1000}
 LAT_SECONDS=${LAT_SECONDS:-5}  # per constant-rate run
 LAT_REPEAT=${LAT_REPEAT:-3}    # constant-rate runs per cell (median reported)
+ONLY=${ONLY:-}                 # "memory": skip every run but the memory section
+[[ -z $ONLY || $ONLY == memory ]] || { echo "ONLY is empty or memory" >&2; exit 2; }
 OUT=target/load
 mkdir -p "$OUT"
 WORK=$(mktemp -d /tmp/mediagate-load.XXXXXX)
@@ -52,7 +56,7 @@ cleanup() {
 trap cleanup EXIT
 
 # --- tools --------------------------------------------------------------------------
-if ! command -v nginx >/dev/null || ! command -v wrk >/dev/null; then
+if [[ $ONLY != memory ]] && { ! command -v nginx >/dev/null || ! command -v wrk >/dev/null; }; then
   log "installing nginx and wrk"
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx wrk >/dev/null
@@ -119,6 +123,9 @@ shutdown_grace_ms = 1000
 log_format = "text"
 # Every load client is on loopback: one address, so no per-address cap here.
 max_connections_per_ip = 0
+# The header timeout also closes idle keep-alive connections (hyper): long enough that
+# all the held connections are still open when the RSS is read on a busy machine.
+header_read_timeout_ms = 60000
 
 [tasks]
 secret_env = "MEDIAGATE_TASK_SECRET"
@@ -188,12 +195,16 @@ start_gateway() { # $1 = name, $2 = poll ttl, $3 = ledger url; prints the addres
 }
 MG_ADDR=$(start_gateway mediagate "$POLL_TTL_MS")
 MG_PID=$(cat "$WORK/mediagate.pid")
+if [[ $ONLY != memory ]]; then
 # The same gateway with the poll cache off: every query of an unfinished task is
 # forwarded, which is the fair comparison with a proxy that caches nothing.
 MGF_ADDR=$(start_gateway mediagate-nocache 0)
 log "mediagate on $MG_ADDR (poll cache ${POLL_TTL_MS} ms), $MGF_ADDR (poll cache off)"
+fi
 sleep 1
 RSS_IDLE=$(rss_kb "$MG_PID")
+
+if [[ $ONLY != memory ]]; then # the runs (not indented: it is most of the file)
 
 # --- nginx --------------------------------------------------------------------------
 NG_PORT=$(free_port)
@@ -429,6 +440,8 @@ if [[ -n $PG_BIN ]]; then
   ledger_cost "PostgreSQL $("$PG_BIN/postgres" --version | awk '{print $3}') (same machine)" "$MGP_ADDR"
 fi
 
+fi # the runs
+
 # --- memory -------------------------------------------------------------------------
 sleep 1
 RSS_AFTER=$(rss_kb "$MG_PID")
@@ -437,7 +450,7 @@ $LOADGEN hold --addr "$MG_ADDR" --conns "$IDLE_CONNS" --path /healthz --seconds 
 HOLD_PID=$!
 PIDS+=($HOLD_PID)
 HELD=$(wait_for "$WORK/hold.out" holding)
-# At once: the gateway closes a keep-alive connection idle for 10 s (server.rs).
+# At once: the gateway closes a keep-alive connection idle for 60 s (routes above).
 RSS_HELD=$(rss_kb "$MG_PID")
 ESTABLISHED=$(ss -Htn state established "( sport = :${MG_ADDR##*:} )" | wc -l)
 kill "$HOLD_PID" 2>/dev/null || true
@@ -448,6 +461,11 @@ wait "$HOLD_PID" 2>/dev/null || true
   echo "## Run of $(date -u '+%Y-%m-%d %H:%M UTC')"
   echo
   echo "Machine: $(nproc) CPUs, $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo) RAM, Linux $(uname -r)."
+  if [[ $ONLY == memory ]]; then
+  echo "Versions: mediagate $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(rustc --version)."
+  echo "Command: \`ONLY=memory benches/load.sh\` (IDLE_CONNS=$IDLE_CONNS)"
+  echo
+  else
   echo "Versions: mediagate $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(rustc --version), nginx $("$NGINX" -v 2>&1 | cut -d/ -f2), wrk $(wrk -v 2>&1 | head -1 | awk '{print $2}')."
   echo "Command: \`benches/load.sh\` (DURATION=$DURATION CONNS=$CONNS RATE=$RATE LAT_SECONDS=$LAT_SECONDS LAT_REPEAT=$LAT_REPEAT STORM_CONNS=$STORM_CONNS STORM_TASKS=$STORM_TASKS IDLE_CONNS=$IDLE_CONNS POLL_TTL_MS=$POLL_TTL_MS)"
   echo
@@ -480,12 +498,13 @@ wait "$HOLD_PID" 2>/dev/null || true
   echo "|---|---|---|---|---|---|"
   printf '%s\n' "${LEDGER_ROWS[@]}"
   echo
+  fi
   echo "### Memory (mediagate VmRSS)"
   echo
   echo "| state | RSS |"
   echo "|---|---|"
   echo "| idle, after start | $(( RSS_IDLE / 1024 )) MiB ($RSS_IDLE kB) |"
-  echo "| idle, after the runs above | $(( RSS_AFTER / 1024 )) MiB ($RSS_AFTER kB) |"
+  echo "| idle, $([[ $ONLY == memory ]] && echo 'a second later' || echo 'after the runs above') | $(( RSS_AFTER / 1024 )) MiB ($RSS_AFTER kB) |"
   echo "| $HELD; $ESTABLISHED established at the gateway port | $(( RSS_HELD / 1024 )) MiB ($RSS_HELD kB) |"
   echo
   echo "Per held connection: $(( (RSS_HELD - RSS_AFTER) * 1024 / (ESTABLISHED > 0 ? ESTABLISHED : 1) )) bytes."
