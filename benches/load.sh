@@ -6,6 +6,8 @@
 #   DURATION=5 benches/load.sh      # shorter runs
 #   ONLY=ledger benches/load.sh     # only the ledger's cost (no nginx), ~1 minute
 #   MEDIAGATE=path/to/mediagate ONLY=ledger benches/load.sh   # another build, to compare
+#   ONLY=memory benches/load.sh     # only the memory section (a minute): RSS idle and
+#                                   # holding IDLE_CONNS connections, nothing else run
 #
 # Installs nginx and wrk with apt-get when missing (needs root), builds the release
 # binary and the two helpers in examples/ (fast_upstream, loadgen), and prints a
@@ -27,7 +29,9 @@ STORM_CONNS=${STORM_CONNS:-1000}
 STORM_TASKS=${STORM_TASKS:-100}
 IDLE_CONNS=${IDLE_CONNS:-10000}
 POLL_TTL_MS=${POLL_TTL_MS:-1000}
-ONLY=${ONLY:-all}              # all | ledger
+ONLY=${ONLY:-all}              # all | ledger | memory
+[[ $ONLY == all || $ONLY == ledger || $ONLY == memory ]] \
+  || { echo "ONLY is all, ledger or memory" >&2; exit 2; }
 LAT_SECONDS=${LAT_SECONDS:-5}  # per constant-rate run
 LAT_REPEAT=${LAT_REPEAT:-3}    # constant-rate runs per cell (median reported)
 OUT=target/load
@@ -55,7 +59,7 @@ cleanup() {
 trap cleanup EXIT
 
 # --- tools --------------------------------------------------------------------------
-if ! command -v nginx >/dev/null || ! command -v wrk >/dev/null; then
+if [[ $ONLY != memory ]] && { ! command -v nginx >/dev/null || ! command -v wrk >/dev/null; }; then
   log "installing nginx and wrk"
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx wrk >/dev/null
@@ -123,6 +127,9 @@ shutdown_grace_ms = 1000
 log_format = "text"
 # Every load client is on loopback: one address, so no per-address cap here.
 max_connections_per_ip = 0
+# The header timeout also closes idle keep-alive connections (hyper): long enough that
+# all the held connections are still open when the RSS is read on a busy machine.
+header_read_timeout_ms = 60000
 
 [tasks]
 secret_env = "MEDIAGATE_TASK_SECRET"
@@ -408,6 +415,7 @@ STORM_LIMIT=$(( STORM_TASKS * (DURATION * 1000 / POLL_TTL_MS + 1) ))
 fi # ONLY == all
 
 # --- the ledger's cost ---------------------------------------------------------------
+if [[ $ONLY != memory ]]; then
 # The same submit load against gateways whose ledger is off (the one measured above),
 # on SQLite, and on PostgreSQL (a cluster of its own, when the binaries are there).
 LEDGER_ROWS=()
@@ -439,9 +447,10 @@ if [[ -n $PG_BIN ]]; then
   MGP_ADDR=$(start_gateway mediagate-pg "$POLL_TTL_MS" "postgres://postgres@127.0.0.1:$PG_PORT/postgres")
   ledger_cost "PostgreSQL $("$PG_BIN/postgres" --version | awk '{print $3}') (same machine)" "$MGP_ADDR"
 fi
+fi # ONLY != memory
 
 # --- memory -------------------------------------------------------------------------
-if [[ $ONLY == all ]]; then
+if [[ $ONLY != ledger ]]; then
 sleep 1
 RSS_AFTER=$(rss_kb "$MG_PID")
 log "holding $IDLE_CONNS idle keep-alive connections"
@@ -449,19 +458,23 @@ $LOADGEN hold --addr "$MG_ADDR" --conns "$IDLE_CONNS" --path /healthz --seconds 
 HOLD_PID=$!
 PIDS+=($HOLD_PID)
 HELD=$(wait_for "$WORK/hold.out" holding)
-# At once: the gateway closes a keep-alive connection idle for 10 s (server.rs).
+# At once: the gateway closes a keep-alive connection idle for 60 s (routes above).
 RSS_HELD=$(rss_kb "$MG_PID")
 ESTABLISHED=$(ss -Htn state established "( sport = :${MG_ADDR##*:} )" | wc -l)
 kill "$HOLD_PID" 2>/dev/null || true
 wait "$HOLD_PID" 2>/dev/null || true
-fi # ONLY == all
+fi # ONLY != ledger
 
 # --- report -------------------------------------------------------------------------
 {
   echo "## Run of $(date -u '+%Y-%m-%d %H:%M UTC')"
   echo
   echo "Machine: $(nproc) CPUs, $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo) RAM, Linux $(uname -r)."
+  if [[ $ONLY == memory ]]; then
+  echo "Versions: mediagate $(git rev-parse --short HEAD 2>/dev/null || echo "?") ($MEDIAGATE), $(rustc --version)."
+  else
   echo "Versions: mediagate $(git rev-parse --short HEAD 2>/dev/null || echo "?") ($MEDIAGATE), $(rustc --version), nginx $("$NGINX" -v 2>&1 | cut -d/ -f2), wrk $(wrk -v 2>&1 | head -1 | awk '{print $2}')."
+  fi
   echo "Command: \`benches/load.sh\` (ONLY=$ONLY DURATION=$DURATION CONNS=$CONNS RATE=$RATE LAT_SECONDS=$LAT_SECONDS LAT_REPEAT=$LAT_REPEAT STORM_CONNS=$STORM_CONNS STORM_TASKS=$STORM_TASKS IDLE_CONNS=$IDLE_CONNS POLL_TTL_MS=$POLL_TTL_MS)"
   echo
   if [[ $ONLY == all ]]; then
@@ -489,19 +502,21 @@ fi # ONLY == all
   echo "Upstream requests caused by 2 s of queries of a finished task through mediagate: $FINISHED_UPSTREAM."
   echo
   fi
+  if [[ $ONLY != memory ]]; then
   echo "### The ledger's cost (submit; wrk -c$CONNS for throughput, $RATE req/s for latency)"
   echo
   echo "| ledger | submit req/s | CPU µs/req | CPU vs off | errors | p50 / p99 µs at $RATE req/s | p99 added vs off | failed |"
   echo "|---|---|---|---|---|---|---|---|"
   printf '%s\n' "${LEDGER_ROWS[@]}"
   echo
-  if [[ $ONLY == all ]]; then
+  fi
+  if [[ $ONLY != ledger ]]; then
   echo "### Memory (mediagate VmRSS)"
   echo
   echo "| state | RSS |"
   echo "|---|---|"
   echo "| idle, after start | $(( RSS_IDLE / 1024 )) MiB ($RSS_IDLE kB) |"
-  echo "| idle, after the runs above | $(( RSS_AFTER / 1024 )) MiB ($RSS_AFTER kB) |"
+  echo "| idle, $([[ $ONLY == memory ]] && echo 'a second later' || echo 'after the runs above') | $(( RSS_AFTER / 1024 )) MiB ($RSS_AFTER kB) |"
   echo "| $HELD; $ESTABLISHED established at the gateway port | $(( RSS_HELD / 1024 )) MiB ($RSS_HELD kB) |"
   echo
   echo "Per held connection: $(( (RSS_HELD - RSS_AFTER) * 1024 / (ESTABLISHED > 0 ? ESTABLISHED : 1) )) bytes."

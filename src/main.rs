@@ -9,6 +9,15 @@ use mediagate::config::LogFormat;
 use mediagate::config::read_routes;
 use mediagate::snapshot::{LoadContext, Snapshot};
 
+// jemalloc rather than glibc's malloc: hyper keeps an 8 KiB read and an 8 KiB write
+// buffer per HTTP/1 connection, of which an idle connection has touched a few hundred
+// bytes. jemalloc puts such blocks on their own pages, so the untouched pages never
+// become resident (glibc's heap interleaves them with live data), and it returns freed
+// pages to the system after a load. See docs/reliability.md, "Connections".
+#[cfg(all(target_os = "linux", not(target_env = "musl")))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[derive(Parser)]
 #[command(
     name = "mediagate",

@@ -280,14 +280,18 @@ fn spawn_connection<H: Host, S: HttpService, A: HttpService>(
         Kind::Plain => {
             let svc = conn.service(services.main.clone(), wrap(false));
             shared.connections.spawn(async move {
-                conn.run(stream, svc).await;
+                if let Some(protocol) = sniff(&stream, conn.first_byte).await {
+                    conn.run(stream, protocol, svc).await;
+                }
                 drop(slot);
             });
         }
         Kind::Admin => {
             let svc = conn.service(services.admin.clone(), wrap(false));
             shared.connections.spawn(async move {
-                conn.run(stream, svc).await;
+                if let Some(protocol) = sniff(&stream, conn.first_byte).await {
+                    conn.run(stream, protocol, svc).await;
+                }
                 drop(slot);
             });
         }
@@ -300,7 +304,12 @@ fn spawn_connection<H: Host, S: HttpService, A: HttpService>(
             let host = host.clone();
             shared.connections.spawn(async move {
                 if let Some(stream) = handshake(stream, tls, timeout, host.metrics(), peer).await {
-                    conn.run(stream, svc).await;
+                    let protocol = match stream.get_ref().1.alpn_protocol() {
+                        Some(b"h2") => Protocol::Http2,
+                        Some(b"http/1.1") => Protocol::Http1,
+                        _ => Protocol::Unknown,
+                    };
+                    conn.run(stream, protocol, svc).await;
                 }
                 drop(slot);
             });
@@ -327,6 +336,46 @@ async fn accept(listener: Option<&TcpListener>) -> std::io::Result<(TcpStream, S
     match listener {
         Some(l) => l.accept().await,
         None => std::future::pending().await,
+    }
+}
+
+/// The protocol of a connection, when it is known before hyper reads from it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Protocol {
+    Http1,
+    Http2,
+    /// hyper-util tells it from the first bytes.
+    Unknown,
+}
+
+/// What every HTTP/2 connection without TLS starts with (prior knowledge, RFC 9113).
+const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// The protocol of a plain connection from its first bytes, peeked (left unread);
+/// `None` when it closes, fails or stays silent for `timeout`.
+///
+/// Why not hyper-util's own detection: it reads the first bytes and hands them to
+/// hyper's HTTP/1 reader as a read of their own, after which hyper grows its 8 KiB
+/// read buffer to 16 KiB and keeps that for the connection's whole life (8 KiB more
+/// per idle keep-alive connection). Told here, hyper reads the request itself.
+async fn sniff(stream: &TcpStream, timeout: Duration) -> Option<Protocol> {
+    let mut first = [0u8; H2_PREFACE.len()];
+    let n = match tokio::time::timeout(timeout, stream.peek(&mut first)).await {
+        Ok(Ok(n)) if n > 0 => n,
+        _ => return None,
+    };
+    Some(protocol_of(&first[..n]))
+}
+
+/// The protocol that bytes a client sent first mean.
+fn protocol_of(first: &[u8]) -> Protocol {
+    if !H2_PREFACE.starts_with(first) {
+        Protocol::Http1
+    } else if first.len() == H2_PREFACE.len() {
+        Protocol::Http2
+    } else {
+        // A prefix of the preface (a split write): hyper-util waits for the rest.
+        Protocol::Unknown
     }
 }
 
@@ -470,15 +519,19 @@ impl Conn {
 
     /// Serve until the connection ends; on the gateway's stop, or once it has been
     /// idle for the idle timeout, close it gracefully (requests in progress finish).
-    async fn run<I, S>(self, io: I, svc: ConnService<S>)
+    async fn run<I, S>(self, io: I, protocol: Protocol, svc: ConnService<S>)
     where
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
         S: HttpService,
     {
         let activity = svc.activity.clone();
         let io = FirstByte::new(io, self.first_byte);
-        let conn = self
-            .builder
+        let builder = match protocol {
+            Protocol::Http1 => self.builder.http1_only(),
+            Protocol::Http2 => self.builder.http2_only(),
+            Protocol::Unknown => self.builder,
+        };
+        let conn = builder
             .serve_connection(TokioIo::new(io), TowerToHyperService::new(svc))
             .into_owned();
         tokio::pin!(conn);
@@ -521,5 +574,47 @@ pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
             () = term => {},
             () = int => {},
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncWriteExt;
+
+    #[test]
+    fn first_bytes_tell_the_protocol() {
+        assert_eq!(protocol_of(b"GET /healthz HTTP/1.1\r\n"), Protocol::Http1);
+        // Methods starting like the preface part from it at once.
+        assert_eq!(protocol_of(b"POST /v1"), Protocol::Http1);
+        assert_eq!(protocol_of(b"PUT"), Protocol::Http1);
+        assert_eq!(protocol_of(H2_PREFACE), Protocol::Http2);
+        // Too few bytes to tell: hyper-util reads on.
+        assert_eq!(protocol_of(b"P"), Protocol::Unknown);
+        assert_eq!(protocol_of(b"PRI * HTTP/2.0\r\n"), Protocol::Unknown);
+    }
+
+    /// The bytes are only peeked: hyper reads the whole request itself.
+    #[tokio::test]
+    async fn sniffing_leaves_the_bytes_and_gives_up_on_silence() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        client.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
+        let protocol = sniff(&server, Duration::from_secs(5)).await;
+        assert_eq!(protocol, Some(Protocol::Http1));
+        let mut read = [0u8; 18];
+        server.try_read(&mut read).unwrap();
+        assert_eq!(&read, b"GET / HTTP/1.1\r\n\r\n");
+
+        let _silent = TcpStream::connect(addr).await.unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        assert_eq!(sniff(&server, Duration::from_millis(50)).await, None);
+
+        let mut closed = TcpStream::connect(addr).await.unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        closed.shutdown().await.unwrap();
+        assert_eq!(sniff(&server, Duration::from_secs(5)).await, None);
     }
 }

@@ -112,7 +112,8 @@ impl StatusReader {
             progress,
             urls,
             error,
-        })
+        }
+        .compact())
     }
 
     /// Why a failed task failed, cleaned; our defaults when the upstream does not say.
@@ -257,6 +258,35 @@ mod tests {
         assert!(kept.capacity() <= MAX_URLS, "{}", kept.capacity());
         assert!(urls_from(serde_json::json!(long)).is_empty());
         assert!(urls_from(serde_json::json!([long, "https://cdn/ok"])) == ["https://cdn/ok"]);
+    }
+
+    /// What a cache entry of a hostile completed answer (100,000 result URLs) weighs:
+    /// the sixteen URLs kept, not the room of the answer they were read from.
+    #[test]
+    fn a_hostile_answer_is_kept_at_the_size_of_what_is_kept() {
+        let videos: Vec<_> = (0..100_000)
+            .map(|n| serde_json::json!({"url": format!("https://cdn.example/{n:06}.mp4")}))
+            .collect();
+        let body = serde_json::json!({"data": {
+            "task_status": "succeed",
+            "task_result": {"videos": videos},
+        }});
+        let s = reader()
+            .read(
+                "p",
+                crate::providers::jq::from_json(&body),
+                &vars(),
+                &Redactor::default(),
+            )
+            .unwrap();
+        assert_eq!(s.urls.len(), MAX_URLS);
+        assert!(s.urls.capacity() <= MAX_URLS, "{}", s.urls.capacity());
+        let url_bytes: usize = s.urls.iter().map(String::len).sum();
+        let held = crate::tasks::cache::weight("p\0id", &s);
+        assert!(
+            held <= 512 + url_bytes + MAX_URLS * std::mem::size_of::<String>(),
+            "{held} bytes kept for {url_bytes} bytes of URLs"
+        );
     }
 
     #[test]

@@ -142,8 +142,10 @@ impl TaskCache {
             .cache
             .try_get_with(key, async {
                 ran.store(true, Ordering::Relaxed);
+                // Whoever produced the state, the cache keeps its content, not the
+                // room it was built in.
                 fetch.await.map(|state| Entry {
-                    state: Arc::new(state),
+                    state: Arc::new(state.compact()),
                 })
             })
             .await;
@@ -283,6 +285,45 @@ mod tests {
         }
         small.cache.run_pending_tasks().await;
         assert!(small.cache.entry_count() <= limits.entries);
+    }
+
+    /// A state built in the room of a hostile answer (a vector allocated for 100,000
+    /// URLs, strings with room for 64 KiB each) is kept at the size of what it holds.
+    #[tokio::test]
+    async fn entries_keep_their_content_not_the_room_it_was_built_in() {
+        let cache = TaskCache::new(
+            LIMITS,
+            Duration::from_secs(60),
+            Duration::from_secs(60),
+            CacheStats::default(),
+        );
+        let roomy = |text: &str| {
+            let mut s = String::with_capacity(64 * 1024);
+            s.push_str(text);
+            s
+        };
+        let mut urls = Vec::with_capacity(100_000);
+        urls.extend((0..16).map(|n| roomy(&format!("https://cdn.example/{n}.mp4"))));
+        let state = TaskState {
+            status: TaskStatus::Completed,
+            progress: Some(100),
+            urls,
+            error: Some(crate::tasks::TaskError {
+                code: roomy("nsfw"),
+                message: roomy("refused"),
+            }),
+        };
+        assert!(weight("p\0big", &state) > 1 << 20, "the room is weighed");
+        let key = TaskCache::key("p", "big");
+        cache
+            .get_or_fetch(key.clone(), async { Ok(state) })
+            .await
+            .unwrap();
+        let kept = cache.peek(&key).await.expect("kept");
+        assert_eq!(kept.urls.len(), 16);
+        assert!(kept.urls.capacity() <= 16, "{}", kept.urls.capacity());
+        let held = weight(&key, &kept);
+        assert!(held < 2048, "an entry of 16 short URLs weighs {held} bytes");
     }
 
     #[tokio::test]

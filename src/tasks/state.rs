@@ -63,3 +63,21 @@ pub struct TaskState {
     pub urls: Vec<String>,
     pub error: Option<TaskError>,
 }
+
+impl TaskState {
+    /// The same state holding room for its own content only. Kept states (cached,
+    /// watched) often come from an upstream's answer, whose vectors and strings may
+    /// have been allocated for far more than what was kept of them.
+    #[must_use]
+    pub fn compact(mut self) -> Self {
+        self.urls.shrink_to_fit();
+        for url in &mut self.urls {
+            url.shrink_to_fit();
+        }
+        if let Some(e) = &mut self.error {
+            e.code.shrink_to_fit();
+            e.message.shrink_to_fit();
+        }
+        self
+    }
+}
