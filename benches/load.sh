@@ -8,6 +8,9 @@
 #   MEDIAGATE=path/to/mediagate ONLY=ledger benches/load.sh   # another build, to compare
 #   ONLY=memory benches/load.sh     # only the memory section (a minute): RSS idle and
 #                                   # holding IDLE_CONNS connections, nothing else run
+#   PROFILE=submit benches/load.sh  # where the gateway's CPU goes under the submit load
+#                                   # (perf; a build with line tables in target/profile);
+#                                   # PROFILE=query: queries of a finished task
 #
 # Installs nginx and wrk with apt-get when missing (needs root), builds the release
 # binary and the two helpers in examples/ (fast_upstream, loadgen), and prints a
@@ -30,7 +33,9 @@ STORM_TASKS=${STORM_TASKS:-100}
 IDLE_CONNS=${IDLE_CONNS:-10000}
 POLL_TTL_MS=${POLL_TTL_MS:-1000}
 ONLY=${ONLY:-all}              # all | ledger | memory
-[[ $ONLY == all || $ONLY == ledger || $ONLY == memory ]] \
+PROFILE=${PROFILE:-}           # submit | query: profile that load, then stop
+[[ -z $PROFILE ]] || ONLY=profile
+[[ $ONLY == all || $ONLY == ledger || $ONLY == memory || $ONLY == profile ]] \
   || { echo "ONLY is all, ledger or memory" >&2; exit 2; }
 LAT_SECONDS=${LAT_SECONDS:-5}  # per constant-rate run
 LAT_REPEAT=${LAT_REPEAT:-3}    # constant-rate runs per cell (median reported)
@@ -66,6 +71,15 @@ if [[ $ONLY != memory ]] && { ! command -v nginx >/dev/null || ! command -v wrk 
 fi
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 
+if [[ $ONLY == profile ]]; then
+  command -v perf >/dev/null || {
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq linux-perf >/dev/null
+  }
+  # Line tables, so that perf names our functions; kept apart from the shipped build.
+  export CARGO_PROFILE_RELEASE_DEBUG=line-tables-only
+  export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target/profile}
+fi
 log "building (release)"
 cargo build --release --quiet --bin mediagate --example fast_upstream --example loadgen
 BIN=${CARGO_TARGET_DIR:-target}/release
@@ -320,6 +334,41 @@ run_wrk() { # $1 = conns, $2 = script, $3 = url
   n=$(echo "$out" | awk '/requests in/ {print $1}')
   echo "$rps $p50 $p99 $errs $(awk -v t=$(( t1 - t0 )) -v n="$n" -v hz="$CLK_TCK" 'BEGIN { if (n > 0) printf "%.1f", t * 1e6 / hz / n; else print "-" }')"
 }
+
+# --- profile ------------------------------------------------------------------------
+# perf samples the gateway (on-CPU, every thread) while wrk drives one load; the
+# report lists the functions that took the most of its CPU, by themselves.
+if [[ $ONLY == profile ]]; then
+  case $PROFILE in
+    submit) PROFILE_ARGS=(-s "$WORK/submit.lua" "http://$MG_ADDR$TASKS") ;;
+    query) # a task the fast upstream reports finished (created in 1970)
+      FINISHED=$($LOADGEN seal --secret "$SECRET" --provider fast \
+        --upstream-id sim-1000-vo-000000000000 --model "$MODEL" --owner bench)
+      PROFILE_ARGS=(-s "$WORK/get.lua" "http://$MG_ADDR$TASKS/$FINISHED") ;;
+    *) echo "PROFILE is submit or query" >&2; exit 2 ;;
+  esac
+  log "profiling: $PROFILE (${DURATION} s)"
+  perf record -F 999 -g -p "$MG_PID" -o "$WORK/perf.data" -- sleep "$DURATION" 2>"$WORK/perf.log" &
+  PERF_PID=$!
+  wrk -t2 -c"$CONNS" -d"${DURATION}s" --latency "${PROFILE_ARGS[@]}" >"$WORK/profile-wrk.txt" 2>&1
+  wait "$PERF_PID"
+  REPORT=$OUT/profile-$PROFILE.txt
+  {
+    echo "# PROFILE=$PROFILE benches/load.sh: mediagate $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(date -u '+%Y-%m-%d %H:%M UTC')"
+    echo "# Machine: $(nproc) CPUs, $(lscpu | sed -n 's/^Model name: *//p' | head -1)"
+    grep -E 'Requests/sec|requests in' "$WORK/profile-wrk.txt" | sed 's/^/# /'
+    echo "# Self time by shared object, then by function (perf report --no-children)"
+    perf report -i "$WORK/perf.data" --no-children --sort dso --stdio -g none 2>/dev/null >"$WORK/by-dso.txt"
+    grep -v -e '^#' -e '^$' "$WORK/by-dso.txt" | sed -n 1,15p
+    echo
+    perf report -i "$WORK/perf.data" --no-children --sort dso,sym --stdio -g none 2>/dev/null >"$WORK/by-sym.txt"
+    grep -v -e '^#' -e '^$' "$WORK/by-sym.txt" | sed -n 1,60p
+  } >"$REPORT"
+  cp "$WORK/perf.data" "$OUT/profile-$PROFILE.data"
+  cat "$REPORT"
+  log "report in $REPORT; call graphs: perf report -i $OUT/profile-$PROFILE.data"
+  exit 0
+fi
 
 ROWS=()
 row() { ROWS+=("$*"); }
