@@ -60,7 +60,7 @@ pub async fn run(gateway: Arc<Gateway>) {
             }
         }
         if tokio::time::Instant::now() >= backlog_due {
-            backlog_due += BACKLOG_EVERY;
+            backlog_due = tokio::time::Instant::now() + BACKLOG_EVERY;
             match ledger.delivery_backlog().await {
                 Ok(b) => {
                     gateway.metrics.webhooks_pending.set(b.pending);
