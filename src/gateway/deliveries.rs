@@ -25,6 +25,7 @@ use crate::providers::{CallError, UpstreamClient};
 use crate::snapshot::Snapshot;
 use crate::tasks::ledger::{Delivery, DeliveryOutcome, TaskRecord, now_ms};
 use crate::tasks::{MediaKind, TaskStatus, TaskView, recorded_state};
+use crate::webhooks::WebhookSigner;
 
 /// Deliveries leased at once; when there were as many, the next batch follows at once.
 const BATCH: i64 = 32;
@@ -196,7 +197,7 @@ fn delivery_host(url: &str) -> String {
 struct Message {
     id: String,
     body: Bytes,
-    signature: Box<dyn Fn(u64) -> String + Send + Sync>,
+    signer: Arc<WebhookSigner>,
 }
 
 impl Message {
@@ -210,13 +211,16 @@ impl Message {
             .clone()
             .ok_or("the task's key has no webhook secret")?;
         let body = Bytes::from(task_body(row, snapshot).ok_or("the task has no recorded outcome")?);
-        let id = message_id(row);
-        let (signed_id, signed_body) = (id.clone(), body.clone());
         Ok(Self {
-            id,
+            id: message_id(row),
             body,
-            signature: Box::new(move |ts| signer.sign(&signed_id, ts, &signed_body)),
+            signer,
         })
+    }
+
+    /// The `webhook-signature` of this message sent at `timestamp`.
+    fn signature(&self, timestamp: u64) -> String {
+        self.signer.sign(&self.id, timestamp, &self.body)
     }
 }
 
@@ -345,7 +349,7 @@ async fn send(
         )
         .header("webhook-id", &message.id)
         .header("webhook-timestamp", timestamp.to_string())
-        .header("webhook-signature", (message.signature)(timestamp))
+        .header("webhook-signature", message.signature(timestamp))
         .body(Full::new(message.body.clone()));
     let request = match request {
         Ok(r) => r,

@@ -205,6 +205,12 @@ mod tests {
         reader().read("p", parse(body.as_bytes()).unwrap(), &vars(), &redactor)
     }
 
+    /// `body` read by `r`, with nothing to redact.
+    fn read_value(r: &StatusReader, body: &serde_json::Value) -> TaskState {
+        let answer = crate::providers::jq::from_json(body);
+        r.read("p", answer, &vars(), &Redactor::default()).unwrap()
+    }
+
     #[test]
     fn completed_with_deep_urls() {
         let s = read(r#"{"data":{"task_status":"succeed","progress":100,"task_result":{"videos":[{"url":"u1"},{"url":"u2"}]}}}"#).unwrap();
@@ -241,14 +247,7 @@ mod tests {
         }});
         let mut r = reader();
         r.error_code = Some(Jq::compile(".data.task_status_msg").unwrap());
-        let s = r
-            .read(
-                "p",
-                crate::providers::jq::from_json(&body),
-                &vars(),
-                &Redactor::default(),
-            )
-            .unwrap();
+        let s = read_value(&r, &body);
         let e = s.error.unwrap();
         assert_eq!(e.code.chars().count(), MAX_CODE_CHARS);
         assert!(e.message.chars().count() <= crate::providers::redact::MAX_MESSAGE_CHARS);
@@ -271,14 +270,7 @@ mod tests {
             "task_status": "succeed",
             "task_result": {"videos": videos},
         }});
-        let s = reader()
-            .read(
-                "p",
-                crate::providers::jq::from_json(&body),
-                &vars(),
-                &Redactor::default(),
-            )
-            .unwrap();
+        let s = read_value(&reader(), &body);
         assert_eq!(s.urls.len(), MAX_URLS);
         assert!(s.urls.capacity() <= MAX_URLS, "{}", s.urls.capacity());
         let url_bytes: usize = s.urls.iter().map(String::len).sum();

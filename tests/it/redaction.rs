@@ -5,7 +5,7 @@
 use serde_json::json;
 
 use crate::support::{
-    Answer, DEMO, Fake, Gateway, MODEL_CENTER, Routes, UPSTREAM_KEY as KEY, family, tasks_provider,
+    Answer, Fake, Gateway, Routes, UPSTREAM_KEY as KEY, family, query_scripted, tasks_provider,
 };
 
 async fn start(fake: &Fake) -> Gateway {
@@ -13,26 +13,6 @@ async fn start(fake: &Fake) -> Gateway {
         .provider(tasks_provider("one", &fake.url(), "redact = [\"acme\"]"))
         .family(family("f", &["one"], &["m1"]));
     Gateway::start(routes).await
-}
-
-/// The query answer of a task whose status answer is `status_answer`.
-async fn query_with(
-    fake: &Fake,
-    gw: &Gateway,
-    n: usize,
-    status_answer: Answer,
-) -> serde_json::Value {
-    let http = gw.client();
-    fake.on(
-        "POST /tasks",
-        Answer::json(200, json!({"id": format!("t{n}")})),
-    );
-    let id = http
-        .submit_id(MODEL_CENTER, DEMO, &json!({"model": "m1", "prompt": "p"}))
-        .await;
-    fake.on(&format!("GET /tasks/t{n}"), status_answer);
-    let r = http.get(&format!("{MODEL_CENTER}/{id}"), DEMO).await;
-    r.json()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -43,7 +23,7 @@ async fn a_key_across_the_length_cut_leaves_no_prefix() {
     for (n, before) in [490, 495, 499].into_iter().enumerate() {
         let reason = format!("{}{KEY} was refused", "x".repeat(before));
         let answer = Answer::json(200, json!({"status": "failed", "reason": reason}));
-        let view = query_with(&fake, &gw, n, answer).await;
+        let view = query_scripted(&gw, &fake, n, answer).await.json();
         let message = view["error"]["message"].as_str().unwrap_or_default();
         assert_eq!(view["status"], "failed", "{view}");
         assert!(!message.contains("upstream-s"), "{before}: {message}");
@@ -57,14 +37,14 @@ async fn jq_errors_are_cleaned_of_the_upstream_s_words() {
     let gw = start(&fake).await;
     // `.status` of a string fails, and jq's message quotes the string.
     let answer = Answer::json(200, json!("ACME-gpu-7"));
-    let view = query_with(&fake, &gw, 1, answer).await;
+    let view = query_scripted(&gw, &fake, 1, answer).await.json();
     let message = view["error"]["message"].as_str().unwrap_or_default();
     assert_eq!(view["error"]["code"], "upstream_bad_response", "{view}");
     assert!(message.contains("`query.status` failed"), "{message}");
     assert!(!message.to_ascii_lowercase().contains("acme"), "{message}");
     // A long quoted value is left out whole: not even its start is shown.
     let answer = Answer::json(200, json!(format!("{KEY}-and-more-text")));
-    let view = query_with(&fake, &gw, 2, answer).await;
+    let view = query_scripted(&gw, &fake, 2, answer).await.json();
     let message = view["error"]["message"].as_str().unwrap_or_default();
     assert!(!message.contains("upstream"), "{message}");
     gw.assert_no_panic();

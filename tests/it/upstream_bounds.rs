@@ -4,7 +4,7 @@
 
 use serde_json::json;
 
-use crate::support::{Answer, DEMO, Fake, Gateway, MODEL_CENTER, Routes, family, tasks_provider};
+use crate::support::{Answer, Fake, Gateway, Routes, family, query_scripted, tasks_provider};
 
 async fn start(fake: &Fake, extra: &str) -> Gateway {
     let routes = Routes::new()
@@ -20,19 +20,6 @@ async fn start(fake: &Fake, extra: &str) -> Gateway {
     Gateway::start(routes).await
 }
 
-async fn task_with(gw: &Gateway, fake: &Fake, n: usize, answer: Answer) -> crate::support::Reply {
-    let http = gw.client();
-    fake.on(
-        "POST /tasks",
-        Answer::json(200, json!({"id": format!("t{n}")})),
-    );
-    let id = http
-        .submit_id(MODEL_CENTER, DEMO, &json!({"model": "m1", "prompt": "p"}))
-        .await;
-    fake.on(&format!("GET /tasks/t{n}"), answer);
-    http.get(&format!("{MODEL_CENTER}/{id}"), DEMO).await
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hostile_status_answer_is_kept_small() {
     let fake = Fake::start().await;
@@ -42,7 +29,7 @@ async fn a_hostile_status_answer_is_kept_small() {
         .map(|n| format!("https://cdn.example/{n}.mp4"))
         .collect();
     urls.insert(0, format!("https://cdn.example/{}", "x".repeat(100_000)));
-    let r = task_with(
+    let r = query_scripted(
         &gw,
         &fake,
         1,
@@ -58,7 +45,7 @@ async fn a_hostile_status_answer_is_kept_small() {
     // A failure with a huge code and message: both cut.
     let failed =
         json!({"status": "failed", "code": "C".repeat(100_000), "reason": "R".repeat(500_000)});
-    let r = task_with(&gw, &fake, 2, Answer::json(200, failed)).await;
+    let r = query_scripted(&gw, &fake, 2, Answer::json(200, failed)).await;
     let view = r.json();
     assert_eq!(view["error"]["code"].as_str().unwrap().len(), 64);
     assert_eq!(view["error"]["message"].as_str().unwrap().len(), 500);
@@ -69,7 +56,7 @@ async fn an_answer_past_the_limit_is_refused() {
     let fake = Fake::start().await;
     let gw = start(&fake, "max_answer_bytes = 65536").await;
     let padding = "p".repeat(70_000);
-    let r = task_with(
+    let r = query_scripted(
         &gw,
         &fake,
         1,
@@ -79,7 +66,7 @@ async fn an_answer_past_the_limit_is_refused() {
     crate::support::assert_error(&r, 502, "upstream_error", None);
     // Under the limit, the same shape is read.
     let padding = "p".repeat(60_000);
-    let r = task_with(
+    let r = query_scripted(
         &gw,
         &fake,
         2,

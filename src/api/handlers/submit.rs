@@ -48,7 +48,7 @@ where
     if !key.may_use(&model.id) {
         return Err(ApiError::model_not_allowed(&model.id));
     }
-    let mut params = body.params;
+    let params = body.params;
     model.validator.check(&model.id, &params)?;
     let Some(ledger) = &gateway.ledger else {
         if body.callback_url.is_some() {
@@ -67,10 +67,10 @@ where
         kind: model.kind,
         // The key's own webhook_url is the operator's, not the request's: changing it
         // must not turn a client's retry into "another request".
-        fingerprint: request_fingerprint(
+        fingerprint: fingerprint(
             endpoint,
-            model,
-            &mut params,
+            &model.id,
+            &params,
             callback_url.as_deref().filter(|_| explicit),
         ),
         idempotency_key: idempotency_key.as_deref(),
@@ -312,29 +312,6 @@ where
         callback_url,
         params: Value::Object(params),
     })
-}
-
-/// What makes two submits "the same request" for an `Idempotency-Key`: the endpoint,
-/// the model, the validated parameters and the callback URL the body gave.
-fn request_fingerprint(
-    endpoint: Endpoint,
-    model: &Model,
-    params: &mut Value,
-    callback_url: Option<&str>,
-) -> String {
-    let Some(url) = callback_url else {
-        return fingerprint(endpoint, &model.id, params);
-    };
-    // Fingerprinted as one more field, without copying the parameters.
-    let Some(map) = params.as_object_mut() else {
-        return fingerprint(endpoint, &model.id, params);
-    };
-    map.insert("callback_url".into(), Value::String(url.into()));
-    let fp = fingerprint(endpoint, &model.id, params);
-    if let Some(map) = params.as_object_mut() {
-        map.remove("callback_url");
-    }
-    fp
 }
 
 /// Seconds of video a submit asks for (`duration` or `seconds`), for usage and quotas.

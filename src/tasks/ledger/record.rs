@@ -253,15 +253,26 @@ impl Page {
     }
 }
 
-/// SHA-256 of the endpoint, the model and the validated parameters with object keys
-/// sorted, so that the same request always has the same fingerprint.
-pub fn fingerprint(endpoint: Endpoint, model: &str, params: &serde_json::Value) -> String {
+/// SHA-256 of the endpoint, the model, the validated parameters with object keys
+/// sorted and the callback URL the body gave, so that the same request always has the
+/// same fingerprint. Without a callback URL it is what it was before webhooks existed,
+/// so that keys recorded then still match.
+pub fn fingerprint(
+    endpoint: Endpoint,
+    model: &str,
+    params: &serde_json::Value,
+    callback_url: Option<&str>,
+) -> String {
     let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
     ctx.update(endpoint_name(endpoint).as_bytes());
     ctx.update(b"\0");
     ctx.update(model.as_bytes());
     ctx.update(b"\0");
     canonical(params, &mut ctx);
+    if let Some(url) = callback_url {
+        ctx.update(b"\0callback_url\0");
+        ctx.update(url.as_bytes());
+    }
     hex::encode(ctx.finish())
 }
 
@@ -361,11 +372,13 @@ mod tests {
             Endpoint::ModelCenter,
             "m",
             &json!({"a": 1, "b": {"x": [1, 2], "y": "s"}}),
+            None,
         );
         let b = fingerprint(
             Endpoint::ModelCenter,
             "m",
             &json!({"b": {"y": "s", "x": [1, 2]}, "a": 1}),
+            None,
         );
         assert_eq!(a, b);
         for other in [
@@ -373,21 +386,31 @@ mod tests {
                 Endpoint::AlphaVideos,
                 "m",
                 &json!({"a": 1, "b": {"x": [1, 2], "y": "s"}}),
+                None,
             ),
             fingerprint(
                 Endpoint::ModelCenter,
                 "n",
                 &json!({"a": 1, "b": {"x": [1, 2], "y": "s"}}),
+                None,
             ),
             fingerprint(
                 Endpoint::ModelCenter,
                 "m",
                 &json!({"a": 1, "b": {"x": [2, 1], "y": "s"}}),
+                None,
             ),
             fingerprint(
                 Endpoint::ModelCenter,
                 "m",
                 &json!({"a": "1", "b": {"x": [1, 2], "y": "s"}}),
+                None,
+            ),
+            fingerprint(
+                Endpoint::ModelCenter,
+                "m",
+                &json!({"a": 1, "b": {"x": [1, 2], "y": "s"}}),
+                Some("https://hooks.example/x"),
             ),
         ] {
             assert_ne!(a, other);

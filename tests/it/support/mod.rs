@@ -51,6 +51,23 @@ pub fn unix_now() -> u64 {
         .as_secs()
 }
 
+/// The query answer of a task `t{n}` created at a [`tasks_provider`] fake whose status
+/// answer for it is `status_answer`.
+pub async fn query_scripted(gw: &Gateway, fake: &Fake, n: usize, status_answer: Answer) -> Reply {
+    let http = gw.client();
+    let created = serde_json::json!({"id": format!("t{n}")});
+    fake.on("POST /tasks", Answer::json(200, created));
+    let id = http
+        .submit_id(
+            MODEL_CENTER,
+            DEMO,
+            &serde_json::json!({"model": "m1", "prompt": "p"}),
+        )
+        .await;
+    fake.on(&format!("GET /tasks/t{n}"), status_answer);
+    http.get(&format!("{MODEL_CENTER}/{id}"), DEMO).await
+}
+
 /// Poll `done` every 25 ms until it holds; fail the test, saying `what`, after
 /// [`PATIENCE`].
 pub async fn eventually(what: &str, mut done: impl AsyncFnMut() -> bool) {
