@@ -24,6 +24,7 @@
 # mediagate idle and holding 10,000 idle keep-alive connections.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source benches/lib.sh
 
 DURATION=${DURATION:-10}       # seconds per run
 CONNS=${CONNS:-64}             # wrk connections for throughput runs
@@ -51,7 +52,6 @@ BODY='{"model":"bench-video","prompt":"a red fox running through fresh snow at d
 PIDS=()
 PG_STOP=()
 
-log() { printf '== %s\n' "$*" >&2; }
 
 cleanup() {
   for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
@@ -91,24 +91,7 @@ if (( $(ulimit -n) < IDLE_CONNS + 1000 )); then
   log "ulimit -n is $(ulimit -n): fewer than $IDLE_CONNS idle connections can be held"
 fi
 
-free_port() {
-  local p
-  for _ in $(seq 1 50); do
-    p=$(( 20000 + RANDOM % 20000 ))
-    if ! ss -Htln "sport = :$p" | grep -q .; then echo "$p"; return; fi
-  done
-  echo "no free port" >&2; exit 1
-}
 
-# Wait (bounded) until FILE contains PATTERN; print the first matching line.
-wait_for() {
-  local file=$1 pattern=$2
-  for _ in $(seq 1 200); do
-    if grep -q "$pattern" "$file" 2>/dev/null; then grep -m1 "$pattern" "$file"; return; fi
-    sleep 0.1
-  done
-  echo "timed out waiting for '$pattern' in $file" >&2; cat "$file" >&2; exit 1
-}
 
 rss_kb() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
 

@@ -19,6 +19,7 @@
 #   benches/memory.sh                 # CONNS=256 TASKS=2000 PROFILE=release
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source benches/lib.sh
 
 CONNS=${CONNS:-256}
 TASKS=${TASKS:-2000}
@@ -29,7 +30,6 @@ KEY=sk-demo
 SECRET=memory-task-secret-of-at-least-32-characters-$$
 PIDS=()
 
-log() { printf '== %s\n' "$*" >&2; }
 cleanup() {
   for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
@@ -37,15 +37,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-wait_for() {
-  local file=$1 pattern=$2
-  for _ in $(seq 1 300); do
-    if grep -q "$pattern" "$file" 2>/dev/null; then grep -m1 "$pattern" "$file"; return; fi
-    sleep 0.1
-  done
-  echo "timed out waiting for '$pattern' in $file" >&2; cat "$file" >&2; exit 1
-}
-status_kb() { awk -v k="$2:" '$1 == k {print $2}' "/proc/$1/status"; }
 
 log "building ($PROFILE)"
 cargo build --quiet --profile "$PROFILE" --bin mediagate --example fault_upstream --example loadgen

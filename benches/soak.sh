@@ -19,6 +19,7 @@
 #   DURATION=60 benches/soak.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source benches/lib.sh
 
 DURATION=${DURATION:-300}
 RATE=${RATE:-40}
@@ -33,7 +34,6 @@ SECRET=soak-task-secret-of-at-least-32-characters-$$
 KEY=sk-demo
 PIDS=()
 
-log() { printf '== %s\n' "$*" >&2; }
 cleanup() {
   for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
   [[ -f $WORK/gw.pid ]] && kill "$(cat "$WORK/gw.pid")" 2>/dev/null || true
@@ -42,22 +42,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-wait_for() {
-  local file=$1 pattern=$2
-  for _ in $(seq 1 300); do
-    if grep -q "$pattern" "$file" 2>/dev/null; then grep -m1 "$pattern" "$file"; return; fi
-    sleep 0.1
-  done
-  echo "timed out waiting for '$pattern' in $file" >&2; cat "$file" >&2; exit 1
-}
-free_port() {
-  local p
-  for _ in $(seq 1 50); do
-    p=$(( 20000 + RANDOM % 20000 ))
-    if ! ss -Htln "sport = :$p" | grep -q .; then echo "$p"; return; fi
-  done
-  echo "no free port" >&2; exit 1
-}
 
 log "building ($PROFILE)"
 cargo build --quiet --profile "$PROFILE" --bin mediagate --example fault_upstream --example loadgen

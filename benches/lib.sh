@@ -1,0 +1,27 @@
+# Shell helpers shared by the benchmark scripts (load.sh, memory.sh, soak.sh), sourced
+# after they cd to the repository root.
+
+log() { printf '== %s\n' "$*" >&2; }
+
+# A TCP port nothing listens on now.
+free_port() {
+  local p
+  for _ in $(seq 1 50); do
+    p=$(( 20000 + RANDOM % 20000 ))
+    if ! ss -Htln "sport = :$p" | grep -q .; then echo "$p"; return; fi
+  done
+  echo "no free port" >&2; exit 1
+}
+
+# Wait (at most 30 s) until FILE contains PATTERN; print the first matching line.
+wait_for() {
+  local file=$1 pattern=$2
+  for _ in $(seq 1 300); do
+    if grep -q "$pattern" "$file" 2>/dev/null; then grep -m1 "$pattern" "$file"; return; fi
+    sleep 0.1
+  done
+  echo "timed out waiting for '$pattern' in $file" >&2; cat "$file" >&2; exit 1
+}
+
+# A field of /proc/PID/status in kB: status_kb PID VmRSS.
+status_kb() { awk -v k="$2:" '$1 == k {print $2}' "/proc/$1/status"; }
