@@ -39,7 +39,7 @@ pub async fn run(gateway: Arc<Gateway>) {
     let Some(ledger) = gateway.ledger.clone() else {
         return;
     };
-    let me = super::tracker::replica_name();
+    let me = gateway.replica.clone();
     let mut client: Option<(Arc<Snapshot>, UpstreamClient)> = None;
     let (mut slots, mut slots_max) = (Arc::new(Semaphore::new(1)), 1);
     let mut backlog_due = tokio::time::Instant::now();

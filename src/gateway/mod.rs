@@ -48,6 +48,8 @@ pub struct Gateway {
     /// Submits that run to their end even when their client is gone; a graceful stop
     /// waits for them.
     pub submits: TaskTracker,
+    /// This replica's name on the ledger leases it takes (tracker, webhooks).
+    pub replica: String,
 }
 
 impl Gateway {
@@ -107,6 +109,7 @@ impl Gateway {
             reloading: std::sync::Mutex::new(()),
             ledger: ledger.map(Arc::new),
             submits: TaskTracker::new(),
+            replica: replica_name(),
         }))
     }
 
@@ -231,4 +234,12 @@ impl edge::Host for Gateway {
     fn metrics(&self) -> &Metrics {
         &self.metrics
     }
+}
+
+/// A replica's name on the leases it takes: random, per process.
+fn replica_name() -> String {
+    use ring::rand::SecureRandom;
+    let mut raw = [0u8; 8];
+    let _ = ring::rand::SystemRandom::new().fill(&mut raw);
+    hex::encode(raw)
 }

@@ -32,7 +32,7 @@ pub async fn run(gateway: Arc<Gateway>) {
     let Some(ledger) = gateway.ledger.clone() else {
         return;
     };
-    let me = replica_name();
+    let me = gateway.replica.clone();
     let mut in_flight: HashMap<String, Arc<Semaphore>> = HashMap::new();
     while !gateway.is_draining() {
         let settings = gateway.snapshot().tracker.clone();
@@ -195,12 +195,4 @@ fn expired() -> TaskState {
             message: "the task did not finish within the time the gateway follows tasks".into(),
         }),
     }
-}
-
-/// This replica's name on the leases it takes: random, per process.
-pub(super) fn replica_name() -> String {
-    use ring::rand::SecureRandom;
-    let mut raw = [0u8; 8];
-    let _ = ring::rand::SystemRandom::new().fill(&mut raw);
-    hex::encode(raw)
 }
