@@ -5,7 +5,8 @@
 //! described once, in `docs/architecture.md`. The crate is laid out by concern, each
 //! room depending only on the ones listed before it:
 //!
-//! - [`response`], [`error`] (the error catalogue), [`metrics`]: the foundation;
+//! - [`response`], [`error`] (the error catalogue), [`metrics`], [`workers`] (the
+//!   serving threads): the foundation;
 //! - [`tasks`]: task state and its public shape, sealed task ids, the results cache,
 //!   the ledger;
 //! - [`config`]: the routes.toml types, the problems collector, the secret reader;
@@ -39,5 +40,6 @@ pub mod simulator;
 pub mod snapshot;
 pub mod tasks;
 pub mod webhooks;
+pub mod workers;
 
 pub use running::{Running, StartError, start};

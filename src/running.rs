@@ -12,6 +12,7 @@ use tokio::task::JoinHandle;
 use crate::config::LoadError;
 use crate::edge::{Listeners, Services};
 use crate::gateway::Gateway;
+use crate::workers::Workers;
 
 /// Why the gateway did not start.
 #[derive(Debug)]
@@ -20,6 +21,8 @@ pub enum StartError {
     Config(LoadError),
     /// A listener could not be bound.
     Listen(SocketAddr, std::io::Error),
+    /// The worker threads could not be started.
+    Workers(std::io::Error),
 }
 
 impl std::fmt::Display for StartError {
@@ -27,6 +30,7 @@ impl std::fmt::Display for StartError {
         match self {
             Self::Config(e) => write!(f, "{e}"),
             Self::Listen(addr, e) => write!(f, "cannot listen on {addr}: {e}"),
+            Self::Workers(e) => write!(f, "cannot start the worker threads: {e}"),
         }
     }
 }
@@ -44,6 +48,9 @@ pub struct Running {
     gateway: Arc<Gateway>,
     stop: Option<oneshot::Sender<()>>,
     served: JoinHandle<std::io::Result<()>>,
+    /// The threads connections are served on; they stop when this is dropped, after
+    /// the drain and the submits in flight.
+    _workers: Arc<Workers>,
 }
 
 /// Load `config`, bind every listener and serve until stopped. The listening
@@ -70,6 +77,11 @@ pub async fn start(config: &Path) -> Result<Running, StartError> {
     let listeners = Listeners::bind(&snapshot.server)
         .await
         .map_err(|(addr, e)| StartError::Listen(addr, e))?;
+    let workers = match snapshot.server.workers {
+        0 => crate::workers::default_count(),
+        n => n,
+    };
+    let workers = Arc::new(Workers::start(workers).map_err(StartError::Workers)?);
     let local = |l: &tokio::net::TcpListener| l.local_addr().ok();
     let (addr, tls_addr, admin_addr) = (
         local(&listeners.plain).unwrap_or(snapshot.server.listen),
@@ -84,6 +96,7 @@ pub async fn start(config: &Path) -> Result<Running, StartError> {
     }
     tracing::info!(
         %addr,
+        workers = workers.count(),
         models = snapshot.models.len(),
         providers = snapshot.providers.len(),
         "mediagate listening on http://{addr}"
@@ -98,6 +111,7 @@ pub async fn start(config: &Path) -> Result<Running, StartError> {
         listeners,
         gateway.clone(),
         services,
+        workers.clone(),
         async {
             let _ = stopped.await;
         },
@@ -109,6 +123,7 @@ pub async fn start(config: &Path) -> Result<Running, StartError> {
         gateway,
         stop: Some(stop),
         served,
+        _workers: workers,
     })
 }
 

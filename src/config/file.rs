@@ -101,6 +101,9 @@ pub struct ServerConfig {
     /// Serve the OpenAPI document of the client API at `/openapi.json`, without
     /// client authentication.
     pub openapi: bool,
+    /// Threads serving connections, each with its own runtime and upstream pools;
+    /// 0: one per CPU the process may use.
+    pub workers: usize,
 }
 
 impl Default for ServerConfig {
@@ -126,6 +129,7 @@ impl Default for ServerConfig {
             log_format: LogFormat::Text,
             reload_poll_ms: 0,
             openapi: true,
+            workers: 0,
         }
     }
 }

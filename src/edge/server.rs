@@ -44,6 +44,7 @@ use super::conn::{Activity, ClientLimits, ConnService, IpSlot, PerIp};
 use crate::config::ServerConfig;
 use crate::metrics::Metrics;
 use crate::response::ResponseBody;
+use crate::workers::Workers;
 
 /// What the edge needs from the gateway it serves, so that it needs nothing else of it.
 pub trait Host: Send + Sync + 'static {
@@ -134,11 +135,13 @@ pub struct Services<S, A> {
 
 /// Serve on the listeners until `shutdown` resolves, then drain: report not ready,
 /// keep accepting for `server.shutdown_delay_ms`, stop accepting, and give in-flight
-/// requests `server.shutdown_grace_ms` to finish.
+/// requests `server.shutdown_grace_ms` to finish. Connections are accepted here and
+/// served on `workers`.
 pub async fn serve<H, S, A>(
     listeners: Listeners,
     host: Arc<H>,
     services: Services<S, A>,
+    workers: Arc<Workers>,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()>
 where
@@ -174,7 +177,8 @@ where
         match accepted {
             Ok((stream, peer)) => {
                 if let Some(slot) = admit(&*host, &shared, kind, peer) {
-                    spawn_connection(&host, &services, &shared, (kind, stream, peer), slot);
+                    let to = workers.next();
+                    spawn_connection(&host, &services, &shared, (kind, stream, peer), slot, to);
                 }
             }
             Err(e) => {
@@ -251,15 +255,25 @@ fn admit(host: &impl Host, shared: &Shared, kind: Kind, peer: SocketAddr) -> Opt
     })
 }
 
-/// Serve one accepted connection in its own task, with the settings current now.
+/// Serve one accepted connection in its own task on `worker`, with the settings
+/// current now.
 fn spawn_connection<H: Host, S: HttpService, A: HttpService>(
     host: &Arc<H>,
     services: &Services<S, A>,
     shared: &Arc<Shared>,
     (kind, stream, peer): (Kind, TcpStream, SocketAddr),
     slot: Slot,
+    worker: &tokio::runtime::Handle,
 ) {
     let _ = stream.set_nodelay(true);
+    // The socket leaves this runtime's reactor here and joins the worker's there.
+    let stream = match stream.into_std() {
+        Ok(stream) => stream,
+        Err(e) => {
+            tracing::debug!(%peer, error = %e, "connection closed: cannot hand it to a worker");
+            return;
+        }
+    };
     let settings = host.settings();
     let conn = Conn {
         builder: http_builder(settings.header_read_timeout),
@@ -279,21 +293,31 @@ fn spawn_connection<H: Host, S: HttpService, A: HttpService>(
     match kind {
         Kind::Plain => {
             let svc = conn.service(services.main.clone(), wrap(false));
-            shared.connections.spawn(async move {
-                if let Some(protocol) = sniff(&stream, conn.first_byte).await {
-                    conn.run(stream, protocol, svc).await;
-                }
-                drop(slot);
-            });
+            shared.connections.spawn_on(
+                async move {
+                    if let Some(stream) = adopt(stream, peer)
+                        && let Some(protocol) = sniff(&stream, conn.first_byte).await
+                    {
+                        conn.run(stream, protocol, svc).await;
+                    }
+                    drop(slot);
+                },
+                worker,
+            );
         }
         Kind::Admin => {
             let svc = conn.service(services.admin.clone(), wrap(false));
-            shared.connections.spawn(async move {
-                if let Some(protocol) = sniff(&stream, conn.first_byte).await {
-                    conn.run(stream, protocol, svc).await;
-                }
-                drop(slot);
-            });
+            shared.connections.spawn_on(
+                async move {
+                    if let Some(stream) = adopt(stream, peer)
+                        && let Some(protocol) = sniff(&stream, conn.first_byte).await
+                    {
+                        conn.run(stream, protocol, svc).await;
+                    }
+                    drop(slot);
+                },
+                worker,
+            );
         }
         Kind::Tls => {
             let Some((tls, timeout)) = settings.tls.clone() else {
@@ -302,19 +326,36 @@ fn spawn_connection<H: Host, S: HttpService, A: HttpService>(
             };
             let svc = conn.service(services.main.clone(), wrap(true));
             let host = host.clone();
-            shared.connections.spawn(async move {
-                if let Some(stream) = handshake(stream, tls, timeout, host.metrics(), peer).await {
-                    let protocol = match stream.get_ref().1.alpn_protocol() {
-                        Some(b"h2") => Protocol::Http2,
-                        Some(b"http/1.1") => Protocol::Http1,
-                        _ => Protocol::Unknown,
+            shared.connections.spawn_on(
+                async move {
+                    let Some(stream) = adopt(stream, peer) else {
+                        return;
                     };
-                    conn.run(stream, protocol, svc).await;
-                }
-                drop(slot);
-            });
+                    if let Some(stream) =
+                        handshake(stream, tls, timeout, host.metrics(), peer).await
+                    {
+                        let protocol = match stream.get_ref().1.alpn_protocol() {
+                            Some(b"h2") => Protocol::Http2,
+                            Some(b"http/1.1") => Protocol::Http1,
+                            _ => Protocol::Unknown,
+                        };
+                        conn.run(stream, protocol, svc).await;
+                    }
+                    drop(slot);
+                },
+                worker,
+            );
         }
     }
+}
+
+/// The accepted socket registered with the runtime this runs on (a worker's).
+fn adopt(stream: std::net::TcpStream, peer: SocketAddr) -> Option<TcpStream> {
+    TcpStream::from_std(stream)
+        .inspect_err(
+            |e| tracing::debug!(%peer, error = %e, "connection closed: cannot register it"),
+        )
+        .ok()
 }
 
 /// Give in-flight requests `grace` to finish after the listeners closed.

@@ -155,9 +155,10 @@ impl Gateway {
             || tls_listen(old) != tls_listen(new)
             || old.metrics_listen != new.metrics_listen
             || old.max_connections != new.max_connections
+            || old.workers != new.workers
         {
             tracing::warn!(
-                "listener addresses and server.max_connections apply at startup only; restart to change them"
+                "listener addresses, server.max_connections and server.workers apply at startup only; restart to change them"
             );
         }
         if current.ledger_url != next.ledger_url {

@@ -20,10 +20,14 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 
 use super::origin::Reach;
 
-/// A pooled client for one provider.
+type Pooled = Client<BoundedConnect<HttpsConnector<Guarded>>, Full<Bytes>>;
+
+/// A pooled client for one provider: one pool per serving thread (and one for the
+/// others), so that a request uses upstream connections driven by its own thread
+/// ([`crate::workers`]).
 #[derive(Clone)]
 pub struct UpstreamClient {
-    inner: Client<BoundedConnect<HttpsConnector<Guarded>>, Full<Bytes>>,
+    pools: Arc<[Pooled]>,
     /// Largest answer read into memory (status answers are small JSON).
     max_answer_bytes: usize,
 }
@@ -231,17 +235,27 @@ impl UpstreamClient {
             .enable_http1()
             .enable_http2()
             .wrap_connector(Guarded { http, reach });
-        let inner = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(90))
-            .pool_max_idle_per_host(256)
-            .build(BoundedConnect {
-                inner: https,
-                timeout: connect_timeout,
-            });
+        let connect = BoundedConnect {
+            inner: https,
+            timeout: connect_timeout,
+        };
+        let pools = (0..=crate::workers::default_count())
+            .map(|_| {
+                Client::builder(TokioExecutor::new())
+                    .pool_idle_timeout(Duration::from_secs(90))
+                    .pool_max_idle_per_host(256)
+                    .build(connect.clone())
+            })
+            .collect();
         Ok(Self {
-            inner,
+            pools,
             max_answer_bytes,
         })
+    }
+
+    /// This thread's pool.
+    fn pool(&self) -> &Pooled {
+        &self.pools[crate::workers::slot(self.pools.len())]
     }
 
     /// Send one request and read the whole answer, all under `timeout`.
@@ -251,7 +265,7 @@ impl UpstreamClient {
         timeout: Duration,
     ) -> Result<Answer, CallError> {
         let exchange = async {
-            let response = self.inner.request(request).await.map_err(call_error)?;
+            let response = self.pool().request(request).await.map_err(call_error)?;
             let (parts, body) = response.into_parts();
             let body = Limited::new(body, self.max_answer_bytes)
                 .collect()
@@ -278,7 +292,7 @@ impl UpstreamClient {
         request: Request<Full<Bytes>>,
         timeout: Duration,
     ) -> Result<Response<Incoming>, CallError> {
-        let exchange = async { self.inner.request(request).await.map_err(call_error) };
+        let exchange = async { self.pool().request(request).await.map_err(call_error) };
         tokio::time::timeout(timeout, exchange)
             .await
             .unwrap_or(Err(CallError::TimedOut))

@@ -17,6 +17,9 @@ pub(super) fn compile(cfg: &ServerConfig, dir: &Path, at: &mut Scope) -> Option<
             "must be greater than 0 and not absurdly large",
         );
     }
+    if cfg.workers > 1024 {
+        at.push("workers", "must be at most 1024 (0: one per CPU)");
+    }
     if cfg.admin_max_connections == 0 {
         at.push("admin_max_connections", "must be greater than 0");
     }

@@ -71,3 +71,11 @@ async fn webhook_settings_that_cannot_work_are_refused_without_quoting_secrets()
         .await;
     assert!(e.contains("webhooks.allow_private_networks"), "{e}");
 }
+
+#[tokio::test]
+async fn more_workers_than_can_make_sense_are_refused() {
+    let e = problems_of(Routes::simulated(&["m1"]).server("workers = 5000")).await;
+    assert!(e.contains("server.workers"), "{e}");
+    let fine = problems_of(Routes::simulated(&["m1"]).server("workers = 3")).await;
+    assert!(fine.is_empty(), "{fine}");
+}

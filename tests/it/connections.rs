@@ -152,3 +152,59 @@ async fn whole_request_timeout_answers_504() {
     // It was the upstream that kept it waiting.
     held.arrived(1).await;
 }
+
+/// Each client connection is served by one worker thread, in turn, and each worker has
+/// upstream connections of its own: two clients, one after the other, reach the
+/// provider over two pooled connections, each client always over the same one.
+#[tokio::test]
+async fn each_worker_keeps_its_own_upstream_connections() {
+    let fake = Fake::start().await;
+    fake.on(
+        "POST /api/tasks",
+        Answer::json(200, serde_json::json!({"id": "t1"})),
+    );
+    let routes = Routes::new()
+        .server("workers = 2")
+        .provider(crate::support::tasks_provider(
+            "one",
+            &format!("http://{}/api", fake.addr),
+            "",
+        ))
+        .family(crate::support::family("f", &["one"], &["m1"]));
+    let gw = Gateway::start(routes).await;
+    let body = json!({"model": "m1", "prompt": "p"});
+    let mut peers = Vec::new();
+    for client in [gw.client(), gw.client()] {
+        for _ in 0..3 {
+            client.submit_id(MODEL_CENTER, DEMO, &body).await;
+        }
+        let seen = fake.take();
+        assert_eq!(seen.len(), 3);
+        assert!(
+            seen.iter().all(|s| s.peer == seen[0].peer),
+            "one connection per worker"
+        );
+        peers.push(seen[0].peer);
+    }
+    assert_ne!(
+        peers[0], peers[1],
+        "the second client is on the other worker's pool"
+    );
+
+    // One worker: both clients share its pool.
+    let one = Routes::new()
+        .server("workers = 1")
+        .provider(crate::support::tasks_provider(
+            "one",
+            &format!("http://{}/api", fake.addr),
+            "",
+        ))
+        .family(crate::support::family("f", &["one"], &["m1"]));
+    let gw = Gateway::start(one).await;
+    for client in [gw.client(), gw.client()] {
+        client.submit_id(MODEL_CENTER, DEMO, &body).await;
+    }
+    let seen = fake.take();
+    assert_eq!(seen.len(), 2);
+    assert_eq!(seen[0].peer, seen[1].peer);
+}
