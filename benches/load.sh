@@ -335,11 +335,23 @@ if [[ $ONLY == profile ]]; then
   PERF_PID=$!
   wrk -t2 -c"$CONNS" -d"${DURATION}s" --latency "${PROFILE_ARGS[@]}" >"$WORK/profile-wrk.txt" 2>&1
   wait "$PERF_PID"
+  # The same load again, counted rather than sampled: system calls and context
+  # switches per request tell the kernel's share apart from the code's.
+  perf stat -e raw_syscalls:sys_enter,context-switches,task-clock -p "$MG_PID" \
+    -o "$WORK/perf-stat.txt" -- sleep "$DURATION" 2>/dev/null &
+  PERF_PID=$!
+  wrk -t2 -c"$CONNS" -d"${DURATION}s" "${PROFILE_ARGS[@]}" >"$WORK/profile-wrk-stat.txt" 2>&1
+  wait "$PERF_PID"
+  STAT_REQS=$(awk '/requests in/ {print $1}' "$WORK/profile-wrk-stat.txt")
   REPORT=$OUT/profile-$PROFILE.txt
   {
     echo "# PROFILE=$PROFILE benches/load.sh: mediagate $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(date -u '+%Y-%m-%d %H:%M UTC')"
     echo "# Machine: $(nproc) CPUs, $(lscpu | sed -n 's/^Model name: *//p' | head -1)"
     grep -E 'Requests/sec|requests in' "$WORK/profile-wrk.txt" | sed 's/^/# /'
+    awk -v n="$STAT_REQS" '{ gsub(",", "", $1) }
+      $2 == "raw_syscalls:sys_enter" { printf "# per request (perf stat, %d requests): %.2f system calls, ", n, $1 / n }
+      $2 == "context-switches" { printf "%.2f context switches, ", $1 / n }
+      $3 == "task-clock" { printf "%.1f CPU µs\n", $1 * 1000 / n }' "$WORK/perf-stat.txt"
     echo "# Self time by shared object, then by function (perf report --no-children)"
     perf report -i "$WORK/perf.data" --no-children --sort dso --stdio -g none 2>/dev/null >"$WORK/by-dso.txt"
     grep -v -e '^#' -e '^$' "$WORK/by-dso.txt" | sed -n 1,15p
