@@ -213,7 +213,14 @@ fn operator(
     }
 }
 
-fn init_logging(path: &Path, flag: Option<LogFormat>) {
+/// Log lines are formatted on the thread that logs and written by a thread of their
+/// own, in batches: workers never wait on each other for standard error's lock, nor
+/// make a system call per line. Nothing is dropped (a full queue makes the logger
+/// wait); the returned guard writes what is queued when it is dropped.
+fn init_logging(
+    path: &Path,
+    flag: Option<LogFormat>,
+) -> tracing_appender::non_blocking::WorkerGuard {
     // The format is read before the full load so that load messages use it too.
     let format = flag.unwrap_or_else(|| {
         read_routes(path)
@@ -222,18 +229,27 @@ fn init_logging(path: &Path, flag: Option<LogFormat>) {
     });
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .lossy(false)
+        .buffered_lines_limit(64 * 1024)
+        .thread_name("mediagate-log")
+        .finish(std::io::BufWriter::with_capacity(
+            64 * 1024,
+            std::io::stderr(),
+        ));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(writer)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     match format {
         LogFormat::Json => builder.json().flatten_event(true).init(),
         LogFormat::Text => builder.init(),
     }
+    guard
 }
 
 fn serve(path: &Path, log_format: Option<LogFormat>) -> ExitCode {
-    init_logging(path, log_format);
+    let _flushed_at_exit = init_logging(path, log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
