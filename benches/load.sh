@@ -485,11 +485,16 @@ if [[ -n $PG_BIN ]]; then
   as_pg=()
   if [[ $(id -u) == 0 ]]; then chown postgres "$PG_DIR"; as_pg=(runuser -u postgres --); fi
   "${as_pg[@]}" "$PG_BIN/initdb" -D "$PG_DIR/data" --auth=trust -U postgres >/dev/null
-  "${as_pg[@]}" "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -l "$PG_DIR/log" -w \
-    -o "-p $PG_PORT -k $PG_DIR -c listen_addresses=127.0.0.1" start >/dev/null
   PG_STOP=("${as_pg[@]}" "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -m fast stop)
-  MGP_ADDR=$(start_gateway mediagate-pg "$POLL_TTL_MS" "postgres://postgres@127.0.0.1:$PG_PORT/postgres")
-  ledger_cost "PostgreSQL $("$PG_BIN/postgres" --version | awk '{print $3}') (same machine)" "$MGP_ADDR"
+  # A cluster that does not start (its port taken meanwhile, say) costs the PostgreSQL
+  # row only, not the run.
+  if "${as_pg[@]}" "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -l "$PG_DIR/log" -w \
+    -o "-p $PG_PORT -k $PG_DIR -c listen_addresses=127.0.0.1" start >/dev/null; then
+    MGP_ADDR=$(start_gateway mediagate-pg "$POLL_TTL_MS" "postgres://postgres@127.0.0.1:$PG_PORT/postgres")
+    ledger_cost "PostgreSQL $("$PG_BIN/postgres" --version | awk '{print $3}') (same machine)" "$MGP_ADDR"
+  else
+    log "PostgreSQL did not start ($(tail -1 "$PG_DIR/log" 2>/dev/null)); its row is left out"
+  fi
 fi
 fi # ONLY != memory
 
