@@ -58,6 +58,9 @@ impl JqVars {
 pub struct Jq {
     filter: jaq_core::Filter<Data>,
     source: String,
+    /// The output of a program that is a plain string literal (most `path`s): known
+    /// at load, so no request runs it.
+    constant: Option<String>,
 }
 
 impl std::fmt::Debug for Jq {
@@ -96,9 +99,13 @@ impl Jq {
                     .collect::<Vec<_>>()
                     .join("; ")
             })?;
+        // A JSON string is a jq string literal with the same meaning (jq's escapes are
+        // JSON's; an interpolation `\(…)` is not valid JSON).
+        let constant = serde_json::from_str::<String>(code.trim()).ok();
         Ok(Self {
             filter,
             source: code.to_owned(),
+            constant,
         })
     }
 
@@ -118,6 +125,9 @@ impl Jq {
 
     /// Run on `input`; the first output, or `None` when the program yields nothing.
     pub fn first(&self, input: Val, vars: &JqVars) -> Result<Option<Val>, String> {
+        if let Some(constant) = &self.constant {
+            return Ok(Some(Val::from(constant.clone())));
+        }
         let ctx = Ctx::<Data>::new(&self.filter.lut, Vars::new(vars.values.iter().cloned()));
         match self.filter.id.run((ctx, input)).next() {
             None => Ok(None),
@@ -132,6 +142,9 @@ impl Jq {
 
     /// Run and convert the first output to JSON (`null` when there is none).
     pub fn json(&self, input: Val, vars: &JqVars) -> Result<Value, String> {
+        if let Some(constant) = &self.constant {
+            return Ok(Value::String(constant.clone()));
+        }
         Ok(self
             .first(input, vars)?
             .map_or(Value::Null, |v| to_json(&v)))
@@ -362,6 +375,43 @@ mod tests {
         );
         let jq = Jq::compile(".a.b").unwrap();
         assert!(jq.first(from_json(&json!({"a": "str"})), &vars()).is_err());
+    }
+
+    #[test]
+    fn string_literals_are_known_at_load_and_mean_what_jq_makes_of_them() {
+        let vars = JqVars::new("m", "um", MediaKind::Video, Some("t1"), None);
+        for code in [
+            r#""/v2/model-center/tasks""#,
+            r#" "a\tb\u00e9\"\/" "#,
+            r#""/tasks/\($id)""#,
+            r#""/a" + "/b""#,
+        ] {
+            let jq = Jq::compile(code).unwrap();
+            let run = |jq: &Jq| jq.json(Val::Null, &vars).unwrap();
+            let mut by_jaq = Jq::compile(code).unwrap();
+            by_jaq.constant = None;
+            assert_eq!(run(&jq), run(&by_jaq), "{code}");
+        }
+        assert!(
+            Jq::compile(r#""/v2/model-center/tasks""#)
+                .unwrap()
+                .constant
+                .is_some()
+        );
+        assert!(
+            Jq::compile(r#""/tasks/\($id)""#)
+                .unwrap()
+                .constant
+                .is_none()
+        );
+        assert!(Jq::compile(r#""/a" + "/b""#).unwrap().constant.is_none());
+        assert_eq!(
+            Jq::compile(r#""/tasks/\($id)""#)
+                .unwrap()
+                .json(Val::Null, &vars)
+                .unwrap(),
+            "/tasks/t1"
+        );
     }
 
     #[test]
