@@ -199,7 +199,8 @@ impl Ledger {
             Db::Sqlite { writer, .. } => {
                 let new = OwnedTask::from(new);
                 writer
-                    .run(move |conn| admit_sqlite(conn, &new, now, day_start))
+                    // Reads, and one insert.
+                    .run_single(move |conn| admit_sqlite(conn, &new, now, day_start))
                     .await
             }
             Db::Postgres(pool) if new.quota.is_some() => {
@@ -1045,6 +1046,55 @@ mod tests {
             // Committed, and read back by another connection.
             let record = l.row(row).await.unwrap().expect("committed");
             assert_eq!(record.model, "m", "the failed write's change was undone");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_failed_statement_without_a_savepoint_takes_nothing_with_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = Arc::new(ledger(&dir).await);
+        let held = hold_writer(&l, Duration::from_millis(300));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut admits = tokio::task::JoinSet::new();
+        for n in 0..5 {
+            let l = l.clone();
+            admits.spawn(async move { l.admit(&new("a", None, &format!("fp{n}"))).await });
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        // In the same batch, one statement that changes rows and then fails on the
+        // last one: SQLite undoes the statement, the admits' rows stay.
+        let failing = {
+            let l = l.clone();
+            tokio::spawn(async move {
+                let Db::Sqlite { writer, .. } = &l.db else {
+                    panic!()
+                };
+                writer
+                    .execute(
+                        "UPDATE tasks SET model = CASE WHEN id = (SELECT MAX(id) FROM tasks) THEN NULL ELSE 'changed' END",
+                        Vec::new(),
+                    )
+                    .await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        held.await.unwrap();
+        let error = failing.await.unwrap().unwrap_err();
+        assert!(error.0.contains("NOT NULL"), "{error}");
+        let mut rows = Vec::new();
+        while let Some(admission) = admits.join_next().await {
+            let Admission::Fresh(row) = admission.unwrap().unwrap() else {
+                panic!("fresh")
+            };
+            rows.push(row);
+        }
+        assert_eq!(rows.len(), 5);
+        for row in rows {
+            let record = l.row(row).await.unwrap().expect("committed");
+            assert_eq!(
+                record.model, "m",
+                "the failed statement's changes were undone"
+            );
         }
     }
 

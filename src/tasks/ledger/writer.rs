@@ -27,6 +27,9 @@ const MAX_BATCH: usize = 256;
 
 /// A write waiting for its turn.
 trait Job: Send {
+    /// True when the work writes with one statement at most: SQLite undoes a failed
+    /// statement by itself, so it needs no savepoint of its own.
+    fn single_statement(&self) -> bool;
     /// Run inside the batch's transaction; false when it failed (its result is the
     /// error, and its savepoint is rolled back).
     fn run(&mut self, conn: &Connection) -> bool;
@@ -36,6 +39,7 @@ trait Job: Send {
 
 struct Pending<F, R> {
     work: Option<F>,
+    single_statement: bool,
     result: Option<rusqlite::Result<R>>,
     reply: oneshot::Sender<Result<R, LedgerError>>,
 }
@@ -45,6 +49,10 @@ where
     F: FnOnce(&Connection) -> rusqlite::Result<R> + Send,
     R: Send,
 {
+    fn single_statement(&self) -> bool {
+        self.single_statement
+    }
+
     fn run(&mut self, conn: &Connection) -> bool {
         let result = self.work.take().map(|work| work(conn));
         let ok = matches!(result, Some(Ok(_)));
@@ -84,8 +92,14 @@ impl Writer {
         conn.busy_timeout(Duration::from_secs(5))
             .and_then(|_| {
                 // WAL with NORMAL: a commit survives a crash of the process; only a
-                // power loss may lose the last transactions.
-                conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;")
+                // power loss may lose the last transactions. A checkpoint every
+                // 10,000 pages (about 40 MB of WAL) rather than SQLite's 1,000: a page
+                // the submits keep changing (an index's last leaf) is copied into the
+                // database once per checkpoint, however often it was committed.
+                conn.execute_batch(
+                    "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
+                     PRAGMA wal_autocheckpoint = 10000;",
+                )
             })
             .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
         conn.set_prepared_statement_cache_capacity(64);
@@ -105,8 +119,32 @@ impl Writer {
         self.batches.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Run `work` in the next transaction; its result once that is committed.
+    /// Run `work` in the next transaction, in a savepoint of its own (a failure
+    /// undoes all it wrote and nothing else); its result once that is committed.
+    /// For work that writes with several statements; every write of the ledger now
+    /// is one statement ([`Writer::run_single`]), so only tests use it.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(super) async fn run<R, F>(&self, work: F) -> Result<R, LedgerError>
+    where
+        F: FnOnce(&Connection) -> rusqlite::Result<R> + Send + 'static,
+        R: Send + 'static,
+    {
+        self.queue(work, false).await
+    }
+
+    /// [`Writer::run`] for work that writes with one statement at most (and reads
+    /// with any number): SQLite makes a statement atomic, so a failed one is undone
+    /// without a savepoint around it, which saves two statements per write and the
+    /// copy of every page it touches into the savepoint's journal.
+    pub(super) async fn run_single<R, F>(&self, work: F) -> Result<R, LedgerError>
+    where
+        F: FnOnce(&Connection) -> rusqlite::Result<R> + Send + 'static,
+        R: Send + 'static,
+    {
+        self.queue(work, true).await
+    }
+
+    async fn queue<R, F>(&self, work: F, single_statement: bool) -> Result<R, LedgerError>
     where
         F: FnOnce(&Connection) -> rusqlite::Result<R> + Send + 'static,
         R: Send + 'static,
@@ -114,6 +152,7 @@ impl Writer {
         let (reply, answer) = oneshot::channel();
         let job = Pending {
             work: Some(work),
+            single_statement,
             result: None,
             reply,
         };
@@ -128,7 +167,7 @@ impl Writer {
         sql: &'static str,
         args: Vec<Value>,
     ) -> Result<usize, LedgerError> {
-        self.run(move |conn| bind(conn, sql, &args)?.raw_execute())
+        self.run_single(move |conn| bind(conn, sql, &args)?.raw_execute())
             .await
     }
 
@@ -138,7 +177,7 @@ impl Writer {
         sql: &'static str,
         args: Vec<Value>,
     ) -> Result<Vec<TaskRecord>, LedgerError> {
-        self.run(move |conn| {
+        self.run_single(move |conn| {
             let mut stmt = bind(conn, sql, &args)?;
             let mut rows = stmt.raw_query();
             let mut out = Vec::new();
@@ -227,8 +266,9 @@ fn serve(
     }
 }
 
-/// Run the batch in one transaction, each write in a savepoint so that one that
-/// fails takes nothing of the others with it.
+/// Run the batch in one transaction, each write in a savepoint (or, for one
+/// statement, in that statement's own atomicity) so that one that fails takes
+/// nothing of the others with it.
 fn commit(conn: &Connection, batch: &mut [Box<dyn Job>]) -> rusqlite::Result<()> {
     exec(conn, "BEGIN IMMEDIATE")?;
     let done = run_all(conn, batch).and_then(|()| exec(conn, "COMMIT"));
@@ -245,8 +285,11 @@ fn exec(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
 fn run_all(conn: &Connection, batch: &mut [Box<dyn Job>]) -> rusqlite::Result<()> {
     let exec = |sql: &str| exec(conn, sql);
     for job in batch.iter_mut() {
-        exec("SAVEPOINT write")?;
-        if !job.run(conn) && !conn.is_autocommit() {
+        let savepoint = !job.single_statement();
+        if savepoint {
+            exec("SAVEPOINT write")?;
+        }
+        if !job.run(conn) && savepoint && !conn.is_autocommit() {
             exec("ROLLBACK TO write")?;
         }
         if conn.is_autocommit() {
@@ -257,7 +300,9 @@ fn run_all(conn: &Connection, batch: &mut [Box<dyn Job>]) -> rusqlite::Result<()
                 Some("the transaction was rolled back".into()),
             ));
         }
-        exec("RELEASE write")?;
+        if savepoint {
+            exec("RELEASE write")?;
+        }
     }
     Ok(())
 }
