@@ -1,9 +1,11 @@
 //! SQLite's writes, committed in groups: one thread owns the writer connection and
 //! drains a queue of pending writes, running every write that waits into one
-//! transaction (each in its own savepoint) and answering each once that transaction
-//! is committed. A write's caller therefore learns of it only when it is durable, as
-//! with one transaction per write, but a burst of submits shares one `BEGIN`, one
-//! `COMMIT` and the WAL pages they both touch.
+//! transaction (each atomic on its own: one statement, or a savepoint) and answering
+//! each once that transaction is committed. A write's caller therefore learns of it
+//! only when it is durable, as with one transaction per write, but a burst of submits
+//! shares one `BEGIN`, one `COMMIT` and the WAL pages they both touch. The WAL is
+//! checkpointed by a second thread and connection, so that no write waits for the
+//! disk's `fsync`.
 //!
 //! rusqlite rather than sqlx here: sqlx-sqlite sends every statement to its
 //! connection's thread and waits for the answer, and its pool pings a connection
@@ -92,24 +94,39 @@ impl Writer {
         conn.busy_timeout(Duration::from_secs(5))
             .and_then(|_| {
                 // WAL with NORMAL: a commit survives a crash of the process; only a
-                // power loss may lose the last transactions. A checkpoint every
-                // 10,000 pages (about 40 MB of WAL) rather than SQLite's 1,000: a page
-                // the submits keep changing (an index's last leaf) is copied into the
-                // database once per checkpoint, however often it was committed.
+                // power loss may lose the last transactions. The writer does not
+                // checkpoint after its commits: `checkpoints` does, on a thread of its
+                // own. A WAL that grew past 64 MiB is cut back when it starts over.
                 conn.execute_batch(
                     "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
-                     PRAGMA wal_autocheckpoint = 10000;",
+                     PRAGMA wal_autocheckpoint = 0; PRAGMA journal_size_limit = 67108864;",
                 )
             })
             .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
         conn.set_prepared_statement_cache_capacity(64);
+        let checkpointer = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .and_then(|c| {
+            c.busy_timeout(Duration::from_secs(5))?;
+            c.execute_batch("PRAGMA synchronous = NORMAL; PRAGMA wal_autocheckpoint = 0;")?;
+            Ok(c)
+        })
+        .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
         let (jobs, queue) = mpsc::channel();
         let batches = std::sync::Arc::default();
         let counted = std::sync::Arc::clone(&batches);
+        let wal = std::sync::Arc::new(WalState::default());
+        let written = std::sync::Arc::clone(&wal);
         std::thread::Builder::new()
             .name("ledger-writer".into())
-            .spawn(move || serve(&conn, &queue, &counted))
+            .spawn(move || serve(&conn, &queue, &counted, &written))
             .map_err(|e| format!("cannot start the ledger writer: {e}"))?;
+        std::thread::Builder::new()
+            .name("ledger-checkpoint".into())
+            .spawn(move || checkpoints(&checkpointer, &wal))
+            .map_err(|e| format!("cannot start the ledger checkpointer: {e}"))?;
         Ok(Self { jobs, batches })
     }
 
@@ -245,10 +262,59 @@ impl<T: SqliteValue> SqliteValue for Option<T> {
     }
 }
 
+/// What the writer and the checkpointer tell each other.
+#[derive(Default)]
+struct WalState {
+    /// Set by the writer after a commit, taken by the checkpointer.
+    committed: std::sync::Mutex<bool>,
+    nudge: std::sync::Condvar,
+    /// Frames in the WAL at the last checkpoint: the writer resets a WAL that
+    /// checkpoints could not (writes never paused long enough).
+    frames: std::sync::atomic::AtomicI64,
+    /// The writer stopped (the ledger was dropped): so does the checkpointer.
+    stopped: std::sync::atomic::AtomicBool,
+}
+
+/// Pause between two checkpoints: each copies what was committed meanwhile.
+const CHECKPOINT_EVERY: Duration = Duration::from_millis(250);
+/// A WAL longer than this (frames of 4 KiB) is reset by the writer itself, between
+/// two batches, waiting for the checkpoint.
+const MAX_WAL_FRAMES: i64 = 50_000;
+
+/// The checkpoints, on a thread and connection of their own: a checkpoint writes the
+/// WAL's pages into the database and waits for both files to reach the disk
+/// (`fsync`, tens of milliseconds on a busy disk). On the writer, as SQLite does by
+/// default, every write queued meanwhile waited too. A passive checkpoint takes no
+/// lock the writer needs.
+fn checkpoints(conn: &Connection, wal: &WalState) {
+    loop {
+        {
+            let mut committed = wal.committed.lock().unwrap_or_else(|e| e.into_inner());
+            while !*committed {
+                if wal.stopped.load(std::sync::atomic::Ordering::Relaxed) {
+                    return;
+                }
+                committed = wal.nudge.wait(committed).unwrap_or_else(|e| e.into_inner());
+            }
+            *committed = false;
+        }
+        match conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| {
+            row.get::<_, i64>(1)
+        }) {
+            Ok(frames) => wal
+                .frames
+                .store(frames, std::sync::atomic::Ordering::Relaxed),
+            Err(e) => tracing::warn!(error = %e, "ledger checkpoint failed"),
+        }
+        std::thread::sleep(CHECKPOINT_EVERY);
+    }
+}
+
 fn serve(
     conn: &Connection,
     queue: &mpsc::Receiver<Box<dyn Job>>,
     batches: &std::sync::atomic::AtomicU64,
+    wal: &WalState,
 ) {
     while let Ok(first) = queue.recv() {
         let mut batch = vec![first];
@@ -263,7 +329,27 @@ fn serve(
         for job in batch {
             job.answer(failed.as_deref());
         }
+        *wal.committed.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        wal.nudge.notify_one();
+        if wal.frames.load(std::sync::atomic::Ordering::Relaxed) > MAX_WAL_FRAMES {
+            // The checkpoints never caught up with the commits: wait for one that
+            // does, and start the WAL over.
+            match conn.query_row("PRAGMA wal_checkpoint(RESTART)", [], |row| {
+                row.get::<_, i64>(1)
+            }) {
+                // Started over at the next commit.
+                Ok(_) => wal.frames.store(0, std::sync::atomic::Ordering::Relaxed),
+                Err(e) => tracing::warn!(error = %e, "ledger checkpoint failed"),
+            }
+        }
     }
+    {
+        // Under the lock the checkpointer waits with: it cannot miss the wake-up.
+        let _committed = wal.committed.lock().unwrap_or_else(|e| e.into_inner());
+        wal.stopped
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+    wal.nudge.notify_one();
 }
 
 /// Run the batch in one transaction, each write in a savepoint (or, for one
