@@ -15,7 +15,7 @@ use crate::config::Endpoint;
 use crate::error::ApiError;
 use crate::gateway::Gateway;
 use crate::response::{ResponseBody, json};
-use crate::tasks::ledger::TaskRecord;
+use crate::tasks::ledger::{Cursor, TaskRecord};
 use crate::tasks::{MediaKind, TaskCache, TaskState, TaskStatus, recorded_state};
 
 const DEFAULT_LIMIT: u32 = 20;
@@ -32,8 +32,22 @@ pub(super) async fn list(
         return Err(ApiError::ledger_off());
     };
     let (limit, after) = paging(req.uri.query())?;
+    let unknown_cursor = || {
+        let msg = "`after` must be the id of one of your tasks (the `last_id` of a page)";
+        ApiError::invalid_parameter("after", msg.into())
+    };
+    // The ledger finds the cursor's row by the provider and upstream id it seals.
+    let opened = match &after {
+        None => None,
+        Some(id) => Some((id, ctx.snapshot.sealer.open(id).ok_or_else(unknown_cursor)?)),
+    };
+    let cursor = opened.as_ref().map(|(id, task)| Cursor {
+        task_id: id,
+        provider: &task.provider,
+        upstream_id: &task.upstream_id,
+    });
     let page = ledger
-        .list(&key.name, endpoint, after.as_deref(), limit)
+        .list(&key.name, endpoint, cursor, limit)
         .await
         .map_err(|e| {
             gateway.metrics.ledger_errors.inc();
@@ -41,8 +55,7 @@ pub(super) async fn list(
             ApiError::ledger_unavailable()
         })?;
     if !page.cursor_known {
-        let msg = "`after` must be the id of one of your tasks (the `last_id` of a page)";
-        return Err(ApiError::invalid_parameter("after", msg.into()));
+        return Err(unknown_cursor());
     }
     let mut items = Vec::with_capacity(page.rows.len());
     for row in &page.rows {

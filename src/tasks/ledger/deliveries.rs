@@ -69,7 +69,7 @@ impl Ledger {
         match &self.db {
             Db::Sqlite { writer, .. } => {
                 writer
-                    .run(move |conn| {
+                    .run_single(move |conn| {
                         let mut stmt = bind(
                             conn,
                             CLAIM_SQLITE,

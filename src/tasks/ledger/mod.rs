@@ -26,7 +26,7 @@ use sqlx::sqlite::{
 use self::writer::{SqliteValue, Writer, bind};
 
 pub use self::record::{
-    Admission, Answer, Created, NewTask, Page, State, TaskRecord, UsageRow, fingerprint,
+    Admission, Answer, Created, Cursor, NewTask, Page, State, TaskRecord, UsageRow, fingerprint,
 };
 use crate::config::Endpoint;
 use crate::tasks::{TaskState, TaskStatus};
@@ -199,7 +199,8 @@ impl Ledger {
             Db::Sqlite { writer, .. } => {
                 let new = OwnedTask::from(new);
                 writer
-                    .run(move |conn| admit_sqlite(conn, &new, now, day_start))
+                    // Reads, and one insert.
+                    .run_single(move |conn| admit_sqlite(conn, &new, now, day_start))
                     .await
             }
             Db::Postgres(pool) if new.quota.is_some() => {
@@ -367,20 +368,22 @@ impl Ledger {
     }
 
     /// A page of an owner's tasks on one endpoint, newest first. `after` is the
-    /// task id the previous page ended with.
+    /// task the previous page ended with.
     pub async fn list(
         &self,
         owner: &str,
         endpoint: Endpoint,
-        after: Option<&str>,
+        after: Option<Cursor<'_>>,
         limit: u32,
     ) -> Result<Page, LedgerError> {
         let before = match after {
             None => i64::MAX,
-            Some(task_id) => {
+            Some(after) => {
                 match on_db!(self, read pool => sqlx::query_scalar::<_, i64>(record::ROW_OF_TASK)
+                .bind(after.provider)
+                .bind(after.upstream_id)
                 .bind(owner)
-                .bind(task_id)
+                .bind(after.task_id)
                 .fetch_optional(pool)
                 .await)?
                 {
@@ -716,6 +719,14 @@ mod tests {
         }
     }
 
+    fn after<'a>(task_id: &'a str, upstream_id: &'a str) -> Cursor<'a> {
+        Cursor {
+            task_id,
+            provider: "p",
+            upstream_id,
+        }
+    }
+
     async fn create(l: &Ledger, row: i64, n: u32) {
         let a = answer(n);
         let c = Created {
@@ -881,22 +892,27 @@ mod tests {
         };
         create(&l, row, 5).await;
         let second = l
-            .list("a", Endpoint::ModelCenter, Some("task_3"), 2)
+            .list("a", Endpoint::ModelCenter, Some(after("task_3", "up-3")), 2)
             .await
             .unwrap();
         assert_eq!(ids(&second), ["task_2", "task_1"]);
         let last = l
-            .list("a", Endpoint::ModelCenter, Some("task_1"), 2)
+            .list("a", Endpoint::ModelCenter, Some(after("task_1", "up-1")), 2)
             .await
             .unwrap();
         assert_eq!(ids(&last), ["task_0"]);
         assert!(!last.has_more);
         // Another key's task is no cursor, and another endpoint lists nothing.
         assert!(
-            !l.list("a", Endpoint::ModelCenter, Some("task_99"), 2)
-                .await
-                .unwrap()
-                .cursor_known
+            !l.list(
+                "a",
+                Endpoint::ModelCenter,
+                Some(after("task_99", "up-99")),
+                2
+            )
+            .await
+            .unwrap()
+            .cursor_known
         );
         assert!(
             l.list("a", Endpoint::AlphaVideos, None, 2)
@@ -1046,6 +1062,174 @@ mod tests {
             let record = l.row(row).await.unwrap().expect("committed");
             assert_eq!(record.model, "m", "the failed write's change was undone");
         }
+    }
+
+    #[tokio::test]
+    async fn a_failed_statement_without_a_savepoint_takes_nothing_with_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = Arc::new(ledger(&dir).await);
+        let held = hold_writer(&l, Duration::from_millis(300));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut admits = tokio::task::JoinSet::new();
+        for n in 0..5 {
+            let l = l.clone();
+            admits.spawn(async move { l.admit(&new("a", None, &format!("fp{n}"))).await });
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        // In the same batch, one statement that changes rows and then fails on the
+        // last one: SQLite undoes the statement, the admits' rows stay.
+        let failing = {
+            let l = l.clone();
+            tokio::spawn(async move {
+                let Db::Sqlite { writer, .. } = &l.db else {
+                    panic!()
+                };
+                writer
+                    .execute(
+                        "UPDATE tasks SET model = CASE WHEN id = (SELECT MAX(id) FROM tasks) THEN NULL ELSE 'changed' END",
+                        Vec::new(),
+                    )
+                    .await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        held.await.unwrap();
+        let error = failing.await.unwrap().unwrap_err();
+        assert!(error.0.contains("NOT NULL"), "{error}");
+        let mut rows = Vec::new();
+        while let Some(admission) = admits.join_next().await {
+            let Admission::Fresh(row) = admission.unwrap().unwrap() else {
+                panic!("fresh")
+            };
+            rows.push(row);
+        }
+        assert_eq!(rows.len(), 5);
+        for row in rows {
+            let record = l.row(row).await.unwrap().expect("committed");
+            assert_eq!(
+                record.model, "m",
+                "the failed statement's changes were undone"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_ledger_written_at_0003_upgrades_and_keeps_its_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sub/ledger.db");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        // The schema of 0001–0003, with rows written by its statements: tasks of two
+        // owners, one with an idempotency key, one finished with a webhook owed.
+        {
+            let options = SqliteConnectOptions::new()
+                .filename(&path)
+                .create_if_missing(true);
+            let pool = SqlitePoolOptions::new()
+                .max_connections(1)
+                .connect_with(options)
+                .await
+                .unwrap();
+            SQLITE_MIGRATIONS.run_to(3, &pool).await.unwrap();
+            for n in 0..5_i64 {
+                let owner = if n == 4 { "b" } else { "a" };
+                let key = (n == 2).then_some("k");
+                let row: i64 = sqlx::query_scalar(record::INSERT)
+                    .bind(owner)
+                    .bind("model-center")
+                    .bind("m")
+                    .bind("video")
+                    .bind("fp")
+                    .bind(key)
+                    .bind(5_i64)
+                    .bind(1_000 + n)
+                    .bind("p")
+                    .bind((n == 1).then_some("https://hooks.example/x"))
+                    .fetch_one(&pool)
+                    .await
+                    .unwrap();
+                let a = answer(n as u32);
+                sqlx::query(record::SET_CREATED)
+                    .bind(row)
+                    .bind("p")
+                    .bind(format!("up-{n}"))
+                    .bind(format!("task_{n}"))
+                    .bind("queued")
+                    .bind(i64::from(a.status))
+                    .bind(a.body)
+                    .bind(2_000 + n)
+                    .bind(5_000_i64)
+                    .execute(&pool)
+                    .await
+                    .unwrap();
+            }
+            pool.close().await;
+        }
+        let l = ledger(&dir).await;
+        let indexes: Vec<String> = on_db!(l, read pool => sqlx::query_scalar(
+            "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'tasks' AND sql IS NOT NULL ORDER BY name",
+        )
+        .fetch_all(pool)
+        .await)
+        .unwrap();
+        assert_eq!(
+            indexes,
+            [
+                "tasks_by_day",
+                "tasks_by_owner",
+                "tasks_by_upstream",
+                "tasks_due",
+                "tasks_idempotency"
+            ]
+        );
+        // Listing, its cursor, and the key's replay work on the rows written before.
+        let page = l.list("a", Endpoint::ModelCenter, None, 2).await.unwrap();
+        let ids = |p: &Page| {
+            p.rows
+                .iter()
+                .map(|r| r.task_id.clone().unwrap())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(ids(&page), ["task_3", "task_2"]);
+        let page = l
+            .list("a", Endpoint::ModelCenter, Some(after("task_2", "up-2")), 2)
+            .await
+            .unwrap();
+        assert_eq!(ids(&page), ["task_1", "task_0"]);
+        assert!(!page.has_more);
+        assert!(
+            !l.list("a", Endpoint::ModelCenter, Some(after("task_4", "up-4")), 2)
+                .await
+                .unwrap()
+                .cursor_known,
+            "another owner's task is no cursor"
+        );
+        assert!(matches!(
+            l.admit(&new("a", Some("k"), "fp")).await.unwrap(),
+            Admission::Replay(a) if a == answer(2)
+        ));
+        // Finishing an old task still finds it by its upstream id and owes its webhook.
+        let done = TaskState {
+            status: TaskStatus::Completed,
+            progress: None,
+            urls: vec![],
+            error: None,
+        };
+        assert!(l.finished("p", "up-1", &done).await.unwrap());
+        assert_eq!(
+            l.status_of("p", "up-1").await.unwrap().as_deref(),
+            Some("completed")
+        );
+        let owed: i64 =
+            on_db!(l, read pool => sqlx::query_scalar("SELECT COUNT(*) FROM deliveries")
+            .fetch_one(pool)
+            .await)
+            .unwrap();
+        assert_eq!(owed, 1);
+        // New rows continue after the old ones.
+        let Admission::Fresh(row) = l.admit(&new("a", None, "fp")).await.unwrap() else {
+            panic!()
+        };
+        assert!(row > 5, "{row}");
     }
 
     #[tokio::test]

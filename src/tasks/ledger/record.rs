@@ -234,6 +234,16 @@ pub struct UsageRow {
     pub video_seconds: i64,
 }
 
+/// Where a listing's page starts: after this task, which the previous page ended with.
+#[derive(Debug, Clone, Copy)]
+pub struct Cursor<'a> {
+    /// The sealed task id, as the previous page gave it.
+    pub task_id: &'a str,
+    /// The provider and upstream id it seals.
+    pub provider: &'a str,
+    pub upstream_id: &'a str,
+}
+
 /// A page of a listing.
 #[derive(Debug)]
 pub struct Page {
@@ -328,7 +338,10 @@ pub(super) const LIST: &str = select!(
 );
 pub(super) const STATUS_OF: &str =
     "SELECT status FROM tasks WHERE provider = $1 AND upstream_id = $2 ORDER BY id DESC LIMIT 1";
-pub(super) const ROW_OF_TASK: &str = "SELECT id FROM tasks WHERE owner = $1 AND task_id = $2";
+/// The row of a listing's cursor, found by the provider and upstream id its sealed id
+/// carries (`tasks_by_upstream`; sealed ids have no index of their own).
+pub(super) const ROW_OF_TASK: &str =
+    "SELECT id FROM tasks WHERE provider = $1 AND upstream_id = $2 AND owner = $3 AND task_id = $4";
 pub(super) const USED_TODAY: &str = "SELECT COUNT(*), CAST(COALESCE(SUM(video_seconds), 0) AS BIGINT) FROM tasks WHERE owner = $1 AND created_ms >= $2 AND state IN ('submitting', 'submitted', 'completed', 'unknown_outcome')";
 /// The write-ahead row; nothing when another request took the idempotency key first.
 pub(super) const INSERT: &str = "INSERT INTO tasks (owner, endpoint, model, kind, fingerprint, idempotency_key, video_seconds, state, provider, created_ms, updated_ms, callback_url) VALUES ($1, $2, $3, $4, $5, $6, $7, 'submitting', $9, $8, $8, $10) ON CONFLICT (owner, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING RETURNING id";

@@ -1,9 +1,11 @@
 //! SQLite's writes, committed in groups: one thread owns the writer connection and
 //! drains a queue of pending writes, running every write that waits into one
-//! transaction (each in its own savepoint) and answering each once that transaction
-//! is committed. A write's caller therefore learns of it only when it is durable, as
-//! with one transaction per write, but a burst of submits shares one `BEGIN`, one
-//! `COMMIT` and the WAL pages they both touch.
+//! transaction (each atomic on its own: one statement, or a savepoint) and answering
+//! each once that transaction is committed. A write's caller therefore learns of it
+//! only when it is durable, as with one transaction per write, but a burst of submits
+//! shares one `BEGIN`, one `COMMIT` and the WAL pages they both touch. The WAL is
+//! checkpointed by a second thread and connection, so that no write waits for the
+//! disk's `fsync`.
 //!
 //! rusqlite rather than sqlx here: sqlx-sqlite sends every statement to its
 //! connection's thread and waits for the answer, and its pool pings a connection
@@ -27,6 +29,9 @@ const MAX_BATCH: usize = 256;
 
 /// A write waiting for its turn.
 trait Job: Send {
+    /// True when the work writes with one statement at most: SQLite undoes a failed
+    /// statement by itself, so it needs no savepoint of its own.
+    fn single_statement(&self) -> bool;
     /// Run inside the batch's transaction; false when it failed (its result is the
     /// error, and its savepoint is rolled back).
     fn run(&mut self, conn: &Connection) -> bool;
@@ -36,6 +41,7 @@ trait Job: Send {
 
 struct Pending<F, R> {
     work: Option<F>,
+    single_statement: bool,
     result: Option<rusqlite::Result<R>>,
     reply: oneshot::Sender<Result<R, LedgerError>>,
 }
@@ -45,6 +51,10 @@ where
     F: FnOnce(&Connection) -> rusqlite::Result<R> + Send,
     R: Send,
 {
+    fn single_statement(&self) -> bool {
+        self.single_statement
+    }
+
     fn run(&mut self, conn: &Connection) -> bool {
         let result = self.work.take().map(|work| work(conn));
         let ok = matches!(result, Some(Ok(_)));
@@ -84,18 +94,39 @@ impl Writer {
         conn.busy_timeout(Duration::from_secs(5))
             .and_then(|_| {
                 // WAL with NORMAL: a commit survives a crash of the process; only a
-                // power loss may lose the last transactions.
-                conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;")
+                // power loss may lose the last transactions. The writer does not
+                // checkpoint after its commits: `checkpoints` does, on a thread of its
+                // own. A WAL that grew past 64 MiB is cut back when it starts over.
+                conn.execute_batch(
+                    "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
+                     PRAGMA wal_autocheckpoint = 0; PRAGMA journal_size_limit = 67108864;",
+                )
             })
             .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
         conn.set_prepared_statement_cache_capacity(64);
+        let checkpointer = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .and_then(|c| {
+            c.busy_timeout(Duration::from_secs(5))?;
+            c.execute_batch("PRAGMA synchronous = NORMAL; PRAGMA wal_autocheckpoint = 0;")?;
+            Ok(c)
+        })
+        .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
         let (jobs, queue) = mpsc::channel();
         let batches = std::sync::Arc::default();
         let counted = std::sync::Arc::clone(&batches);
+        let wal = std::sync::Arc::new(WalState::default());
+        let written = std::sync::Arc::clone(&wal);
         std::thread::Builder::new()
             .name("ledger-writer".into())
-            .spawn(move || serve(&conn, &queue, &counted))
+            .spawn(move || serve(&conn, &queue, &counted, &written))
             .map_err(|e| format!("cannot start the ledger writer: {e}"))?;
+        std::thread::Builder::new()
+            .name("ledger-checkpoint".into())
+            .spawn(move || checkpoints(&checkpointer, &wal))
+            .map_err(|e| format!("cannot start the ledger checkpointer: {e}"))?;
         Ok(Self { jobs, batches })
     }
 
@@ -105,8 +136,32 @@ impl Writer {
         self.batches.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Run `work` in the next transaction; its result once that is committed.
+    /// Run `work` in the next transaction, in a savepoint of its own (a failure
+    /// undoes all it wrote and nothing else); its result once that is committed.
+    /// For work that writes with several statements; every write of the ledger now
+    /// is one statement ([`Writer::run_single`]), so only tests use it.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(super) async fn run<R, F>(&self, work: F) -> Result<R, LedgerError>
+    where
+        F: FnOnce(&Connection) -> rusqlite::Result<R> + Send + 'static,
+        R: Send + 'static,
+    {
+        self.queue(work, false).await
+    }
+
+    /// [`Writer::run`] for work that writes with one statement at most (and reads
+    /// with any number): SQLite makes a statement atomic, so a failed one is undone
+    /// without a savepoint around it, which saves two statements per write and the
+    /// copy of every page it touches into the savepoint's journal.
+    pub(super) async fn run_single<R, F>(&self, work: F) -> Result<R, LedgerError>
+    where
+        F: FnOnce(&Connection) -> rusqlite::Result<R> + Send + 'static,
+        R: Send + 'static,
+    {
+        self.queue(work, true).await
+    }
+
+    async fn queue<R, F>(&self, work: F, single_statement: bool) -> Result<R, LedgerError>
     where
         F: FnOnce(&Connection) -> rusqlite::Result<R> + Send + 'static,
         R: Send + 'static,
@@ -114,6 +169,7 @@ impl Writer {
         let (reply, answer) = oneshot::channel();
         let job = Pending {
             work: Some(work),
+            single_statement,
             result: None,
             reply,
         };
@@ -128,7 +184,7 @@ impl Writer {
         sql: &'static str,
         args: Vec<Value>,
     ) -> Result<usize, LedgerError> {
-        self.run(move |conn| bind(conn, sql, &args)?.raw_execute())
+        self.run_single(move |conn| bind(conn, sql, &args)?.raw_execute())
             .await
     }
 
@@ -138,7 +194,7 @@ impl Writer {
         sql: &'static str,
         args: Vec<Value>,
     ) -> Result<Vec<TaskRecord>, LedgerError> {
-        self.run(move |conn| {
+        self.run_single(move |conn| {
             let mut stmt = bind(conn, sql, &args)?;
             let mut rows = stmt.raw_query();
             let mut out = Vec::new();
@@ -206,10 +262,59 @@ impl<T: SqliteValue> SqliteValue for Option<T> {
     }
 }
 
+/// What the writer and the checkpointer tell each other.
+#[derive(Default)]
+struct WalState {
+    /// Set by the writer after a commit, taken by the checkpointer.
+    committed: std::sync::Mutex<bool>,
+    nudge: std::sync::Condvar,
+    /// Frames in the WAL at the last checkpoint: the writer resets a WAL that
+    /// checkpoints could not (writes never paused long enough).
+    frames: std::sync::atomic::AtomicI64,
+    /// The writer stopped (the ledger was dropped): so does the checkpointer.
+    stopped: std::sync::atomic::AtomicBool,
+}
+
+/// Pause between two checkpoints: each copies what was committed meanwhile.
+const CHECKPOINT_EVERY: Duration = Duration::from_millis(250);
+/// A WAL longer than this (frames of 4 KiB) is reset by the writer itself, between
+/// two batches, waiting for the checkpoint.
+const MAX_WAL_FRAMES: i64 = 50_000;
+
+/// The checkpoints, on a thread and connection of their own: a checkpoint writes the
+/// WAL's pages into the database and waits for both files to reach the disk
+/// (`fsync`, tens of milliseconds on a busy disk). On the writer, as SQLite does by
+/// default, every write queued meanwhile waited too. A passive checkpoint takes no
+/// lock the writer needs.
+fn checkpoints(conn: &Connection, wal: &WalState) {
+    loop {
+        {
+            let mut committed = wal.committed.lock().unwrap_or_else(|e| e.into_inner());
+            while !*committed {
+                if wal.stopped.load(std::sync::atomic::Ordering::Relaxed) {
+                    return;
+                }
+                committed = wal.nudge.wait(committed).unwrap_or_else(|e| e.into_inner());
+            }
+            *committed = false;
+        }
+        match conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| {
+            row.get::<_, i64>(1)
+        }) {
+            Ok(frames) => wal
+                .frames
+                .store(frames, std::sync::atomic::Ordering::Relaxed),
+            Err(e) => tracing::warn!(error = %e, "ledger checkpoint failed"),
+        }
+        std::thread::sleep(CHECKPOINT_EVERY);
+    }
+}
+
 fn serve(
     conn: &Connection,
     queue: &mpsc::Receiver<Box<dyn Job>>,
     batches: &std::sync::atomic::AtomicU64,
+    wal: &WalState,
 ) {
     while let Ok(first) = queue.recv() {
         let mut batch = vec![first];
@@ -224,11 +329,32 @@ fn serve(
         for job in batch {
             job.answer(failed.as_deref());
         }
+        *wal.committed.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        wal.nudge.notify_one();
+        if wal.frames.load(std::sync::atomic::Ordering::Relaxed) > MAX_WAL_FRAMES {
+            // The checkpoints never caught up with the commits: wait for one that
+            // does, and start the WAL over.
+            match conn.query_row("PRAGMA wal_checkpoint(RESTART)", [], |row| {
+                row.get::<_, i64>(1)
+            }) {
+                // Started over at the next commit.
+                Ok(_) => wal.frames.store(0, std::sync::atomic::Ordering::Relaxed),
+                Err(e) => tracing::warn!(error = %e, "ledger checkpoint failed"),
+            }
+        }
     }
+    {
+        // Under the lock the checkpointer waits with: it cannot miss the wake-up.
+        let _committed = wal.committed.lock().unwrap_or_else(|e| e.into_inner());
+        wal.stopped
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+    wal.nudge.notify_one();
 }
 
-/// Run the batch in one transaction, each write in a savepoint so that one that
-/// fails takes nothing of the others with it.
+/// Run the batch in one transaction, each write in a savepoint (or, for one
+/// statement, in that statement's own atomicity) so that one that fails takes
+/// nothing of the others with it.
 fn commit(conn: &Connection, batch: &mut [Box<dyn Job>]) -> rusqlite::Result<()> {
     exec(conn, "BEGIN IMMEDIATE")?;
     let done = run_all(conn, batch).and_then(|()| exec(conn, "COMMIT"));
@@ -245,8 +371,11 @@ fn exec(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
 fn run_all(conn: &Connection, batch: &mut [Box<dyn Job>]) -> rusqlite::Result<()> {
     let exec = |sql: &str| exec(conn, sql);
     for job in batch.iter_mut() {
-        exec("SAVEPOINT write")?;
-        if !job.run(conn) && !conn.is_autocommit() {
+        let savepoint = !job.single_statement();
+        if savepoint {
+            exec("SAVEPOINT write")?;
+        }
+        if !job.run(conn) && savepoint && !conn.is_autocommit() {
             exec("ROLLBACK TO write")?;
         }
         if conn.is_autocommit() {
@@ -257,7 +386,9 @@ fn run_all(conn: &Connection, batch: &mut [Box<dyn Job>]) -> rusqlite::Result<()
                 Some("the transaction was rolled back".into()),
             ));
         }
-        exec("RELEASE write")?;
+        if savepoint {
+            exec("RELEASE write")?;
+        }
     }
     Ok(())
 }
