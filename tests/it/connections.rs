@@ -172,11 +172,12 @@ async fn each_worker_keeps_its_own_upstream_connections() {
         ))
         .family(crate::support::family("f", &["one"], &["m1"]));
     let gw = Gateway::start(routes).await;
-    let body = json!({"model": "m1", "prompt": "p"});
     let mut peers = Vec::new();
-    for client in [gw.client(), gw.client()] {
+    for _ in 0..2 {
+        // One keep-alive connection per client, opened here: no client pool between.
+        let mut conn = TcpStream::connect(gw.addr).await.unwrap();
         for _ in 0..3 {
-            client.submit_id(MODEL_CENTER, DEMO, &body).await;
+            submit_over(&mut conn).await;
         }
         let seen = fake.take();
         assert_eq!(seen.len(), 3);
@@ -201,10 +202,23 @@ async fn each_worker_keeps_its_own_upstream_connections() {
         ))
         .family(crate::support::family("f", &["one"], &["m1"]));
     let gw = Gateway::start(one).await;
-    for client in [gw.client(), gw.client()] {
-        client.submit_id(MODEL_CENTER, DEMO, &body).await;
+    for _ in 0..2 {
+        let mut conn = TcpStream::connect(gw.addr).await.unwrap();
+        submit_over(&mut conn).await;
     }
     let seen = fake.take();
     assert_eq!(seen.len(), 2);
     assert_eq!(seen[0].peer, seen[1].peer);
+}
+
+/// One submit over `conn`, kept alive.
+async fn submit_over(conn: &mut TcpStream) {
+    let body = json!({"model": "m1", "prompt": "p"}).to_string();
+    let request = format!(
+        "POST {MODEL_CENTER} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {DEMO}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    conn.write_all(request.as_bytes()).await.unwrap();
+    let (status, answer) = read_response(conn).await;
+    assert_eq!(status, 200, "{answer}");
 }

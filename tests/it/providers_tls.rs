@@ -17,7 +17,10 @@ async fn https_upstream_with_an_extra_ca_over_http2_and_http1() {
     let untrusted = Fake::start_tls(untrusted_certs.server_config(&[b"h2"])).await;
 
     let base = |fake: &Fake| format!("https://localhost:{}/api", fake.addr.port());
+    // One worker: the pooled connection reused below is that worker's, whichever
+    // connection of the test's client each request comes on.
     let routes = Routes::new()
+        .server("workers = 1")
         .provider(tasks_provider("h2", &base(&h2), "ca_file = \"ca.pem\""))
         .provider(tasks_provider("h1", &base(&h1), "ca_file = \"ca1.pem\""))
         .provider(tasks_provider("untrusted", &base(&untrusted), ""))
