@@ -144,7 +144,7 @@ async fn ask(
     let fetched = OnceLock::new();
     let state = gateway
         .cache
-        .get_or_fetch(key.clone(), async {
+        .get_or_fetch(key.clone(), || async {
             let (state, _) = provider.query(call, upstream_id).await?;
             let _ = fetched.set(());
             if state.status.is_terminal() {

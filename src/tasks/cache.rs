@@ -128,27 +128,33 @@ impl TaskCache {
     }
 
     /// The cached state, or the result of `fetch` (run once for concurrent callers).
-    /// Errors are not cached: the next query asks the upstream again.
-    pub async fn get_or_fetch<F>(&self, key: Arc<str>, fetch: F) -> Result<Arc<TaskState>, ApiError>
+    /// Errors are not cached: the next query asks the upstream again. `fetch` makes
+    /// its future only on a miss, so a hit never carries it.
+    pub async fn get_or_fetch<F, Fut>(
+        &self,
+        key: Arc<str>,
+        fetch: F,
+    ) -> Result<Arc<TaskState>, ApiError>
     where
-        F: Future<Output = Result<TaskState, ApiError>>,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<TaskState, ApiError>>,
     {
         if let Some(entry) = self.cache.get(&key).await {
             self.stats.hits.inc();
             return Ok(entry.state);
         }
         let ran = std::sync::atomic::AtomicBool::new(false);
-        let result = self
-            .cache
-            .try_get_with(key, async {
-                ran.store(true, Ordering::Relaxed);
-                // Whoever produced the state, the cache keeps its content, not the
-                // room it was built in.
-                fetch.await.map(|state| Entry {
-                    state: Arc::new(state.compact()),
-                })
+        // Boxed: moka's coalescing future is several KiB, and a hit (above) should
+        // not make every query's future that large.
+        let result = Box::pin(self.cache.try_get_with(key, async {
+            ran.store(true, Ordering::Relaxed);
+            // Whoever produced the state, the cache keeps its content, not the
+            // room it was built in.
+            fetch().await.map(|state| Entry {
+                state: Arc::new(state.compact()),
             })
-            .await;
+        }))
+        .await;
         // A caller that waited on another's fetch was served without upstream traffic.
         let counter = if ran.load(Ordering::Relaxed) {
             &self.stats.misses
@@ -195,10 +201,9 @@ mod tests {
             Ok(state(TaskStatus::Processing))
         };
         let key = TaskCache::key("p", "1");
-        let results = futures_util::future::join_all(
-            (0..20).map(|_| cache.get_or_fetch(key.clone(), fetch())),
-        )
-        .await;
+        let results =
+            futures_util::future::join_all((0..20).map(|_| cache.get_or_fetch(key.clone(), fetch)))
+                .await;
         assert!(
             results
                 .iter()
@@ -224,7 +229,7 @@ mod tests {
             let cache = &cache;
             async move {
                 cache
-                    .get_or_fetch(key, async move {
+                    .get_or_fetch(key, || async move {
                         calls.fetch_add(1, Ordering::SeqCst);
                         Ok(state(s))
                     })
@@ -264,7 +269,10 @@ mod tests {
         for n in 0..200 {
             let key = TaskCache::key("p", &format!("id-{n:04}"));
             let state = big.clone();
-            cache.get_or_fetch(key, async { Ok(state) }).await.unwrap();
+            cache
+                .get_or_fetch(key, || async { Ok(state) })
+                .await
+                .unwrap();
         }
         let held = cache.weighted_size().await;
         assert!(held <= limits.bytes, "{held} bytes held");
@@ -279,7 +287,7 @@ mod tests {
         for n in 0..3000 {
             let key = TaskCache::key("p", &format!("{n}"));
             small
-                .get_or_fetch(key, async { Ok(state(TaskStatus::Failed)) })
+                .get_or_fetch(key, || async { Ok(state(TaskStatus::Failed)) })
                 .await
                 .unwrap();
         }
@@ -316,7 +324,7 @@ mod tests {
         assert!(weight("p\0big", &state) > 1 << 20, "the room is weighed");
         let key = TaskCache::key("p", "big");
         cache
-            .get_or_fetch(key.clone(), async { Ok(state) })
+            .get_or_fetch(key.clone(), || async { Ok(state) })
             .await
             .unwrap();
         let kept = cache.peek(&key).await.expect("kept");
@@ -336,14 +344,14 @@ mod tests {
         );
         let key = TaskCache::key("p", "x");
         let e = cache
-            .get_or_fetch(key.clone(), async {
+            .get_or_fetch(key.clone(), || async {
                 Err(ApiError::upstream_timeout("query"))
             })
             .await
             .unwrap_err();
         assert_eq!(e.status, 504);
         let ok = cache
-            .get_or_fetch(key, async { Ok(state(TaskStatus::Completed)) })
+            .get_or_fetch(key, || async { Ok(state(TaskStatus::Completed)) })
             .await
             .unwrap();
         assert_eq!(ok.status, TaskStatus::Completed);

@@ -73,7 +73,7 @@ impl<'s> OpenTask<'s> {
         let key = self.cache_key();
         let state = gateway
             .cache
-            .get_or_fetch(key.clone(), async {
+            .get_or_fetch(key.clone(), || async {
                 let (state, took) = self.provider.query(self.call(), &task.upstream_id).await?;
                 let _ = upstream_time.set(took);
                 if state.status.is_terminal() {

@@ -100,13 +100,19 @@ impl std::fmt::Debug for Ledger {
     }
 }
 
+// sqlx's futures are large (a PostgreSQL transaction's, several KiB): held inline,
+// they would grow every request future that might await them, and every request
+// would allocate and copy that much whether it reaches the ledger or not. So what
+// goes through sqlx is boxed where it is awaited; the SQLite writer's own futures
+// are small and stay inline.
+
 /// The same reading statements on either engine: `$pool` is the engine's pool (on
 /// SQLite, the readers).
 macro_rules! on_db {
     ($ledger:expr, read $pool:ident => $body:expr) => {
         match &$ledger.db {
-            Db::Sqlite { reader: $pool, .. } => $body,
-            Db::Postgres($pool) => $body,
+            Db::Sqlite { reader: $pool, .. } => Box::pin(async { $body }).await,
+            Db::Postgres($pool) => Box::pin(async { $body }).await,
         }
     };
 }
@@ -119,8 +125,7 @@ macro_rules! exec {
             Db::Sqlite { writer, .. } => {
                 writer.execute($sql, vec![$(SqliteValue::value($arg)),*]).await
             }
-            Db::Postgres(pool) => sqlx::query($sql)$(.bind($arg))*
-                .execute(pool)
+            Db::Postgres(pool) => Box::pin(sqlx::query($sql)$(.bind($arg))*.execute(pool))
                 .await
                 .map(|done| done.rows_affected() as usize)
                 .map_err(LedgerError::from),
@@ -135,8 +140,7 @@ macro_rules! records {
             Db::Sqlite { writer, .. } => {
                 writer.records($sqlite, vec![$(SqliteValue::value($arg)),*]).await
             }
-            Db::Postgres(pool) => sqlx::query_as($postgres)$(.bind($arg))*
-                .fetch_all(pool)
+            Db::Postgres(pool) => Box::pin(sqlx::query_as($postgres)$(.bind($arg))*.fetch_all(pool))
                 .await
                 .map_err(LedgerError::from),
         }
@@ -204,25 +208,9 @@ impl Ledger {
                     .await
             }
             Db::Postgres(pool) if new.quota.is_some() => {
-                admit_postgres_quota(pool, new, now, day_start).await
+                Box::pin(admit_postgres_quota(pool, new, now, day_start)).await
             }
-            Db::Postgres(pool) => loop {
-                // Without a quota one statement suffices: the insert takes the
-                // idempotency key, or finds it taken.
-                let row: Option<i64> = insert_query(new, now).fetch_optional(pool).await?;
-                if let Some(row) = row {
-                    break Ok(Admission::Fresh(row));
-                }
-                let seen: Option<TaskRecord> = sqlx::query_as(record::SELECT_BY_IDEMPOTENCY)
-                    .bind(new.owner)
-                    .bind(new.idempotency_key)
-                    .fetch_optional(pool)
-                    .await?;
-                if let Some(seen) = seen {
-                    break Ok(Admission::seen(seen, &new.fingerprint));
-                }
-                // The key was released between the two statements: try again.
-            },
+            Db::Postgres(pool) => Box::pin(admit_postgres(pool, new, now)).await,
         }
     }
 
@@ -671,6 +659,30 @@ async fn admit_postgres_quota(
         Some(admission) => Ok(admission),
         // Another request took the key between our look and our insert.
         None => Box::pin(admit_postgres_quota(pool, new, now, day_start)).await,
+    }
+}
+
+/// Admission on PostgreSQL without a quota: one statement suffices, since the insert
+/// takes the idempotency key or finds it taken.
+async fn admit_postgres(
+    pool: &PgPool,
+    new: &NewTask<'_>,
+    now: i64,
+) -> Result<Admission, LedgerError> {
+    loop {
+        let row: Option<i64> = insert_query(new, now).fetch_optional(pool).await?;
+        if let Some(row) = row {
+            return Ok(Admission::Fresh(row));
+        }
+        let seen: Option<TaskRecord> = sqlx::query_as(record::SELECT_BY_IDEMPOTENCY)
+            .bind(new.owner)
+            .bind(new.idempotency_key)
+            .fetch_optional(pool)
+            .await?;
+        if let Some(seen) = seen {
+            return Ok(Admission::seen(seen, &new.fingerprint));
+        }
+        // The key was released between the two statements: try again.
     }
 }
 
