@@ -61,6 +61,10 @@ pub struct Jq {
     /// The output of a program that is a plain string literal (most `path`s): known
     /// at load, so no request runs it.
     constant: Option<String>,
+    /// The keys of a program that only reads a field (`.id`, `.data.status`, what
+    /// most answers are read with): followed here on objects and nulls, where jq's
+    /// result is plain; anything else is left to jaq, errors included.
+    fields: Option<Vec<bytes::Bytes>>,
 }
 
 impl std::fmt::Debug for Jq {
@@ -106,6 +110,7 @@ impl Jq {
             filter,
             source: code.to_owned(),
             constant,
+            fields: field_path(code),
         })
     }
 
@@ -128,6 +133,14 @@ impl Jq {
         if let Some(constant) = &self.constant {
             return Ok(Some(Val::from(constant.clone())));
         }
+        if let Some(found) = self.fields.as_deref().and_then(|keys| follow(&input, keys)) {
+            return Ok(Some(found));
+        }
+        self.run(input, vars)
+    }
+
+    /// Run by jaq.
+    fn run(&self, input: Val, vars: &JqVars) -> Result<Option<Val>, String> {
         let ctx = Ctx::<Data>::new(&self.filter.lut, Vars::new(vars.values.iter().cloned()));
         match self.filter.id.run((ctx, input)).next() {
             None => Ok(None),
@@ -148,6 +161,90 @@ impl Jq {
         Ok(self
             .first(input, vars)?
             .map_or(Value::Null, |v| to_json(&v)))
+    }
+}
+
+/// The keys of a program of the form `.a.b.c` (identifiers only), if it is one.
+fn field_path(code: &str) -> Option<Vec<bytes::Bytes>> {
+    let code = code.trim().strip_prefix('.')?;
+    code.split('.')
+        .map(|key| {
+            let mut chars = key.chars();
+            let first = chars.next()?;
+            let ident = (first.is_ascii_alphabetic() || first == '_')
+                && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+            ident.then(|| bytes::Bytes::copy_from_slice(key.as_bytes()))
+        })
+        .collect()
+}
+
+/// `.k1.k2…` on `input` where jq's answer is plain: an object gives its field (or
+/// null), null gives null. `None` when some step is neither, for jaq to answer.
+fn follow(input: &Val, keys: &[bytes::Bytes]) -> Option<Val> {
+    let mut at = input;
+    for key in keys {
+        match at {
+            Val::Obj(fields) => {
+                let key = Val::TStr(Box::new(key.clone()));
+                match fields.get(&key) {
+                    Some(v) => at = v,
+                    None => return Some(Val::Null),
+                }
+            }
+            Val::Null => return Some(Val::Null),
+            _ => return None,
+        }
+    }
+    Some(at.clone())
+}
+
+/// A jq value as JSON text: what `to_json` and then serde_json would write (the same
+/// conversions, object keys in order), without building the `serde_json::Value`.
+pub fn write_json(v: &Val) -> Vec<u8> {
+    serde_json::to_vec(&AsJson(v)).unwrap_or_default()
+}
+
+struct AsJson<'a>(&'a Val);
+
+impl serde::Serialize for AsJson<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{SerializeMap, SerializeSeq};
+        match self.0 {
+            Val::Null => s.serialize_unit(),
+            Val::Bool(b) => s.serialize_bool(*b),
+            Val::Num(n) => num_to_json(n).serialize(s),
+            Val::TStr(b) | Val::BStr(b) => s.serialize_str(&String::from_utf8_lossy(b)),
+            Val::Arr(a) => {
+                let mut seq = s.serialize_seq(Some(a.len()))?;
+                for v in a.iter() {
+                    seq.serialize_element(&AsJson(v))?;
+                }
+                seq.end()
+            }
+            Val::Obj(o) => {
+                // As a serde_json map would hold them: sorted by key, the last of
+                // equal keys kept.
+                let mut fields: Vec<(std::borrow::Cow<'_, str>, &Val)> = o
+                    .iter()
+                    .map(|(k, v)| {
+                        let key = match k {
+                            Val::TStr(b) | Val::BStr(b) => String::from_utf8_lossy(b),
+                            other => other.to_string().into(),
+                        };
+                        (key, v)
+                    })
+                    .collect();
+                fields.sort_by(|a, b| a.0.cmp(&b.0));
+                let mut map = s.serialize_map(None)?;
+                for (i, (k, v)) in fields.iter().enumerate() {
+                    if fields.get(i + 1).is_some_and(|next| next.0 == *k) {
+                        continue;
+                    }
+                    map.serialize_entry(k, &AsJson(v))?;
+                }
+                map.end()
+            }
+        }
     }
 }
 
@@ -412,6 +509,75 @@ mod tests {
                 .unwrap(),
             "/tasks/t1"
         );
+    }
+
+    /// JSON values with a few repeated keys, so that paths often hit.
+    fn any_json() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>().prop_map(Value::from),
+            "\\PC{0,12}".prop_map(Value::from),
+        ];
+        leaf.prop_recursive(4, 32, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..5).prop_map(Value::Array),
+                prop::collection::btree_map("[abi_]{1,2}|id|data", inner, 0..5)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn field_programs_answer_as_jaq_does(value in any_json()) {
+            for code in [".a", ".id", ".data.id", ".a.b.i", " .data.a "] {
+                let jq = Jq::compile(code).unwrap();
+                proptest::prop_assert!(jq.fields.is_some(), "{}", code);
+                let ours = jq.first(from_json(&value), &vars());
+                let jaqs = jq.run(from_json(&value), &vars());
+                let shown = |r: Result<Option<Val>, String>| r.map(|v| v.map(|v| to_json(&v)));
+                proptest::prop_assert_eq!(shown(ours), shown(jaqs), "{} on {}", code, value);
+            }
+        }
+
+        #[test]
+        fn written_json_is_what_serde_json_writes(value in any_json()) {
+            let v = from_json(&value);
+            let expected = serde_json::to_vec(&to_json(&v)).unwrap();
+            proptest::prop_assert_eq!(write_json(&v), expected);
+        }
+    }
+
+    #[test]
+    fn only_plain_field_reads_take_the_short_way() {
+        for code in [
+            ".", ".a[0]", ".a?", ".\"a b\"", "..", ".a | .b", ".1a", ".a.", "$id",
+        ] {
+            if let Ok(jq) = Jq::compile(code) {
+                assert!(jq.fields.is_none(), "{code}");
+            }
+        }
+    }
+
+    #[test]
+    fn values_json_has_no_word_for_are_written_as_to_json_writes_them() {
+        for code in [
+            "[nan, infinite, -infinite]",
+            "{(1): 2, \"1\": 3, b: 1, a: {z: 1, y: [{}, []]}}",
+            "{(null): 1, (true): [1.5, 1e400]}",
+            "\"caf\\u00e9\\n\\u0001\"",
+        ] {
+            let v = Jq::compile(code)
+                .unwrap()
+                .run(Val::Null, &vars())
+                .unwrap()
+                .unwrap();
+            let expected = serde_json::to_vec(&to_json(&v)).unwrap();
+            assert_eq!(write_json(&v), expected, "{code}");
+        }
     }
 
     #[test]

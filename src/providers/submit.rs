@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use super::answer::{Refusal, Step};
 use super::client::Answer;
-use super::jq::{Jq, JqVars, from_json, parse, to_text};
+use super::jq::{Jq, JqVars, from_json, parse, to_text, write_json};
 use super::plan::RequestPlan;
 use super::{Call, Provider, header_map};
 use crate::config::{Scope, SubmitConfig};
@@ -121,20 +121,23 @@ impl Provider {
             Some(input.clone()),
         );
         let body = match &self.submit.body {
-            Some(jq) => jq.json(input.clone(), &vars).map_err(|e| {
-                let e = self.redactor.clean(&e);
-                ApiError::upstream_failed("submit", format!("`submit.body` failed: {e}"))
-            })?,
+            Some(jq) => match jq.first(input.clone(), &vars) {
+                Ok(out) => out.as_ref().map_or_else(|| b"null".to_vec(), write_json),
+                Err(e) => {
+                    let e = self.redactor.clean(&e);
+                    let msg = format!("`submit.body` failed: {e}");
+                    return Err(ApiError::upstream_failed("submit", msg));
+                }
+            },
             None => {
                 let mut with_model = serde_json::Map::new();
                 with_model.insert("model".into(), Value::from(call.upstream_model));
                 if let Value::Object(p) = params {
                     with_model.extend(p.iter().map(|(k, v)| (k.clone(), v.clone())));
                 }
-                Value::Object(with_model)
+                serde_json::to_vec(&with_model).unwrap_or_default()
             }
         };
-        let body = serde_json::to_vec(&body).unwrap_or_default();
         self.submit
             .request
             .build(&self.origin, &input, &vars, Some(body))
