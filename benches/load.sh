@@ -10,7 +10,10 @@
 #                                   # holding IDLE_CONNS connections, nothing else run
 #   PROFILE=submit benches/load.sh  # where the gateway's CPU goes under the submit load
 #                                   # (perf; a build with line tables in target/profile);
-#                                   # PROFILE=query: queries of a finished task
+#                                   # PROFILE=query: queries of a finished task;
+#                                   # PROFILE=submit-sqlite: submits, ledger on SQLite;
+#                                   # PERF_CALLGRAPH=dwarf for call graphs through
+#                                   # code built without frame pointers (libc)
 #
 # Installs nginx and wrk with apt-get when missing (needs root), builds the release
 # binary and the two helpers in examples/ (fast_upstream, loadgen), and prints a
@@ -76,8 +79,11 @@ if [[ $ONLY == profile ]]; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq linux-perf >/dev/null
   }
-  # Line tables, so that perf names our functions; kept apart from the shipped build.
+  # Line tables, so that perf names our functions, and frame pointers, so that its
+  # call graphs (`perf report -G`) reach past our frames; kept apart from the shipped
+  # build.
   export CARGO_PROFILE_RELEASE_DEBUG=line-tables-only
+  export RUSTFLAGS="${RUSTFLAGS:-} -C force-frame-pointers=yes"
   export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target/profile}
 fi
 log "building (release)"
@@ -322,16 +328,20 @@ run_wrk() { # $1 = conns, $2 = script, $3 = url
 # perf samples the gateway (on-CPU, every thread) while wrk drives one load; the
 # report lists the functions that took the most of its CPU, by themselves.
 if [[ $ONLY == profile ]]; then
+  if [[ $PROFILE == submit-sqlite ]]; then
+    MG_ADDR=$(start_gateway mediagate-sqlite "$POLL_TTL_MS" "sqlite://$WORK/ledger.db")
+    MG_PID=$(cat "$WORK/mediagate-sqlite.pid")
+  fi
   case $PROFILE in
-    submit) PROFILE_ARGS=(-s "$WORK/submit.lua" "http://$MG_ADDR$TASKS") ;;
+    submit|submit-sqlite) PROFILE_ARGS=(-s "$WORK/submit.lua" "http://$MG_ADDR$TASKS") ;;
     query) # a task the fast upstream reports finished (created in 1970)
       FINISHED=$($LOADGEN seal --secret "$SECRET" --provider fast \
         --upstream-id sim-1000-vo-000000000000 --model "$MODEL" --owner bench)
       PROFILE_ARGS=(-s "$WORK/get.lua" "http://$MG_ADDR$TASKS/$FINISHED") ;;
-    *) echo "PROFILE is submit or query" >&2; exit 2 ;;
+    *) echo "PROFILE is submit, submit-sqlite or query" >&2; exit 2 ;;
   esac
   log "profiling: $PROFILE (${DURATION} s)"
-  perf record -F 999 -g -p "$MG_PID" -o "$WORK/perf.data" -- sleep "$DURATION" 2>"$WORK/perf.log" &
+  perf record -F 999 --call-graph "${PERF_CALLGRAPH:-fp}" -p "$MG_PID" -o "$WORK/perf.data" -- sleep "$DURATION" 2>"$WORK/perf.log" &
   PERF_PID=$!
   wrk -t2 -c"$CONNS" -d"${DURATION}s" --latency "${PROFILE_ARGS[@]}" >"$WORK/profile-wrk.txt" 2>&1
   wait "$PERF_PID"
