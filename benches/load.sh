@@ -6,6 +6,8 @@
 #   DURATION=5 benches/load.sh      # shorter runs
 #   ONLY=ledger benches/load.sh     # only the ledger's cost (no nginx), ~1 minute
 #   MEDIAGATE=path/to/mediagate ONLY=ledger benches/load.sh   # another build, to compare
+#   LEDGER_DIR=/dev/shm ONLY=ledger benches/load.sh   # the SQLite ledger on tmpfs: its
+#                                   # cost without the disk's (default: a /tmp directory)
 #   ONLY=memory benches/load.sh     # only the memory section (a minute): RSS idle and
 #                                   # holding IDLE_CONNS connections, nothing else run
 #   PROFILE=submit benches/load.sh  # where the gateway's CPU goes under the submit load
@@ -46,6 +48,10 @@ LAT_REPEAT=${LAT_REPEAT:-3}    # constant-rate runs per cell (median reported)
 OUT=target/load
 mkdir -p "$OUT"
 WORK=$(mktemp -d /tmp/mediagate-load.XXXXXX)
+# Where the SQLite ledger is written: the file system decides much of its cost
+# (LEDGER_DIR=/dev/shm shows the ledger without the disk's).
+LEDGER_DIR=${LEDGER_DIR:-$WORK}
+LEDGER_DB=$(mktemp -u "$LEDGER_DIR/mediagate-ledger.XXXXXX").db
 KEY=sk-bench
 SECRET=bench-task-secret-of-at-least-32-characters-$$
 AUTH="Authorization: Bearer $KEY"
@@ -63,6 +69,8 @@ cleanup() {
   if [[ -f $WORK/nginx.pid ]]; then kill "$(cat "$WORK/nginx.pid")" 2>/dev/null || true; fi
   if [[ ${#PG_STOP[@]} -gt 0 ]]; then "${PG_STOP[@]}" >/dev/null 2>&1 || true; rm -rf "$PG_DIR"; fi
   wait 2>/dev/null || true
+  # A ledger written outside $WORK (LEDGER_DIR) is not left there.
+  [[ $LEDGER_DIR == "$WORK" ]] || rm -f "$LEDGER_DB" "$LEDGER_DB-wal" "$LEDGER_DB-shm"
 }
 trap cleanup EXIT
 
@@ -329,7 +337,7 @@ run_wrk() { # $1 = conns, $2 = script, $3 = url
 # report lists the functions that took the most of its CPU, by themselves.
 if [[ $ONLY == profile ]]; then
   if [[ $PROFILE == submit-sqlite ]]; then
-    MG_ADDR=$(start_gateway mediagate-sqlite "$POLL_TTL_MS" "sqlite://$WORK/ledger.db")
+    MG_ADDR=$(start_gateway mediagate-sqlite "$POLL_TTL_MS" "sqlite://$LEDGER_DB")
     MG_PID=$(cat "$WORK/mediagate-sqlite.pid")
   fi
   case $PROFILE in
@@ -485,7 +493,7 @@ ledger_cost() { # $1 = label, $2 = address
   LEDGER_ROWS+=("| $1 | ${t[0]} | ${t[4]} | $(ratio "${t[4]}" "$OFF_CPU") | ${t[3]} | ${l[0]} / ${l[1]} | $(( l[1] - OFF_P99 )) | ${l[2]} |")
 }
 ledger_cost "off" "$MG_ADDR"
-MGS_ADDR=$(start_gateway mediagate-sqlite "$POLL_TTL_MS" "sqlite://$WORK/ledger.db")
+MGS_ADDR=$(start_gateway mediagate-sqlite "$POLL_TTL_MS" "sqlite://$LEDGER_DB")
 ledger_cost "SQLite (WAL, synchronous=NORMAL)" "$MGS_ADDR"
 PG_BIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
 if [[ -n $PG_BIN ]]; then
@@ -563,6 +571,8 @@ fi # ONLY != ledger
   fi
   if [[ $ONLY != memory ]]; then
   echo "### The ledger's cost (submit; wrk -c$CONNS for throughput, $RATE req/s for latency)"
+  echo
+  echo "SQLite file in $LEDGER_DIR ($(df --output=fstype "$LEDGER_DIR" | tail -1), $(df --output=source "$LEDGER_DIR" | tail -1))."
   echo
   echo "| ledger | submit req/s | CPU µs/req | CPU vs off | errors | p50 / p99 µs at $RATE req/s | p99 added vs off | failed |"
   echo "|---|---|---|---|---|---|---|---|"

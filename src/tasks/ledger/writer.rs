@@ -99,7 +99,7 @@ impl Writer {
                 // own. The WAL file keeps its size when it starts over (it is cut back
                 // only past `WAL_SIZE_LIMIT`): commits then overwrite blocks the file
                 // system has already allocated, where a file cut short and grown again
-                // made every commit allocate (ext4: CPU, and stalls of milliseconds).
+                // made every commit allocate (on ext4, stalls of milliseconds).
                 conn.execute_batch(&format!(
                     "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
                      PRAGMA wal_autocheckpoint = 0; PRAGMA journal_size_limit = {WAL_SIZE_LIMIT};",
