@@ -284,10 +284,15 @@ const CHECKPOINT_EVERY: Duration = Duration::from_millis(250);
 /// two batches, waiting for the checkpoint.
 const MAX_WAL_FRAMES: i64 = 50_000;
 /// Bytes a WAL file may keep once it has started over: more than `MAX_WAL_FRAMES`
-/// frames (4,120 bytes each) and a batch beyond, so that a WAL reset by the writer
-/// keeps its blocks; only a WAL grown further (checkpoints held back by a long read)
-/// is cut back to this.
+/// frames and a batch beyond, so that a WAL reset by the writer keeps its blocks;
+/// only a WAL grown further (checkpoints held back by a long read) is cut back to
+/// this.
 const WAL_SIZE_LIMIT: i64 = 256 * 1024 * 1024;
+/// A WAL frame: a 4 KiB page and its 24-byte header.
+const WAL_FRAME_BYTES: i64 = 4096 + 24;
+// The limit stays above the largest WAL the writer lets grow (a full batch writing
+// up to 8 pages a write past `MAX_WAL_FRAMES`) if either of them is changed.
+const _: () = assert!(WAL_SIZE_LIMIT > (MAX_WAL_FRAMES + 8 * MAX_BATCH as i64) * WAL_FRAME_BYTES);
 
 /// The checkpoints, on a thread and connection of their own: a checkpoint writes the
 /// WAL's pages into the database and waits for both files to reach the disk
