@@ -1023,6 +1023,80 @@ mod tests {
         assert_eq!(l.count(State::Submitting).await.unwrap(), 1);
     }
 
+    fn handovers(l: &Ledger) -> u64 {
+        let Db::Sqlite { writer, .. } = &l.db else {
+            panic!("an SQLite ledger")
+        };
+        writer.handovers()
+    }
+
+    #[tokio::test]
+    async fn a_batch_is_answered_in_one_handover_per_serving_thread() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = Arc::new(ledger(&dir).await);
+        let workers = crate::workers::Workers::start(2).unwrap();
+        let (batches_before, handovers_before) = (batches(&l), handovers(&l));
+        let held = hold_writer(&l, Duration::from_millis(300));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut admits = Vec::new();
+        for n in 0..20 {
+            let l = l.clone();
+            admits.push(workers.next().spawn(async move {
+                let key = format!("k{n}");
+                l.admit(&new("a", Some(&key), "fp")).await.unwrap()
+            }));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        held.await.unwrap();
+        let mut rows = Vec::new();
+        for admit in admits {
+            match admit.await.unwrap() {
+                Admission::Fresh(row) => rows.push(row),
+                other => panic!("{other:?}"),
+            }
+        }
+        rows.sort_unstable();
+        rows.dedup();
+        assert_eq!(rows.len(), 20, "twenty rows, each answered with its own");
+        assert_eq!(
+            batches(&l) - batches_before,
+            2,
+            "the holding write's transaction, then one for the twenty admits"
+        );
+        assert_eq!(
+            handovers(&l) - handovers_before,
+            2,
+            "one per serving thread; the holding write (off the workers) answered directly"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_write_queued_by_a_stopped_serving_thread_is_still_committed() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = Arc::new(ledger(&dir).await);
+        let workers = crate::workers::Workers::start(1).unwrap();
+        let held = hold_writer(&l, Duration::from_millis(300));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        // Queued on the worker, which stops (its runtime and answering task gone)
+        // before the writer gets to the write.
+        let queued = {
+            let l = l.clone();
+            workers.next().spawn(async move {
+                l.admit(&new("a", Some("gone"), "fp")).await.unwrap();
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        drop(workers);
+        assert!(queued.await.unwrap_err().is_cancelled());
+        held.await.unwrap();
+        // The writer went on: the write stands, and the next one is answered.
+        assert!(matches!(
+            l.admit(&new("a", Some("gone"), "fp")).await.unwrap(),
+            Admission::InFlight(_)
+        ));
+        assert_eq!(l.count(State::Submitting).await.unwrap(), 1);
+    }
+
     #[tokio::test]
     async fn a_failed_write_takes_nothing_of_its_batch_with_it() {
         let dir = tempfile::tempdir().unwrap();

@@ -7,13 +7,20 @@
 //! checkpointed by a second thread and connection, so that no write waits for the
 //! disk's `fsync`.
 //!
+//! Answers go back in groups too: a write queued on a serving thread
+//! ([`crate::workers`]) is answered through a task on that thread, which gets the
+//! batch's answers for its thread at once. Waking a serving thread from another is a
+//! system call (its runtime's event fd) and, when it was idle, a context switch; per
+//! batch and thread rather than per write, that is one wake-up for many submits.
+//!
 //! rusqlite rather than sqlx here: sqlx-sqlite sends every statement to its
 //! connection's thread and waits for the answer, and its pool pings a connection
 //! when it is taken and again when it is given back, so a submit's two writes were
 //! eight thread hand-offs. Here a write is one hand-off to the thread and one answer.
 
+use std::cell::RefCell;
 use std::path::Path;
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
 use rusqlite::types::Value;
@@ -37,11 +44,58 @@ trait Job: Send {
     fn run(&mut self, conn: &Connection) -> bool;
     /// Hand the result over: the batch was committed, or `failed` says why not.
     fn answer(self: Box<Self>, failed: Option<&str>);
+    /// The serving thread to answer on, if it was queued on one.
+    fn home(&self) -> Option<&Home>;
+}
+
+/// Answers for one serving thread, handed over by its [`home`] task.
+type Home = tokio::sync::mpsc::UnboundedSender<Answers>;
+
+/// A batch's writes queued on one serving thread, and the batch's failure if any.
+struct Answers {
+    jobs: Vec<Box<dyn Job>>,
+    failed: Option<Arc<str>>,
+}
+
+impl Answers {
+    fn deliver(self) {
+        for job in self.jobs {
+            job.answer(self.failed.as_deref());
+        }
+    }
+}
+
+thread_local! {
+    /// This serving thread's answering task, started by its first write.
+    static HOME: RefCell<Option<Home>> = const { RefCell::new(None) };
+}
+
+/// The answering task of this thread, when it is a serving thread: its one runtime
+/// runs as long as the thread does. Elsewhere (the main runtime, tests, the command
+/// line) writes are answered one by one from the writer thread.
+fn home() -> Option<Home> {
+    crate::workers::current()?;
+    HOME.with(|home| {
+        let mut home = home.borrow_mut();
+        if let Some(tx) = home.as_ref().filter(|tx| !tx.is_closed()) {
+            return Some(tx.clone());
+        }
+        let runtime = tokio::runtime::Handle::try_current().ok()?;
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Answers>();
+        runtime.spawn(async move {
+            while let Some(answers) = rx.recv().await {
+                answers.deliver();
+            }
+        });
+        *home = Some(tx.clone());
+        Some(tx)
+    })
 }
 
 struct Pending<F, R> {
     work: Option<F>,
     single_statement: bool,
+    home: Option<Home>,
     result: Option<rusqlite::Result<R>>,
     reply: oneshot::Sender<Result<R, LedgerError>>,
 }
@@ -73,14 +127,27 @@ where
         // The caller may have gone (its request was cut short); the write stands.
         let _ = self.reply.send(answer);
     }
+
+    fn home(&self) -> Option<&Home> {
+        self.home.as_ref()
+    }
 }
 
 /// The queue into the writer thread.
 pub(super) struct Writer {
     jobs: mpsc::Sender<Box<dyn Job>>,
-    /// Transactions committed (or tried) so far; tests read it.
+    /// What the writer thread did so far; tests read it.
     #[cfg_attr(not(test), allow(dead_code))]
-    batches: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    counts: Arc<Counts>,
+}
+
+/// Counted by the writer thread.
+#[derive(Default)]
+struct Counts {
+    /// Transactions committed (or tried).
+    batches: std::sync::atomic::AtomicU64,
+    /// Groups of answers handed to a serving thread.
+    handovers: std::sync::atomic::AtomicU64,
 }
 
 impl Writer {
@@ -118,8 +185,8 @@ impl Writer {
         })
         .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
         let (jobs, queue) = mpsc::channel();
-        let batches = std::sync::Arc::default();
-        let counted = std::sync::Arc::clone(&batches);
+        let counts = Arc::<Counts>::default();
+        let counted = Arc::clone(&counts);
         let wal = std::sync::Arc::new(WalState::default());
         let written = std::sync::Arc::clone(&wal);
         std::thread::Builder::new()
@@ -130,13 +197,23 @@ impl Writer {
             .name("ledger-checkpoint".into())
             .spawn(move || checkpoints(&checkpointer, &wal))
             .map_err(|e| format!("cannot start the ledger checkpointer: {e}"))?;
-        Ok(Self { jobs, batches })
+        Ok(Self { jobs, counts })
     }
 
     /// Transactions run so far (each holding one or more writes).
     #[cfg(test)]
     pub(super) fn batches(&self) -> u64 {
-        self.batches.load(std::sync::atomic::Ordering::Relaxed)
+        self.counts
+            .batches
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Groups of answers handed to serving threads so far.
+    #[cfg(test)]
+    pub(super) fn handovers(&self) -> u64 {
+        self.counts
+            .handovers
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Run `work` in the next transaction, in a savepoint of its own (a failure
@@ -173,6 +250,7 @@ impl Writer {
         let job = Pending {
             work: Some(work),
             single_statement,
+            home: home(),
             result: None,
             reply,
         };
@@ -323,12 +401,7 @@ fn checkpoints(conn: &Connection, wal: &WalState) {
     }
 }
 
-fn serve(
-    conn: &Connection,
-    queue: &mpsc::Receiver<Box<dyn Job>>,
-    batches: &std::sync::atomic::AtomicU64,
-    wal: &WalState,
-) {
+fn serve(conn: &Connection, queue: &mpsc::Receiver<Box<dyn Job>>, counts: &Counts, wal: &WalState) {
     while let Ok(first) = queue.recv() {
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
@@ -337,11 +410,14 @@ fn serve(
                 Err(_) => break,
             }
         }
-        let failed = commit(conn, &mut batch).err().map(|e| e.to_string());
-        batches.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        for job in batch {
-            job.answer(failed.as_deref());
-        }
+        let failed: Option<Arc<str>> = commit(conn, &mut batch).err().map(|e| e.to_string().into());
+        counts
+            .batches
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let handovers = answer(batch, failed);
+        counts
+            .handovers
+            .fetch_add(handovers, std::sync::atomic::Ordering::Relaxed);
         *wal.committed.lock().unwrap_or_else(|e| e.into_inner()) = true;
         wal.nudge.notify_one();
         if wal.frames.load(std::sync::atomic::Ordering::Relaxed) > MAX_WAL_FRAMES {
@@ -363,6 +439,35 @@ fn serve(
             .store(true, std::sync::atomic::Ordering::Relaxed);
     }
     wal.nudge.notify_one();
+}
+
+/// Answer the batch's writes: those queued on a serving thread in one hand-over per
+/// thread, the others directly. The number of hand-overs.
+fn answer(batch: Vec<Box<dyn Job>>, failed: Option<Arc<str>>) -> u64 {
+    let mut homes: Vec<(Home, Vec<Box<dyn Job>>)> = Vec::new();
+    for job in batch {
+        let Some(home) = job.home() else {
+            job.answer(failed.as_deref());
+            continue;
+        };
+        match homes.iter_mut().find(|(h, _)| h.same_channel(home)) {
+            Some((_, jobs)) => jobs.push(job),
+            None => homes.push((home.clone(), vec![job])),
+        }
+    }
+    let handovers = homes.len() as u64;
+    for (home, jobs) in homes {
+        let answers = Answers {
+            jobs,
+            failed: failed.clone(),
+        };
+        // The thread's runtime stopped: its callers are gone, but the answers are
+        // still given (dropped by nobody waiting).
+        if let Err(returned) = home.send(answers) {
+            returned.0.deliver();
+        }
+    }
+    handovers
 }
 
 /// Run the batch in one transaction, each write in a savepoint (or, for one
