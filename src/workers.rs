@@ -9,6 +9,7 @@
 use std::cell::Cell;
 use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use tokio::runtime::Handle;
 use tokio_util::sync::CancellationToken;
@@ -16,6 +17,16 @@ use tokio_util::sync::CancellationToken;
 thread_local! {
     static WORKER: Cell<Option<usize>> = const { Cell::new(None) };
 }
+
+/// How far ahead each worker keeps a timer set. tokio's timer wakes its runtime
+/// (a write to the runtime's event fd, and one more turn of its loop) whenever a timer
+/// is set to expire before the earliest one the runtime went to sleep with, even from
+/// the runtime's own thread. A worker that went idle with only long timers (60 s
+/// header reads) then paid that for every request's upstream timeout (seconds): half
+/// a system call per submit with the ledger on. With a timer always due within this,
+/// no request's timeout (a second or more) comes first; it costs each worker a few
+/// wake-ups a second.
+const TIMER_ANCHOR: Duration = Duration::from_millis(250);
 
 /// The number of the worker this thread is, `None` on any other thread.
 pub fn current() -> Option<usize> {
@@ -64,7 +75,12 @@ impl Workers {
                 .spawn(move || {
                     WORKER.set(Some(n));
                     // A current-thread runtime runs its tasks only inside `block_on`.
-                    runtime.block_on(stopped.cancelled());
+                    runtime.block_on(async {
+                        tokio::select! {
+                            () = stopped.cancelled() => {}
+                            () = anchor_timers() => {}
+                        }
+                    });
                     runtime.shutdown_background();
                 })?;
             workers.handles.push(handle);
@@ -81,6 +97,13 @@ impl Workers {
     pub fn next(&self) -> &Handle {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         &self.handles[n % self.handles.len()]
+    }
+}
+
+/// Keep a timer due within [`TIMER_ANCHOR`], for ever.
+async fn anchor_timers() {
+    loop {
+        tokio::time::sleep(TIMER_ANCHOR).await;
     }
 }
 
