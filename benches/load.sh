@@ -13,6 +13,8 @@
 #   PROFILE=submit benches/load.sh  # where the gateway's CPU goes under the submit load
 #                                   # (perf; a build with line tables in target/profile);
 #                                   # PROFILE=query: queries of a finished task;
+#                                   # PROFILE=query-forwarded: of an unfinished one,
+#                                   # poll cache off (each query goes upstream);
 #                                   # PROFILE=submit-sqlite: submits, ledger on SQLite;
 #                                   # PERF_CALLGRAPH=dwarf for call graphs through
 #                                   # code built without frame pointers (libc)
@@ -39,7 +41,7 @@ STORM_TASKS=${STORM_TASKS:-100}
 IDLE_CONNS=${IDLE_CONNS:-10000}
 POLL_TTL_MS=${POLL_TTL_MS:-1000}
 ONLY=${ONLY:-all}              # all | ledger | memory
-PROFILE=${PROFILE:-}           # submit | query: profile that load, then stop
+PROFILE=${PROFILE:-}           # submit | submit-sqlite | query | query-forwarded: profile that load, then stop
 [[ -z $PROFILE ]] || ONLY=profile
 [[ $ONLY == all || $ONLY == ledger || $ONLY == memory || $ONLY == profile ]] \
   || { echo "ONLY is all, ledger or memory" >&2; exit 2; }
@@ -339,6 +341,9 @@ if [[ $ONLY == profile ]]; then
   if [[ $PROFILE == submit-sqlite ]]; then
     MG_ADDR=$(start_gateway mediagate-sqlite "$POLL_TTL_MS" "sqlite://$LEDGER_DB")
     MG_PID=$(cat "$WORK/mediagate-sqlite.pid")
+  elif [[ $PROFILE == query-forwarded ]]; then
+    MG_ADDR=$(start_gateway mediagate-nocache 0)
+    MG_PID=$(cat "$WORK/mediagate-nocache.pid")
   fi
   case $PROFILE in
     submit|submit-sqlite) PROFILE_ARGS=(-s "$WORK/submit.lua" "http://$MG_ADDR$TASKS") ;;
@@ -346,7 +351,11 @@ if [[ $ONLY == profile ]]; then
       FINISHED=$($LOADGEN seal --secret "$SECRET" --provider fast \
         --upstream-id sim-1000-vo-000000000000 --model "$MODEL" --owner bench)
       PROFILE_ARGS=(-s "$WORK/get.lua" "http://$MG_ADDR$TASKS/$FINISHED") ;;
-    *) echo "PROFILE is submit, submit-sqlite or query" >&2; exit 2 ;;
+    query-forwarded) # a task still queued upstream, each query forwarded (poll cache off)
+      UNFINISHED=$(curl -sf -X POST "http://$MG_ADDR$TASKS" -H "$AUTH" \
+        -H 'Content-Type: application/json' -d "$BODY" | sed 's/.*"id":"\([^"]*\)".*/\1/')
+      PROFILE_ARGS=(-s "$WORK/get.lua" "http://$MG_ADDR$TASKS/$UNFINISHED") ;;
+    *) echo "PROFILE is submit, submit-sqlite, query or query-forwarded" >&2; exit 2 ;;
   esac
   log "profiling: $PROFILE (${DURATION} s)"
   perf record -F 999 --call-graph "${PERF_CALLGRAPH:-fp}" -p "$MG_PID" -o "$WORK/perf.data" -- sleep "$DURATION" 2>"$WORK/perf.log" &
