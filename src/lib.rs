@@ -6,7 +6,7 @@
 //! room depending only on the ones listed before it:
 //!
 //! - [`response`], [`error`] (the error catalogue), [`metrics`], [`workers`] (the
-//!   serving threads): the foundation;
+//!   serving threads), [`log_output`] (log lines written in batches): the foundation;
 //! - [`tasks`]: task state and its public shape, sealed task ids, the results cache,
 //!   the ledger;
 //! - [`config`]: the routes.toml types, the problems collector, the secret reader;
@@ -30,6 +30,7 @@ pub mod config;
 pub mod edge;
 mod error;
 pub mod gateway;
+pub mod log_output;
 mod metrics;
 mod models;
 pub mod operator;

@@ -214,13 +214,10 @@ fn operator(
 }
 
 /// Log lines are formatted on the thread that logs and written by a thread of their
-/// own, in batches: workers never wait on each other for standard error's lock, nor
-/// make a system call per line. Nothing is dropped (a full queue makes the logger
-/// wait); the returned guard writes what is queued when it is dropped.
-fn init_logging(
-    path: &Path,
-    flag: Option<LogFormat>,
-) -> tracing_appender::non_blocking::WorkerGuard {
+/// own, in batches (`log_output`): workers never wait on each other for standard
+/// error's lock, nor make a system call per line. Nothing is dropped; the returned
+/// guard writes what is waiting when it is dropped.
+fn init_logging(path: &Path, flag: Option<LogFormat>) -> Option<mediagate::log_output::Flushed> {
     // The format is read before the full load so that load messages use it too.
     let format = flag.unwrap_or_else(|| {
         read_routes(path)
@@ -229,23 +226,29 @@ fn init_logging(
     });
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
-        .lossy(false)
-        .buffered_lines_limit(64 * 1024)
-        .thread_name("mediagate-log")
-        .finish(std::io::BufWriter::with_capacity(
-            64 * 1024,
-            std::io::stderr(),
-        ));
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(writer)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
-    match format {
-        LogFormat::Json => builder.json().flatten_event(true).init(),
-        LogFormat::Text => builder.init(),
+        .with_ansi(ansi);
+    match mediagate::log_output::start(std::io::stderr()) {
+        Ok((output, flushed)) => {
+            let builder = builder.with_writer(output);
+            match format {
+                LogFormat::Json => builder.json().flatten_event(true).init(),
+                LogFormat::Text => builder.init(),
+            }
+            Some(flushed)
+        }
+        // No thread for the log: lines go to standard error one by one.
+        Err(_) => {
+            let builder = builder.with_writer(std::io::stderr);
+            match format {
+                LogFormat::Json => builder.json().flatten_event(true).init(),
+                LogFormat::Text => builder.init(),
+            }
+            None
+        }
     }
-    guard
 }
 
 fn serve(path: &Path, log_format: Option<LogFormat>) -> ExitCode {
