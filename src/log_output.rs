@@ -5,19 +5,32 @@
 //! for a line and never wait for each other, and the writing thread wakes about a
 //! hundred times a second. (A queue read line by line, as before, woke it for most
 //! lines and made it spin between them.) Nothing is dropped: past [`MAX_LINES`]
-//! queued (standard error blocked), a thread that logs waits for room.
+//! queued (standard error blocked), a thread that logs waits for room; at exit the
+//! guard waits for what is queued, up to [`FLUSH_AT_EXIT`].
 
 use std::io::Write;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use crossbeam_channel::{Receiver, Sender, TryRecvError};
+use crossbeam_channel::{Receiver, Sender};
 
 /// How long lines are gathered after a write, before the next one.
 const GATHER: Duration = Duration::from_millis(10);
-/// Lines queued past which a thread that logs waits.
+/// Lines queued past which a thread that logs waits (and the most written at once).
 const MAX_LINES: usize = 64 * 1024;
+/// The longest the writing thread sleeps: a bound on what a missed wake-up could
+/// hold back (long in tests, so that a missed wake-up shows).
+const PARK_AT_MOST: Duration = if cfg!(test) {
+    Duration::from_secs(60)
+} else {
+    Duration::from_secs(1)
+};
+/// How long the guard waits, at exit, for what is queued to be written: standard
+/// error may be blocked for good (a stuck log collector), and the process must end.
+const FLUSH_AT_EXIT: Duration = Duration::from_secs(2);
+/// A batch buffer grown past this by a burst is given back after its write.
+const KEEP_BATCH_BYTES: usize = 1024 * 1024;
 
 /// What the threads that log and the writing thread share.
 struct Shared {
@@ -32,25 +45,32 @@ struct Shared {
 #[derive(Clone)]
 pub struct LogOutput {
     lines: Sender<Vec<u8>>,
+    /// The queue's other end, also held here: the channel never disconnects, and
+    /// once the writing thread has ended a thread that logs writes out what it finds.
+    queued: Receiver<Vec<u8>>,
     shared: Arc<Shared>,
 }
 
-/// Writes what is queued when dropped, and stops the writing thread.
+/// Writes what is queued when dropped (waiting at most [`FLUSH_AT_EXIT`]), and stops
+/// the writing thread.
 pub struct Flushed {
     shared: Arc<Shared>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    ended: std::sync::mpsc::Receiver<()>,
 }
 
 /// Start the writing thread over `out` (standard error, for the gateway).
 pub fn start(out: impl Write + Send + 'static) -> std::io::Result<(LogOutput, Flushed)> {
     let (lines, queued) = crossbeam_channel::bounded(MAX_LINES);
     let (shared_tx, shared_rx) = std::sync::mpsc::channel::<Arc<Shared>>();
+    let (end, ended) = std::sync::mpsc::channel::<()>();
+    let writing = queued.clone();
     let thread = std::thread::Builder::new()
         .name("mediagate-log".into())
         .spawn(move || {
             if let Ok(shared) = shared_rx.recv() {
-                write_out(&shared, &queued, out);
+                write_out(&shared, &writing, out);
             }
+            let _ = end.send(());
         })?;
     let shared = Arc::new(Shared {
         asleep: AtomicBool::new(false),
@@ -62,53 +82,53 @@ pub fn start(out: impl Write + Send + 'static) -> std::io::Result<(LogOutput, Fl
     Ok((
         LogOutput {
             lines,
+            queued,
             shared: Arc::clone(&shared),
         },
-        Flushed {
-            shared,
-            thread: Some(thread),
-        },
+        Flushed { shared, ended },
     ))
 }
 
 fn write_out(shared: &Shared, queued: &Receiver<Vec<u8>>, mut out: impl Write) {
     let mut batch = Vec::with_capacity(64 * 1024);
     loop {
-        let mut ended = false;
-        loop {
-            match queued.try_recv() {
-                Ok(line) => batch.extend_from_slice(&line),
-                Err(TryRecvError::Empty) => break,
-                Err(TryRecvError::Disconnected) => {
-                    ended = true;
-                    break;
-                }
-            }
+        for line in queued.try_iter().take(MAX_LINES) {
+            batch.extend_from_slice(&line);
         }
         if !batch.is_empty() {
             // Standard error gone (closed, full disk): the lines are lost, the
             // gateway goes on; there is nowhere to report it.
             let _ = out.write_all(&batch).and_then(|()| out.flush());
             batch.clear();
-            if !shared.stopped.load(Ordering::Acquire) && !ended {
+            if batch.capacity() > KEEP_BATCH_BYTES {
+                batch = Vec::with_capacity(64 * 1024);
+            }
+            if !shared.stopped.load(Ordering::Acquire) {
                 // More lines follow within moments: one write for all of them.
                 std::thread::sleep(GATHER);
-                continue;
             }
+            continue;
         }
-        if ended || shared.stopped.load(Ordering::Acquire) && queued.is_empty() {
-            return;
+        if shared.stopped.load(Ordering::SeqCst) {
+            return; // stopped, and everything queued written
         }
         // Nothing queued: sleep until a line comes. The flag is raised before the
         // last look at the queue, so a line queued after that look unparks us (and
-        // an unpark that comes before the park makes it return at once). The timeout
-        // bounds what a missed wake-up could hold back.
+        // an unpark that comes before the park makes it return at once).
         shared.asleep.store(true, Ordering::SeqCst);
         std::sync::atomic::fence(Ordering::SeqCst);
         if queued.is_empty() && !shared.stopped.load(Ordering::SeqCst) {
-            std::thread::park_timeout(Duration::from_secs(1));
+            std::thread::park_timeout(PARK_AT_MOST);
         }
         shared.asleep.store(false, Ordering::SeqCst);
+    }
+}
+
+/// After the writing thread: what is still queued, straight to standard error.
+fn write_rest(queued: &Receiver<Vec<u8>>) {
+    let mut err = std::io::stderr().lock();
+    for line in queued.try_iter() {
+        let _ = err.write_all(&line);
     }
 }
 
@@ -116,9 +136,9 @@ impl Drop for Flushed {
     fn drop(&mut self) {
         self.shared.stopped.store(true, Ordering::SeqCst);
         self.shared.thread.unpark();
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
+        // Not a join: a writing thread stuck on a blocked standard error must not
+        // keep the process from ending.
+        let _ = self.ended.recv_timeout(FLUSH_AT_EXIT);
     }
 }
 
@@ -132,17 +152,22 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogOutput {
 
 impl Write for &LogOutput {
     fn write(&mut self, line: &[u8]) -> std::io::Result<usize> {
-        if self.shared.stopped.load(Ordering::Acquire) {
-            // The writing thread is gone (the process is ending): straight out.
+        if self.shared.stopped.load(Ordering::SeqCst) {
+            // The process is ending: the writing thread may be gone. What is queued,
+            // then this line, straight out.
+            write_rest(&self.queued);
             return std::io::stderr().write(line);
         }
-        // Blocks only while the queue is full. The receiver lives as long as the
-        // writing thread, which ends only once stopped.
+        // Blocks only while the queue is full. Never disconnected: `self` holds a
+        // receiver too.
         if self.lines.send(line.to_vec()).is_err() {
             return std::io::stderr().write(line);
         }
         std::sync::atomic::fence(Ordering::SeqCst);
-        if self.shared.asleep.swap(false, Ordering::SeqCst) {
+        if self.shared.stopped.load(Ordering::SeqCst) {
+            // Stopped meanwhile: the writing thread may have ended before this line.
+            write_rest(&self.queued);
+        } else if self.shared.asleep.swap(false, Ordering::SeqCst) {
             self.shared.thread.unpark();
         }
         Ok(line.len())
@@ -224,6 +249,9 @@ mod tests {
     fn a_line_is_written_soon_without_waiting_for_more() {
         let out = Captured::default();
         let (log, _flushed) = start(out.clone()).unwrap();
+        // The writing thread asleep first: the line must wake it (it would sleep a
+        // minute otherwise, past the deadline below).
+        std::thread::sleep(Duration::from_millis(50));
         (&log).write_all(b"alone\n").unwrap();
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
         while out.text().is_empty() && std::time::Instant::now() < deadline {

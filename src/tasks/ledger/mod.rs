@@ -1030,14 +1030,56 @@ mod tests {
         writer.handovers()
     }
 
+    /// A write that keeps the SQLite writer of `l` busy until the returned sender
+    /// is used (or dropped).
+    fn hold_writer_until_released(
+        l: &Arc<Ledger>,
+    ) -> (tokio::task::JoinHandle<()>, std::sync::mpsc::Sender<()>) {
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let l = l.clone();
+        let held = tokio::spawn(async move {
+            let Db::Sqlite { writer, .. } = &l.db else {
+                panic!("an SQLite ledger")
+            };
+            writer
+                .run(move |_| {
+                    let _ = released.recv();
+                    Ok(())
+                })
+                .await
+                .unwrap();
+        });
+        (held, release)
+    }
+
+    /// Wait until `n` writes more than `before` were queued on the writer of `l`.
+    async fn until_queued(l: &Ledger, before: u64, n: u64) {
+        let Db::Sqlite { writer, .. } = &l.db else {
+            panic!("an SQLite ledger")
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while writer.queued() < before + n {
+            assert!(std::time::Instant::now() < deadline, "writes never queued");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    fn queued(l: &Ledger) -> u64 {
+        let Db::Sqlite { writer, .. } = &l.db else {
+            panic!("an SQLite ledger")
+        };
+        writer.queued()
+    }
+
     #[tokio::test]
     async fn a_batch_is_answered_in_one_handover_per_serving_thread() {
         let dir = tempfile::tempdir().unwrap();
         let l = Arc::new(ledger(&dir).await);
         let workers = crate::workers::Workers::start(2).unwrap();
         let (batches_before, handovers_before) = (batches(&l), handovers(&l));
-        let held = hold_writer(&l, Duration::from_millis(300));
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        let queued_before = queued(&l);
+        let (held, release) = hold_writer_until_released(&l);
+        until_queued(&l, queued_before, 1).await;
         let mut admits = Vec::new();
         for n in 0..20 {
             let l = l.clone();
@@ -1046,7 +1088,9 @@ mod tests {
                 l.admit(&new("a", Some(&key), "fp")).await.unwrap()
             }));
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        // All twenty wait behind the held write: they share the next transaction.
+        until_queued(&l, queued_before, 21).await;
+        release.send(()).unwrap();
         held.await.unwrap();
         let mut rows = Vec::new();
         for admit in admits {
@@ -1075,8 +1119,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let l = Arc::new(ledger(&dir).await);
         let workers = crate::workers::Workers::start(1).unwrap();
-        let held = hold_writer(&l, Duration::from_millis(300));
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        let queued_before = queued(&l);
+        let (held, release) = hold_writer_until_released(&l);
+        until_queued(&l, queued_before, 1).await;
         // Queued on the worker, which stops (its runtime and answering task gone)
         // before the writer gets to the write.
         let queued = {
@@ -1085,9 +1130,10 @@ mod tests {
                 l.admit(&new("a", Some("gone"), "fp")).await.unwrap();
             })
         };
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        until_queued(&l, queued_before, 2).await;
         drop(workers);
         assert!(queued.await.unwrap_err().is_cancelled());
+        release.send(()).unwrap();
         held.await.unwrap();
         // The writer went on: the write stands, and the next one is answered.
         assert!(matches!(

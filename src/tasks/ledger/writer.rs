@@ -44,8 +44,10 @@ trait Job: Send {
     fn run(&mut self, conn: &Connection) -> bool;
     /// Hand the result over: the batch was committed, or `failed` says why not.
     fn answer(self: Box<Self>, failed: Option<&str>);
-    /// The serving thread to answer on, if it was queued on one.
-    fn home(&self) -> Option<&Home>;
+    /// The serving thread to answer on, if it was queued on one. Taken out before
+    /// the job is handed over: a job waiting in its thread's channel must not hold
+    /// a sender of that same channel, or the channel could never be freed.
+    fn take_home(&mut self) -> Option<Home>;
 }
 
 /// Answers for one serving thread, handed over by its [`home`] task.
@@ -128,8 +130,8 @@ where
         let _ = self.reply.send(answer);
     }
 
-    fn home(&self) -> Option<&Home> {
-        self.home.as_ref()
+    fn take_home(&mut self) -> Option<Home> {
+        self.home.take()
     }
 }
 
@@ -148,6 +150,8 @@ struct Counts {
     batches: std::sync::atomic::AtomicU64,
     /// Groups of answers handed to a serving thread.
     handovers: std::sync::atomic::AtomicU64,
+    /// Writes queued so far (counted by the callers).
+    queued: std::sync::atomic::AtomicU64,
 }
 
 impl Writer {
@@ -208,6 +212,14 @@ impl Writer {
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// Writes queued so far.
+    #[cfg(test)]
+    pub(super) fn queued(&self) -> u64 {
+        self.counts
+            .queued
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Groups of answers handed to serving threads so far.
     #[cfg(test)]
     pub(super) fn handovers(&self) -> u64 {
@@ -256,6 +268,9 @@ impl Writer {
         };
         let stopped = || LedgerError("the ledger writer stopped".into());
         self.jobs.send(Box::new(job)).map_err(|_| stopped())?;
+        self.counts
+            .queued
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         answer.await.map_err(|_| stopped())?
     }
 
@@ -445,14 +460,14 @@ fn serve(conn: &Connection, queue: &mpsc::Receiver<Box<dyn Job>>, counts: &Count
 /// thread, the others directly. The number of hand-overs.
 fn answer(batch: Vec<Box<dyn Job>>, failed: Option<Arc<str>>) -> u64 {
     let mut homes: Vec<(Home, Vec<Box<dyn Job>>)> = Vec::new();
-    for job in batch {
-        let Some(home) = job.home() else {
+    for mut job in batch {
+        let Some(home) = job.take_home() else {
             job.answer(failed.as_deref());
             continue;
         };
-        match homes.iter_mut().find(|(h, _)| h.same_channel(home)) {
+        match homes.iter_mut().find(|(h, _)| h.same_channel(&home)) {
             Some((_, jobs)) => jobs.push(job),
-            None => homes.push((home.clone(), vec![job])),
+            None => homes.push((home, vec![job])),
         }
     }
     let handovers = homes.len() as u64;
