@@ -964,14 +964,19 @@ mod tests {
         ));
     }
 
+    fn sqlite_writer(l: &Ledger) -> &Writer {
+        let Db::Sqlite { writer, .. } = &l.db else {
+            panic!("an SQLite ledger")
+        };
+        writer
+    }
+
     /// The SQLite writer of `l`, and a write that keeps it busy for `hold`: writes
     /// queued meanwhile are committed together, in the next transaction.
     fn hold_writer(l: &Arc<Ledger>, hold: Duration) -> tokio::task::JoinHandle<()> {
         let l = l.clone();
         tokio::spawn(async move {
-            let Db::Sqlite { writer, .. } = &l.db else {
-                panic!("an SQLite ledger")
-            };
+            let writer = sqlite_writer(&l);
             writer
                 .run(move |_| {
                     std::thread::sleep(hold);
@@ -983,10 +988,7 @@ mod tests {
     }
 
     fn batches(l: &Ledger) -> u64 {
-        let Db::Sqlite { writer, .. } = &l.db else {
-            panic!("an SQLite ledger")
-        };
-        writer.batches()
+        sqlite_writer(l).batches()
     }
 
     #[tokio::test]
@@ -1024,10 +1026,7 @@ mod tests {
     }
 
     fn handovers(l: &Ledger) -> u64 {
-        let Db::Sqlite { writer, .. } = &l.db else {
-            panic!("an SQLite ledger")
-        };
-        writer.handovers()
+        sqlite_writer(l).handovers()
     }
 
     /// A write that keeps the SQLite writer of `l` busy until the returned sender
@@ -1038,9 +1037,7 @@ mod tests {
         let (release, released) = std::sync::mpsc::channel::<()>();
         let l = l.clone();
         let held = tokio::spawn(async move {
-            let Db::Sqlite { writer, .. } = &l.db else {
-                panic!("an SQLite ledger")
-            };
+            let writer = sqlite_writer(&l);
             writer
                 .run(move |_| {
                     let _ = released.recv();
@@ -1054,9 +1051,7 @@ mod tests {
 
     /// Wait until `n` writes more than `before` were queued on the writer of `l`.
     async fn until_queued(l: &Ledger, before: u64, n: u64) {
-        let Db::Sqlite { writer, .. } = &l.db else {
-            panic!("an SQLite ledger")
-        };
+        let writer = sqlite_writer(l);
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         while writer.queued() < before + n {
             assert!(std::time::Instant::now() < deadline, "writes never queued");
@@ -1065,10 +1060,7 @@ mod tests {
     }
 
     fn queued(l: &Ledger) -> u64 {
-        let Db::Sqlite { writer, .. } = &l.db else {
-            panic!("an SQLite ledger")
-        };
-        writer.queued()
+        sqlite_writer(l).queued()
     }
 
     #[tokio::test]
