@@ -9,8 +9,8 @@
 //! guard waits for what is queued, up to [`FLUSH_AT_EXIT`].
 
 use std::io::Write;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender};
@@ -36,9 +36,19 @@ const KEEP_BATCH_BYTES: usize = 1024 * 1024;
 struct Shared {
     /// The writing thread is parked, or about to be: the next line unparks it.
     asleep: AtomicBool,
-    /// The guard was dropped: the writing thread writes what is queued and ends.
+    /// The guard was dropped (or no writing thread could be started): lines go
+    /// straight to standard error.
     stopped: AtomicBool,
-    thread: std::thread::Thread,
+    /// The writing thread, once started.
+    thread: OnceLock<std::thread::Thread>,
+}
+
+impl Shared {
+    fn wake(&self) {
+        if let Some(thread) = self.thread.get() {
+            thread.unpark();
+        }
+    }
 }
 
 /// The `MakeWriter` for tracing-subscriber: each event's line is queued whole.
@@ -58,35 +68,38 @@ pub struct Flushed {
     ended: std::sync::mpsc::Receiver<()>,
 }
 
-/// Start the writing thread over `out` (standard error, for the gateway).
-pub fn start(out: impl Write + Send + 'static) -> std::io::Result<(LogOutput, Flushed)> {
+/// Start the writing thread over `out` (standard error, for the gateway). Should no
+/// thread be available, lines go to standard error one by one, as after the guard.
+pub fn start(out: impl Write + Send + 'static) -> (LogOutput, Flushed) {
     let (lines, queued) = crossbeam_channel::bounded(MAX_LINES);
-    let (shared_tx, shared_rx) = std::sync::mpsc::channel::<Arc<Shared>>();
     let (end, ended) = std::sync::mpsc::channel::<()>();
-    let writing = queued.clone();
-    let thread = std::thread::Builder::new()
-        .name("mediagate-log".into())
-        .spawn(move || {
-            if let Ok(shared) = shared_rx.recv() {
-                write_out(&shared, &writing, out);
-            }
-            let _ = end.send(());
-        })?;
     let shared = Arc::new(Shared {
         asleep: AtomicBool::new(false),
         stopped: AtomicBool::new(false),
-        thread: thread.thread().clone(),
+        thread: OnceLock::new(),
     });
-    // The thread was just started and waits for this: it cannot have gone.
-    let _ = shared_tx.send(Arc::clone(&shared));
-    Ok((
+    let (writing, from) = (Arc::clone(&shared), queued.clone());
+    let started = std::thread::Builder::new()
+        .name("mediagate-log".into())
+        .spawn(move || {
+            write_out(&writing, &from, out);
+            let _ = end.send(());
+        });
+    match started {
+        Ok(thread) => {
+            let _ = shared.thread.set(thread.thread().clone());
+        }
+        // `end` went with the closure: the guard does not wait.
+        Err(_) => shared.stopped.store(true, Ordering::SeqCst),
+    }
+    (
         LogOutput {
             lines,
             queued,
             shared: Arc::clone(&shared),
         },
         Flushed { shared, ended },
-    ))
+    )
 }
 
 fn write_out(shared: &Shared, queued: &Receiver<Vec<u8>>, mut out: impl Write) {
@@ -135,7 +148,7 @@ fn write_rest(queued: &Receiver<Vec<u8>>) {
 impl Drop for Flushed {
     fn drop(&mut self) {
         self.shared.stopped.store(true, Ordering::SeqCst);
-        self.shared.thread.unpark();
+        self.shared.wake();
         // Not a join: a writing thread stuck on a blocked standard error must not
         // keep the process from ending.
         let _ = self.ended.recv_timeout(FLUSH_AT_EXIT);
@@ -158,8 +171,8 @@ impl Write for &LogOutput {
             write_rest(&self.queued);
             return std::io::stderr().write(line);
         }
-        // Blocks only while the queue is full. Never disconnected: `self` holds a
-        // receiver too.
+        // Blocks only while the queue is full. It cannot be disconnected (`self`
+        // holds a receiver too); were it, the line would go straight out.
         if self.lines.send(line.to_vec()).is_err() {
             return std::io::stderr().write(line);
         }
@@ -168,7 +181,7 @@ impl Write for &LogOutput {
             // Stopped meanwhile: the writing thread may have ended before this line.
             write_rest(&self.queued);
         } else if self.shared.asleep.swap(false, Ordering::SeqCst) {
-            self.shared.thread.unpark();
+            self.shared.wake();
         }
         Ok(line.len())
     }
@@ -211,7 +224,7 @@ mod tests {
     #[test]
     fn every_line_of_every_thread_arrives_whole_and_in_order() {
         let out = Captured::default();
-        let (log, flushed) = start(out.clone()).unwrap();
+        let (log, flushed) = start(out.clone());
         let threads: Vec<_> = (0..4)
             .map(|t| {
                 let log = log.clone();
@@ -248,7 +261,7 @@ mod tests {
     #[test]
     fn a_line_is_written_soon_without_waiting_for_more() {
         let out = Captured::default();
-        let (log, _flushed) = start(out.clone()).unwrap();
+        let (log, _flushed) = start(out.clone());
         // The writing thread asleep first: the line must wake it (it would sleep a
         // minute otherwise, past the deadline below).
         std::thread::sleep(Duration::from_millis(50));
@@ -275,7 +288,7 @@ mod tests {
             }
         }
         let out = Slow::default();
-        let (log, flushed) = start(out.clone()).unwrap();
+        let (log, flushed) = start(out.clone());
         // More lines than the queue holds, faster than they are written.
         let lines = MAX_LINES * 3;
         for n in 0..lines {

@@ -217,7 +217,7 @@ fn operator(
 /// own, in batches (`log_output`): workers never wait on each other for standard
 /// error's lock, nor make a system call per line. Nothing is dropped; the returned
 /// guard writes what is waiting when it is dropped.
-fn init_logging(path: &Path, flag: Option<LogFormat>) -> Option<mediagate::log_output::Flushed> {
+fn init_logging(path: &Path, flag: Option<LogFormat>) -> mediagate::log_output::Flushed {
     // The format is read before the full load so that load messages use it too.
     let format = flag.unwrap_or_else(|| {
         read_routes(path)
@@ -226,29 +226,16 @@ fn init_logging(path: &Path, flag: Option<LogFormat>) -> Option<mediagate::log_o
     });
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let (output, flushed) = mediagate::log_output::start(std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(ansi);
-    match mediagate::log_output::start(std::io::stderr()) {
-        Ok((output, flushed)) => {
-            let builder = builder.with_writer(output);
-            match format {
-                LogFormat::Json => builder.json().flatten_event(true).init(),
-                LogFormat::Text => builder.init(),
-            }
-            Some(flushed)
-        }
-        // No thread for the log: lines go to standard error one by one.
-        Err(_) => {
-            let builder = builder.with_writer(std::io::stderr);
-            match format {
-                LogFormat::Json => builder.json().flatten_event(true).init(),
-                LogFormat::Text => builder.init(),
-            }
-            None
-        }
+        .with_writer(output)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    match format {
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+        LogFormat::Text => builder.init(),
     }
+    flushed
 }
 
 fn serve(path: &Path, log_format: Option<LogFormat>) -> ExitCode {

@@ -974,12 +974,19 @@ mod tests {
     /// The SQLite writer of `l`, and a write that keeps it busy for `hold`: writes
     /// queued meanwhile are committed together, in the next transaction.
     fn hold_writer(l: &Arc<Ledger>, hold: Duration) -> tokio::task::JoinHandle<()> {
+        hold_writer_while(l, move || std::thread::sleep(hold))
+    }
+
+    /// The SQLite writer of `l` kept busy by a write that runs `hold`.
+    fn hold_writer_while(
+        l: &Arc<Ledger>,
+        hold: impl FnOnce() + Send + 'static,
+    ) -> tokio::task::JoinHandle<()> {
         let l = l.clone();
         tokio::spawn(async move {
-            let writer = sqlite_writer(&l);
-            writer
+            sqlite_writer(&l)
                 .run(move |_| {
-                    std::thread::sleep(hold);
+                    hold();
                     Ok(())
                 })
                 .await
@@ -1035,16 +1042,8 @@ mod tests {
         l: &Arc<Ledger>,
     ) -> (tokio::task::JoinHandle<()>, std::sync::mpsc::Sender<()>) {
         let (release, released) = std::sync::mpsc::channel::<()>();
-        let l = l.clone();
-        let held = tokio::spawn(async move {
-            let writer = sqlite_writer(&l);
-            writer
-                .run(move |_| {
-                    let _ = released.recv();
-                    Ok(())
-                })
-                .await
-                .unwrap();
+        let held = hold_writer_while(l, move || {
+            let _ = released.recv();
         });
         (held, release)
     }
