@@ -583,15 +583,11 @@ fn admit_sqlite(
         &new.provider,
         &new.callback_url,
     ];
-    let mut stmt = bind(conn, record::INSERT, &args)?;
-    let inserted: Option<i64> = match stmt.raw_query().next()? {
-        Some(row) => Some(row.get(0)?),
-        None => None,
-    };
-    match inserted {
-        Some(row) => Ok(Admission::Fresh(row)),
+    match bind(conn, record::INSERT_SQLITE, &args)?.raw_execute()? {
+        // The writer's connection, and this statement the last one it ran.
+        1 => Ok(Admission::Fresh(conn.last_insert_rowid())),
         // One writer, one transaction: the row that holds the key is there.
-        None => seen()?.ok_or(rusqlite::Error::QueryReturnedNoRows),
+        _ => seen()?.ok_or(rusqlite::Error::QueryReturnedNoRows),
     }
 }
 

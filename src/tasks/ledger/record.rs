@@ -343,8 +343,17 @@ pub(super) const STATUS_OF: &str =
 pub(super) const ROW_OF_TASK: &str =
     "SELECT id FROM tasks WHERE provider = $1 AND upstream_id = $2 AND owner = $3 AND task_id = $4";
 pub(super) const USED_TODAY: &str = "SELECT COUNT(*), CAST(COALESCE(SUM(video_seconds), 0) AS BIGINT) FROM tasks WHERE owner = $1 AND created_ms >= $2 AND state IN ('submitting', 'submitted', 'completed', 'unknown_outcome')";
+macro_rules! insert {
+    () => {
+        "INSERT INTO tasks (owner, endpoint, model, kind, fingerprint, idempotency_key, video_seconds, state, provider, created_ms, updated_ms, callback_url) VALUES ($1, $2, $3, $4, $5, $6, $7, 'submitting', $9, $8, $8, $10) ON CONFLICT (owner, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"
+    };
+}
 /// The write-ahead row; nothing when another request took the idempotency key first.
-pub(super) const INSERT: &str = "INSERT INTO tasks (owner, endpoint, model, kind, fingerprint, idempotency_key, video_seconds, state, provider, created_ms, updated_ms, callback_url) VALUES ($1, $2, $3, $4, $5, $6, $7, 'submitting', $9, $8, $8, $10) ON CONFLICT (owner, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING RETURNING id";
+pub(super) const INSERT: &str = concat!(insert!(), " RETURNING id");
+/// [`INSERT`] on SQLite, which collects a statement's `RETURNING` rows in a temporary
+/// b-tree opened and closed per statement: the changed-row count and the connection's
+/// last row id say the same for one row.
+pub(super) const INSERT_SQLITE: &str = insert!();
 pub(super) const SET_CREATED: &str = "UPDATE tasks SET state = 'submitted', provider = $2, upstream_id = $3, task_id = $4, status = $5, answer_status = $6, answer_body = $7, updated_ms = $8, next_poll_ms = $8 + $9, poll_interval_ms = $9 WHERE id = $1";
 /// Due tasks no other replica holds, leased to `$1` until `$2`. SQLite has one
 /// writer at a time, so the statement itself is the lock.
