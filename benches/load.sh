@@ -8,6 +8,7 @@
 #   MEDIAGATE=path/to/mediagate ONLY=ledger benches/load.sh   # another build, to compare
 #   LEDGER_DIR=/dev/shm ONLY=ledger benches/load.sh   # the SQLite ledger on tmpfs: its
 #                                   # cost without the disk's (default: a /tmp directory)
+#   KEEP_WORK=1 benches/load.sh     # keep the run's /tmp directory (logs, configs)
 #   ONLY=memory benches/load.sh     # only the memory section (a minute): RSS idle and
 #                                   # holding IDLE_CONNS connections, nothing else run
 #   PROFILE=submit benches/load.sh  # where the gateway's CPU goes under the submit load
@@ -73,6 +74,9 @@ cleanup() {
   wait 2>/dev/null || true
   # A ledger written outside $WORK (LEDGER_DIR) is not left there.
   [[ $LEDGER_DIR == "$WORK" ]] || rm -f "$LEDGER_DB" "$LEDGER_DB-wal" "$LEDGER_DB-shm"
+  # Nor is $WORK: its SQLite ledger alone grows to hundreds of megabytes a run.
+  # KEEP_WORK=1 keeps it (gateway logs, configs) to look at.
+  if [[ ${KEEP_WORK:-} == 1 ]]; then log "kept $WORK"; else rm -rf "$WORK"; fi
 }
 trap cleanup EXIT
 
