@@ -373,6 +373,10 @@ pub(super) const SET_ATTEMPT: &str =
 pub(super) const SET_REFUSED: &str = "UPDATE tasks SET state = 'refused', answer_status = $2, answer_body = $3, idempotency_key = CASE WHEN $2 IS NULL THEN NULL ELSE idempotency_key END, updated_ms = $4, finished_ms = $4 WHERE id = $1";
 pub(super) const SET_UNKNOWN: &str =
     "UPDATE tasks SET state = 'unknown_outcome', provider = $2, updated_ms = $3 WHERE id = $1";
+/// A task's end, once. It sets `finished_ms` with the terminal state: the webhook's
+/// trigger watches that column (on SQLite, watching `state` put every submit's
+/// completion in a statement journal), so any other update that ends a task must
+/// set it too.
 pub(super) const SET_FINISHED: &str = "UPDATE tasks SET state = $3, status = $4, urls = $5, error_code = $6, error_message = $7, updated_ms = $8, finished_ms = $8, progress = $9 WHERE provider = $1 AND upstream_id = $2 AND state = 'submitted'";
 pub(super) const EXPIRE_SUBMITTING: &str = concat!(
     "UPDATE tasks SET state = 'unknown_outcome', updated_ms = $2 WHERE state = 'submitting' AND updated_ms < $1 RETURNING ",
