@@ -77,10 +77,12 @@ fn gateway_fields(id: &str) -> [(&'static str, Value); 2] {
         (
             "callback_url",
             json!({
-                "type": "string",
+                // `null` is read as no callback URL, as clients that send every
+                // field of their own request type do.
+                "type": ["string", "null"],
                 "format": "uri",
                 "maxLength": crate::webhooks::target::MAX_URL_LEN,
-                "description": "Where the finished task is posted (a signed webhook, in the shape a query answers). An absolute https:// URL outside private networks; the key must have a webhook secret. Without it, the key's own webhook_url, if any.",
+                "description": "Where the finished task is posted (a signed webhook, in the shape a query answers). An absolute https:// URL outside private networks; the key must have a webhook secret. Without it (or with null), the key's own webhook_url, if any.",
             }),
         ),
     ]

@@ -237,6 +237,11 @@ async fn callbacks_are_refused_at_submit_when_they_cannot_be_sent_safely() {
     assert!(msg.contains("secret"), "{msg}");
     // Nothing reached the provider.
     assert!(upstream.take().is_empty());
+    // `null` is no callback URL (the published schema allows it), even for a key
+    // without a webhook secret: the task is submitted.
+    let r = submit(DEMO2, Value::Null).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(upstream.take().len(), 1);
 }
 
 #[tokio::test]
