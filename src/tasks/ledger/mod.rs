@@ -584,9 +584,11 @@ fn admit_sqlite(
         &new.callback_url,
     ];
     match bind(conn, record::INSERT_SQLITE, &args)?.raw_execute()? {
-        // The writer's connection, and this statement the last one it ran.
+        // Inserted: its row id is the last this connection inserted (only the
+        // writer thread uses it, and this is its latest statement).
         1 => Ok(Admission::Fresh(conn.last_insert_rowid())),
-        // One writer, one transaction: the row that holds the key is there.
+        // Nothing inserted, so the idempotency key is taken. One writer, one
+        // transaction: the row that holds it is there.
         _ => seen()?.ok_or(rusqlite::Error::QueryReturnedNoRows),
     }
 }
