@@ -29,6 +29,9 @@ const WITHHELD: [&str; 1] = ["env"];
 /// Names of the variables every program may use, in the order values are supplied.
 pub const VARIABLES: [&str; 5] = ["$model", "$upstream_model", "$kind", "$id", "$params"];
 
+/// The variables whose values the model alone decides (by the configuration).
+const MODEL_VARIABLES: [&str; 3] = ["$model", "$upstream_model", "$kind"];
+
 /// Values of [`VARIABLES`] for one run.
 pub struct JqVars {
     values: [Val; 5],
@@ -52,6 +55,22 @@ impl JqVars {
             ],
         }
     }
+
+    /// The values of [`MODEL_VARIABLES`], as text: what a program that reads only
+    /// those gives the same output for.
+    pub fn model_values(&self) -> Option<[&[u8]; 3]> {
+        fn text(v: &Val) -> Option<&[u8]> {
+            match v {
+                Val::TStr(b) => Some(b),
+                _ => None,
+            }
+        }
+        Some([
+            text(&self.values[0])?,
+            text(&self.values[1])?,
+            text(&self.values[2])?,
+        ])
+    }
 }
 
 /// A compiled jq program.
@@ -65,6 +84,9 @@ pub struct Jq {
     /// most answers are read with): followed here on objects and nulls, where jq's
     /// result is plain; anything else is left to jaq, errors included.
     fields: Option<Vec<bytes::Bytes>>,
+    /// The program reads nothing but [`MODEL_VARIABLES`]: its output is the same for
+    /// every request of a model.
+    model_only: bool,
 }
 
 impl std::fmt::Debug for Jq {
@@ -111,7 +133,14 @@ impl Jq {
             source: code.to_owned(),
             constant,
             fields: field_path(code),
+            model_only: reads_only_the_model(code),
         })
+    }
+
+    /// Whether the output depends on nothing but the model (see
+    /// [`reads_only_the_model`]): the same for every request of one model.
+    pub fn model_only(&self) -> bool {
+        self.model_only
     }
 
     /// Compile the program at `key` of a block; a problem is recorded there if it
@@ -162,6 +191,69 @@ impl Jq {
             .first(input, vars)?
             .map_or(Value::Null, |v| to_json(&v)))
     }
+}
+
+/// Whether a program's output depends on nothing but [`MODEL_VARIABLES`]: judged on
+/// its syntax, conservatively. Literals, strings with interpolations, arrays, objects,
+/// operators, `|`, `,`, `//`, `if` and those variables qualify (`{kind: $kind}`,
+/// `"/v1/\($upstream_model | @uri)/tasks"`); so do `.` and a few pure conversions
+/// (formats such as `@uri`, `tostring`, `ascii_downcase`) right of a `|` whose left
+/// side qualifies. Any other variable, path or call (a filter may read the request,
+/// or the clock) does not, nor does `{a}` (short for `{a: .a}`).
+fn reads_only_the_model(code: &str) -> bool {
+    use jaq_core::load::lex::StrPart;
+    use jaq_core::load::parse::{BinaryOp, Term};
+    const PURE: [&str; 5] = [
+        "tostring",
+        "tojson",
+        "ascii_downcase",
+        "ascii_upcase",
+        "length",
+    ];
+    /// `dot`: whether `.` is itself decided by the model (right of such a `|`).
+    fn model_only(t: &Term<&str>, dot: bool) -> bool {
+        let var = |t: &Term<&str>| matches!(t, Term::Var(v) if MODEL_VARIABLES.contains(v));
+        match t {
+            Term::Num(_) => true,
+            Term::Var(_) => var(t),
+            Term::Id => dot,
+            Term::Call(name, args) => {
+                dot && args.is_empty() && (name.starts_with('@') || PURE.contains(name))
+            }
+            Term::Str(_, parts) => parts.iter().all(|part| match part {
+                StrPart::Term(t) => model_only(t, dot),
+                StrPart::Str(_) | StrPart::Char(_) => true,
+            }),
+            Term::Arr(items) => items.as_deref().is_none_or(|t| model_only(t, dot)),
+            Term::Obj(fields) => fields.iter().all(|(key, value)| match value {
+                Some(value) => model_only(key, dot) && model_only(value, dot),
+                // `{$kind}` is `{kind: $kind}`; `{a}` reads `.a`.
+                None => var(key),
+            }),
+            Term::Neg(t) => model_only(t, dot),
+            Term::BinOp(l, BinaryOp::Pipe(None), r) => model_only(l, dot) && model_only(r, true),
+            Term::BinOp(l, op, r) => {
+                matches!(
+                    op,
+                    BinaryOp::Comma
+                        | BinaryOp::Alt
+                        | BinaryOp::Or
+                        | BinaryOp::And
+                        | BinaryOp::Math(_)
+                        | BinaryOp::Cmp(_)
+                ) && model_only(l, dot)
+                    && model_only(r, dot)
+            }
+            Term::IfThenElse(branches, otherwise) => {
+                branches
+                    .iter()
+                    .all(|(cond, then)| model_only(cond, dot) && model_only(then, dot))
+                    && otherwise.as_deref().is_none_or(|t| model_only(t, dot))
+            }
+            _ => false,
+        }
+    }
+    jaq_core::load::parse(code, |p| p.term()).is_some_and(|t| model_only(&t, false))
 }
 
 /// The keys of a program of the form `.a.b.c` (identifiers only), if it is one.
@@ -431,6 +523,41 @@ mod tests {
             Some("ops/1"),
             None,
         )
+    }
+
+    #[test]
+    fn knows_the_programs_that_read_only_the_model() {
+        for code in [
+            r#""/v2/model-center/tasks""#,
+            "{kind: $kind}",
+            "{$kind, model: $upstream_model}",
+            r#""/v1/\($upstream_model | @uri)/generate""#,
+            r#"if $kind == "video" then "/videos" else "/images" end"#,
+            r#"[$model, 1, -2] | {m: ($model + "-x")}"#,
+            r#"$upstream_model | ascii_downcase | "/m/\(.)/\(@uri)""#,
+        ] {
+            assert!(Jq::compile(code).unwrap().model_only(), "{code}");
+        }
+        for code in [
+            ".",
+            ".id",
+            "{a}",
+            "{kind: $kind, p: $params.prompt}",
+            r#""/tasks/\($id)""#,
+            "now",
+            "{t: now}",
+            "@uri",
+            r#"@uri "/tasks/\(.)""#,
+            "tostring",
+            "$model | ltrimstr(.)",
+            "$model | debug",
+            "$model | .a",
+            "{kind: $kind} + .",
+            r#"$model as $m | $m"#,
+            "reduce (1, 2) as $x (0; . + $x)",
+        ] {
+            assert!(!Jq::compile(code).unwrap().model_only(), "{code}");
+        }
     }
 
     #[test]

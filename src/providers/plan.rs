@@ -1,6 +1,9 @@
 //! A request plan: how one step (submit, query, result, content) builds its upstream
 //! request from jq programs. Every step uses this one type, compiled once at load.
 
+use std::collections::HashMap;
+
+use arc_swap::ArcSwap;
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HeaderValue};
 use http::{HeaderMap, Method, Request, Uri};
@@ -21,6 +24,59 @@ pub struct RequestPlan {
     path: Jq,
     query: Option<Jq>,
     headers: HeaderMap,
+    /// The targets already built, when the path and query read only the model's
+    /// variables (the usual `"/v1/tasks"` and `{kind: $kind}` of a submit): the same
+    /// for every request of a model, so not built again per request.
+    built: Option<BuiltTargets>,
+}
+
+/// Targets by model, for a plan whose target depends on nothing else. Read on every
+/// request by every serving thread, added to once per model: a map swapped whole.
+#[derive(Default)]
+struct BuiltTargets {
+    by_model: ArcSwap<HashMap<Box<[u8]>, Vec<BuiltTarget>>>,
+}
+
+/// The target of one model (its name is the map's key).
+#[derive(Clone)]
+struct BuiltTarget {
+    upstream_model: Box<[u8]>,
+    kind: Box<[u8]>,
+    target: Uri,
+    absolute: bool,
+}
+
+/// Models past which targets are built per request again: the map holds the
+/// configured models, and a task id can only name a model the gateway once served.
+const MAX_BUILT_TARGETS: usize = 1024;
+
+impl BuiltTargets {
+    fn get(&self, [model, upstream_model, kind]: [&[u8]; 3]) -> Option<(Uri, bool)> {
+        let by_model = self.by_model.load();
+        let built = by_model
+            .get(model)?
+            .iter()
+            .find(|b| *b.upstream_model == *upstream_model && *b.kind == *kind)?;
+        Some((built.target.clone(), built.absolute))
+    }
+
+    fn add(&self, [model, upstream_model, kind]: [&[u8]; 3], target: &Uri, absolute: bool) {
+        self.by_model.rcu(|by_model| {
+            let mut by_model = HashMap::clone(by_model);
+            if by_model.values().map(Vec::len).sum::<usize>() < MAX_BUILT_TARGETS {
+                by_model
+                    .entry(model.into())
+                    .or_insert_with(Vec::new)
+                    .push(BuiltTarget {
+                        upstream_model: upstream_model.into(),
+                        kind: kind.into(),
+                        target: target.clone(),
+                        absolute,
+                    });
+            }
+            by_model
+        });
+    }
 }
 
 impl RequestPlan {
@@ -33,14 +89,16 @@ impl RequestPlan {
         query: &Option<String>,
     ) -> Option<Self> {
         let method = parse_method(at, method);
-        let path = Jq::at(at, "path", path);
-        let query = Jq::optional_at(at, "query", query);
+        let path = Jq::at(at, "path", path)?;
+        let query = Jq::optional_at(at, "query", query)?;
+        let model_only = path.model_only() && query.as_ref().is_none_or(Jq::model_only);
         Some(Self {
             step,
             method: method?,
-            path: path?,
-            query: query?,
+            path,
+            query,
             headers: HeaderMap::new(),
+            built: model_only.then(BuiltTargets::default),
         })
     }
 
@@ -79,8 +137,26 @@ impl RequestPlan {
             .map_err(|e| self.broken("path", format!("built an invalid request: {e}")))
     }
 
-    /// The URL the path and query programs name, and whether the path was absolute.
+    /// The URL the path and query programs name, and whether the path was absolute:
+    /// built once per model when nothing else decides it.
     fn target(&self, origin: &Origin, input: &Val, vars: &JqVars) -> Result<(Uri, bool), ApiError> {
+        let Some((built, model)) = self.built.as_ref().zip(vars.model_values()) else {
+            return self.build_target(origin, input, vars);
+        };
+        if let Some(found) = built.get(model) {
+            return Ok(found);
+        }
+        let (target, absolute) = self.build_target(origin, input, vars)?;
+        built.add(model, &target, absolute);
+        Ok((target, absolute))
+    }
+
+    fn build_target(
+        &self,
+        origin: &Origin,
+        input: &Val,
+        vars: &JqVars,
+    ) -> Result<(Uri, bool), ApiError> {
         let path = match self.path.json(input.clone(), vars) {
             Ok(Value::String(p)) => p,
             Ok(other) => {
@@ -205,6 +281,64 @@ mod tests {
         let relative = get(r#""files/1""#).unwrap();
         assert_eq!(relative.uri(), "https://api.example/files/1?a=b+c&n=1");
         assert_eq!(relative.method(), Method::GET);
+    }
+
+    #[test]
+    fn targets_only_the_model_decides_are_built_once_per_model() {
+        let mut problems = Problems::default();
+        let plan = RequestPlan::compile(
+            Step::Submit,
+            &mut problems.at("s"),
+            "post",
+            r#""/v1/\($upstream_model)/tasks""#,
+            &Some("{kind: $kind}".into()),
+        )
+        .unwrap();
+        let build = |model, upstream_model, kind| {
+            let vars = JqVars::new(model, upstream_model, kind, None, None);
+            let req = plan.build(&origin(), &Val::Null, &vars, None).unwrap();
+            (req.uri().to_string(), req.headers().get("x-k").cloned())
+        };
+        let first = build("a", "up-a", MediaKind::Video);
+        assert_eq!(first.0, "https://api.example/v1/up-a/tasks?kind=video");
+        assert_eq!(first.1, Some(HeaderValue::from_static("v")));
+        assert_eq!(build("a", "up-a", MediaKind::Video), first);
+        assert_eq!(
+            build("b", "up-b", MediaKind::Image).0,
+            "https://api.example/v1/up-b/tasks?kind=image"
+        );
+        // One model name, another upstream model or kind: another target.
+        assert_eq!(
+            build("a", "up-c", MediaKind::Video).0,
+            "https://api.example/v1/up-c/tasks?kind=video"
+        );
+        assert_eq!(
+            build("a", "up-a", MediaKind::Image).0,
+            "https://api.example/v1/up-a/tasks?kind=image"
+        );
+        let built = plan.built.as_ref().unwrap().by_model.load();
+        assert_eq!(built.values().map(Vec::len).sum::<usize>(), 4);
+
+        // A path that reads the request is built for each.
+        let mut problems = Problems::default();
+        let per_request = RequestPlan::compile(
+            Step::Submit,
+            &mut problems.at("s"),
+            "post",
+            r#""/v1/\(.route)""#,
+            &None,
+        )
+        .unwrap();
+        assert!(per_request.built.is_none());
+        let vars = JqVars::new("a", "up-a", MediaKind::Video, None, None);
+        for route in ["x", "y"] {
+            let input = crate::providers::jq::from_json(&serde_json::json!({"route": route}));
+            let req = per_request.build(&origin(), &input, &vars, None).unwrap();
+            assert_eq!(
+                req.uri().to_string(),
+                format!("https://api.example/v1/{route}")
+            );
+        }
     }
 
     #[test]
