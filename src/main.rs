@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use mediagate::config::LogFormat;
 use mediagate::config::read_routes;
+use mediagate::log_format::{AccessLine, Style};
 use mediagate::snapshot::{LoadContext, Snapshot};
 
 // jemalloc rather than glibc's malloc: hyper keeps an 8 KiB read and an 8 KiB write
@@ -227,13 +228,25 @@ fn init_logging(path: &Path, flag: Option<LogFormat>) -> mediagate::log_output::
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let (output, flushed) = mediagate::log_output::start(std::io::stderr());
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(output)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+        .with_ansi(ansi);
+    // The access line is written by `log_format`, the same bytes as these formats.
+    let text = tracing_subscriber::fmt::format::Format::default().with_ansi(ansi);
     match format {
-        LogFormat::Json => builder.json().flatten_event(true).init(),
-        LogFormat::Text => builder.init(),
+        LogFormat::Json => {
+            let json = text.json().flatten_event(true);
+            builder
+                .json()
+                .flatten_event(true)
+                .event_format(AccessLine::new(json, Style::Json))
+                .init()
+        }
+        LogFormat::Text => builder
+            .event_format(AccessLine::new(text, Style::Text))
+            .init(),
     }
     flushed
 }
