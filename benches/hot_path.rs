@@ -1,7 +1,7 @@
 //! Micro-benchmarks of the steps every request goes through, on the shipped
 //! routes.toml: auth lookup, parameter validation, the jq programs of the simulator
 //! provider (submit body, request path, status answer), task id seal and open,
-//! the results cache, and response serialisation.
+//! the results cache, response serialisation, and the access line.
 //!
 //! `cargo bench --bench hot_path`
 
@@ -235,11 +235,77 @@ fn serialise(c: &mut Criterion) {
     });
 }
 
+/// Writes nothing: what the formatters cost, without a system call.
+#[derive(Clone, Copy)]
+struct Discard;
+
+impl std::io::Write for Discard {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        Ok(black_box(b).len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The request span and its access line, as `serve` sets up logging: through
+/// `log_format::AccessLine`, and through tracing-subscriber's own format alone.
+fn access_line(c: &mut Criterion) {
+    use mediagate::log_format::{ACCESS, AccessLine, Style};
+    use tracing_subscriber::fmt::format::Format;
+    let line = || {
+        let span = tracing::info_span!("request", request_id = %"5f3a9c1e00000000002a");
+        span.in_scope(|| {
+            tracing::info!(
+                target: ACCESS,
+                method = %http::Method::POST,
+                route = "POST /v2/model-center/tasks",
+                status = 200u16,
+                key = Some("bench"),
+                model = Some(MODEL),
+                provider = Some("simulator"),
+                latency_ms = black_box(1.239_f64),
+                upstream_ms = Some(0.456_f64),
+                error = None::<&str>,
+                "request"
+            )
+        })
+    };
+    for (name, style, ours) in [
+        ("log/access_line_text", Style::Text, true),
+        ("log/access_line_text_generic", Style::Text, false),
+        ("log/access_line_json", Style::Json, true),
+        ("log/access_line_json_generic", Style::Json, false),
+    ] {
+        let builder = tracing_subscriber::fmt()
+            .with_writer(|| Discard)
+            .with_ansi(false);
+        let dispatch: tracing::Dispatch = match (style, ours) {
+            (Style::Text, false) => builder.into(),
+            (Style::Text, true) => builder
+                .event_format(AccessLine::new(Format::default(), style))
+                .into(),
+            (Style::Json, false) => builder.json().flatten_event(true).into(),
+            (Style::Json, true) => builder
+                .json()
+                .flatten_event(true)
+                .event_format(AccessLine::new(
+                    Format::default().json().flatten_event(true),
+                    style,
+                ))
+                .into(),
+        };
+        tracing::dispatcher::with_default(&dispatch, || {
+            c.bench_function(name, |b| b.iter(line));
+        });
+    }
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2));
-    targets = auth, validate, transform, task_id, cache, serialise
+    targets = auth, validate, transform, task_id, cache, serialise, access_line
 }
 criterion_main!(benches);
