@@ -1354,6 +1354,39 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn committed_rows_reach_the_database_file_itself_soon() {
+        // The WAL is checkpointed by a thread of its own, soon after commits: until
+        // then a row is only in the `-wal` file (which SQLite syncs at checkpoints).
+        let dir = tempfile::tempdir().unwrap();
+        let l = ledger(&dir).await;
+        let Admission::Fresh(row) = l.admit(&new("a", None, "fp")).await.unwrap() else {
+            panic!()
+        };
+        create(&l, row, 3).await;
+        let copy = tempfile::tempdir().unwrap();
+        let alone = copy.path().join("alone.db");
+        let in_file = |upstream_id: &str| {
+            // The database file alone, without its WAL: what the checkpoints wrote.
+            std::fs::copy(dir.path().join("sub/ledger.db"), &alone).ok()?;
+            let c = rusqlite::Connection::open(&alone).ok()?;
+            c.query_row(
+                "SELECT count(*) FROM tasks WHERE upstream_id = ?1",
+                [upstream_id],
+                |r| r.get::<_, i64>(0),
+            )
+            .ok()
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while in_file("up-3") != Some(1) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the row never reached the database file"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    #[tokio::test]
     async fn the_writer_reads_rows_as_the_readers_do() {
         let dir = tempfile::tempdir().unwrap();
         let l = ledger(&dir).await;
