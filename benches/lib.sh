@@ -25,3 +25,20 @@ wait_for() {
 
 # A field of /proc/PID/status in kB: status_kb PID VmRSS.
 status_kb() { awk -v k="$2:" '$1 == k {print $2}' "/proc/$1/status"; }
+
+# The CPU, as precisely as the machine says: a virtual machine often names only the
+# vendor and line ("AMD EPYC"), so the family, model and stepping (which tell its
+# generation apart) and the hypervisor are added when lscpu knows them.
+cpu_model() {
+  lscpu | awk -F': *' '
+    $1 == "Model name" && name == "" { name = $2 }
+    $1 == "CPU family" && fam == "" { fam = $2 }
+    $1 == "Model" && model == "" { model = $2 }
+    $1 == "Stepping" && step == "" { step = $2 }
+    $1 == "Hypervisor vendor" { hv = $2 " guest" }
+    END {
+      id = fam != "" ? "family " fam ", model " model ", stepping " step : ""
+      if (hv != "") id = id (id != "" ? "; " : "") hv
+      printf "%s%s", name, id != "" ? " (" id ")" : ""
+    }'
+}

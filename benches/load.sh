@@ -377,7 +377,7 @@ if [[ $ONLY == profile ]]; then
   REPORT=$OUT/profile-$PROFILE.txt
   {
     echo "# PROFILE=$PROFILE benches/load.sh: mediagate $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(date -u '+%Y-%m-%d %H:%M UTC')"
-    echo "# Machine: $(nproc) CPUs, $(lscpu | sed -n 's/^Model name: *//p' | head -1)"
+    echo "# Machine: $(nproc) CPUs, $(cpu_model)"
     grep -E 'Requests/sec|requests in' "$WORK/profile-wrk.txt" | sed 's/^/# /'
     awk -v n="$STAT_REQS" '{ gsub(",", "", $1) }
       $2 == "raw_syscalls:sys_enter" { printf "# per request (perf stat, %d requests): %.2f system calls, ", n, $1 / n }
@@ -549,7 +549,7 @@ fi # ONLY != ledger
 {
   echo "## Run of $(date -u '+%Y-%m-%d %H:%M UTC')"
   echo
-  echo "Machine: $(nproc) CPUs, $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo) RAM, Linux $(uname -r)."
+  echo "Machine: $(nproc) CPUs, $(cpu_model), $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo) RAM, Linux $(uname -r)."
   if [[ $ONLY == memory ]]; then
   echo "Versions: mediagate $(git rev-parse --short HEAD 2>/dev/null || echo "?") ($MEDIAGATE), $(rustc --version)."
   else

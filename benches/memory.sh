@@ -147,7 +147,7 @@ stop_gateway
 {
   echo "## Memory run of $(date -u '+%Y-%m-%d %H:%M UTC')"
   echo
-  echo "Machine: $(nproc) CPUs, $(lscpu | sed -n 's/^Model name: *//p' | head -1). mediagate $(git rev-parse --short HEAD 2>/dev/null || echo '?'), profile $PROFILE. CONNS=$CONNS TASKS=$TASKS."
+  echo "Machine: $(nproc) CPUs, $(cpu_model). mediagate $(git rev-parse --short HEAD 2>/dev/null || echo '?'), profile $PROFILE. CONNS=$CONNS TASKS=$TASKS."
   echo
   echo "| scenario | peak RSS | RSS after | notes |"
   echo "|---|---|---|---|"

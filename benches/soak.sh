@@ -141,7 +141,7 @@ UPSTREAM_STATS=$(curl -s "http://$UP/_stats" || echo '{}')
 {
   echo "## Soak run of $(date -u '+%Y-%m-%d %H:%M UTC')"
   echo
-  echo "Machine: $(nproc) CPUs, $(lscpu | sed -n 's/^Model name: *//p' | head -1). mediagate $(git rev-parse --short HEAD 2>/dev/null || echo '?'), profile $PROFILE."
+  echo "Machine: $(nproc) CPUs, $(cpu_model). mediagate $(git rev-parse --short HEAD 2>/dev/null || echo '?'), profile $PROFILE."
   echo "Command: \`benches/soak.sh\` (DURATION=$DURATION RATE=$RATE CONNS=$CONNS STALL_MS=$STALL_MS)"
   echo
   echo "Client view (\`loadgen mix\`):"
