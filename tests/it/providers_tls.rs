@@ -71,3 +71,52 @@ async fn https_upstream_with_an_extra_ca_over_http2_and_http1() {
     assert_eq!(r.status, 502);
     assert!(untrusted.take().is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_connection_the_upstream_closed_is_replaced_without_a_second_submit() {
+    let fake = Fake::start().await;
+    let routes = Routes::new()
+        .server("workers = 1")
+        .provider(tasks_provider("p", &format!("{}/api", fake.url()), ""))
+        .family(family("a", &["p"], &["m"]))
+        .render();
+    let gw = Gateway::start(routes).await;
+    let http = gw.client();
+
+    // Each answer closes its connection: the gateway has kept it, and finds it
+    // closed (or closing) when the next submit comes.
+    fake.on(
+        "POST /api/tasks",
+        Answer::json(200, json!({"id": "t1"})).header("connection", "close"),
+    );
+    for n in 0..5 {
+        let r = http
+            .post_json(
+                MODEL_CENTER,
+                DEMO,
+                &json!({"model": "m", "prompt": format!("p{n}")}),
+            )
+            .await;
+        assert_eq!(r.status, 200, "{n}: {}", r.text());
+    }
+    let seen = fake.take();
+    // Exactly one upstream request per submit, each on a connection of its own.
+    assert_eq!(seen.len(), 5);
+    for (n, s) in seen.iter().enumerate() {
+        assert_eq!(s.json(), json!({"model": "m", "prompt": format!("p{n}")}));
+    }
+    let peers: std::collections::HashSet<_> = seen.iter().map(|s| s.peer).collect();
+    assert_eq!(peers.len(), 5);
+
+    // Kept connections the upstream leaves open are reused.
+    fake.on("POST /api/tasks", Answer::json(200, json!({"id": "t2"})));
+    for _ in 0..3 {
+        let r = http
+            .post_json(MODEL_CENTER, DEMO, &json!({"model": "m", "prompt": "q"}))
+            .await;
+        assert_eq!(r.status, 200);
+    }
+    let seen = fake.take();
+    assert_eq!(seen.len(), 3);
+    assert!(seen.iter().all(|s| s.peer == seen[0].peer));
+}
