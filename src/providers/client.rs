@@ -351,17 +351,15 @@ impl UpstreamClient {
         // A kept connection may have been closed by the upstream just before the
         // request went out: hyper then hands the request back unsent, and it is
         // tried once more, on a new connection.
-        let mut fresh = false;
+        let target = request.uri().clone();
+        let mut reuse = true;
         loop {
-            let idle = match self.take(&scheme, &authority) {
-                Some(idle) => idle,
-                None => {
-                    fresh = true;
-                    self.connect(scheme.clone(), authority.clone()).await?
-                }
+            let (idle, fresh) = match reuse.then(|| self.take(&scheme, &authority)).flatten() {
+                Some(idle) => (idle, false),
+                None => (self.connect(scheme.clone(), authority.clone()).await?, true),
             };
-            let Idle { sender, .. } = idle;
-            let sent = match sender {
+            reuse = false;
+            let sent = match idle.sender {
                 Sender::Http1(mut s) => {
                     if !request.headers().contains_key(http::header::HOST) {
                         let host = http::HeaderValue::from_str(authority.as_str())
@@ -369,8 +367,7 @@ impl UpstreamClient {
                         request.headers_mut().insert(http::header::HOST, host);
                     }
                     // HTTP/1 sends the path alone; the host is in its header.
-                    *request.uri_mut() = request
-                        .uri()
+                    *request.uri_mut() = target
                         .path_and_query()
                         .map_or_else(|| http::Uri::from_static("/"), |pq| pq.clone().into());
                     if s.ready().await.is_err() {
@@ -381,15 +378,15 @@ impl UpstreamClient {
                     }
                     s.try_send_request(request).await.map(|response| {
                         let kept = Idle {
-                            scheme: scheme.clone(),
-                            authority: authority.clone(),
                             sender: Sender::Http1(s),
                             since: std::time::Instant::now(),
+                            ..idle
                         };
                         (response, Some(kept))
                     })
                 }
                 Sender::Http2(mut s) => {
+                    *request.uri_mut() = target.clone();
                     if s.ready().await.is_err() {
                         if fresh {
                             return Err(CallError::Unreached("the connection closed".into()));
@@ -405,16 +402,6 @@ impl UpstreamClient {
                     Some(unsent) if !fresh => request = unsent,
                     _ => return Err(CallError::Broken(error_chain(e.error()))),
                 },
-            }
-            // A path made origin-form above is made absolute again for the retry.
-            if request.uri().authority().is_none() {
-                let pq = request.uri().path_and_query().cloned();
-                let mut parts = http::uri::Parts::default();
-                parts.scheme = Some(scheme.clone());
-                parts.authority = Some(authority.clone());
-                parts.path_and_query = pq;
-                *request.uri_mut() = http::Uri::from_parts(parts)
-                    .map_err(|e| CallError::Unreached(e.to_string()))?;
             }
         }
     }
