@@ -27,45 +27,10 @@ type Pooled = Client<BoundedConnect<HttpsConnector<Guarded>>, Full<Bytes>>;
 /// ([`crate::workers`]).
 #[derive(Clone)]
 pub struct UpstreamClient {
-    /// For streamed answers ([`UpstreamClient::open`]).
     pools: Arc<[Pooled]>,
-    /// For whole exchanges ([`UpstreamClient::call`]): connections this client keeps
-    /// itself, one list per serving thread like `pools`.
-    idle: Arc<[std::sync::Mutex<Vec<Idle>>]>,
-    connect: Connect,
     /// Largest answer read into memory (status answers are small JSON).
     max_answer_bytes: usize,
 }
-
-type Connect = BoundedConnect<HttpsConnector<Guarded>>;
-
-/// A kept connection, ready for a request: HTTP/1 ones are taken for one exchange
-/// and put back after it; an HTTP/2 one stays and is shared.
-struct Idle {
-    scheme: http::uri::Scheme,
-    authority: http::uri::Authority,
-    sender: Sender,
-    since: std::time::Instant,
-}
-
-enum Sender {
-    Http1(hyper::client::conn::http1::SendRequest<Full<Bytes>>),
-    Http2(hyper::client::conn::http2::SendRequest<Full<Bytes>>),
-}
-
-impl Sender {
-    fn is_closed(&self) -> bool {
-        match self {
-            Self::Http1(s) => s.is_closed(),
-            Self::Http2(s) => s.is_closed(),
-        }
-    }
-}
-
-/// How long a kept connection may wait for its next request, and how many are kept
-/// per origin and serving thread (as hyper-util's pool was configured).
-const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
-const MAX_IDLE_PER_ORIGIN: usize = 256;
 
 impl std::fmt::Debug for UpstreamClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -274,22 +239,16 @@ impl UpstreamClient {
             inner: https,
             timeout: connect_timeout,
         };
-        let slots = crate::workers::default_count() + 1;
-        let pools = (0..slots)
+        let pools = (0..=crate::workers::default_count())
             .map(|_| {
                 Client::builder(TokioExecutor::new())
-                    .pool_idle_timeout(IDLE_TIMEOUT)
-                    .pool_max_idle_per_host(MAX_IDLE_PER_ORIGIN)
+                    .pool_idle_timeout(Duration::from_secs(90))
+                    .pool_max_idle_per_host(256)
                     .build(connect.clone())
             })
             .collect();
-        let idle = (0..slots)
-            .map(|_| std::sync::Mutex::new(Vec::new()))
-            .collect();
         Ok(Self {
             pools,
-            idle,
-            connect,
             max_answer_bytes,
         })
     }
@@ -306,17 +265,13 @@ impl UpstreamClient {
         timeout: Duration,
     ) -> Result<Answer, CallError> {
         let exchange = async {
-            let (response, kept) = self.exchange(request).await?;
+            let response = self.pool().request(request).await.map_err(call_error)?;
             let (parts, body) = response.into_parts();
             let body = Limited::new(body, self.max_answer_bytes)
                 .collect()
                 .await
                 .map_err(|e| CallError::Broken(format!("answer body: {e}")))?
                 .to_bytes();
-            // The answer is read whole: the connection is free for the next request.
-            if let Some(kept) = kept {
-                self.keep(kept);
-            }
             Ok(Answer {
                 status: parts.status,
                 headers: parts.headers,
@@ -326,183 +281,6 @@ impl UpstreamClient {
         tokio::time::timeout(timeout, exchange)
             .await
             .unwrap_or(Err(CallError::TimedOut))
-    }
-}
-
-/// The kept connections, and the exchanges over them. hyper-util's pool does the
-/// same for [`UpstreamClient::open`], but per request it builds a pool key, clones the
-/// whole client into a lazy connect that is mostly never started, and checks a
-/// connection out and back in through its shared structures: about 10 % of a
-/// submit's CPU (BENCHMARKS.md, 2026-11-24). Here a request takes a connection from
-/// its serving thread's list, and gives it back once its answer is read.
-impl UpstreamClient {
-    /// Send `request` over a kept connection to its origin, or a new one. The
-    /// answer, and the HTTP/1 connection to give back once it is read.
-    async fn exchange(
-        &self,
-        mut request: Request<Full<Bytes>>,
-    ) -> Result<(Response<Incoming>, Option<Idle>), CallError> {
-        let (Some(scheme), Some(authority)) = (
-            request.uri().scheme().cloned(),
-            request.uri().authority().cloned(),
-        ) else {
-            return Err(CallError::Unreached("the URL has no scheme or host".into()));
-        };
-        // A kept connection may have been closed by the upstream just before the
-        // request went out: hyper then hands the request back unsent, and it is
-        // tried once more, on a new connection.
-        let target = request.uri().clone();
-        let mut reuse = true;
-        loop {
-            let (idle, fresh) = match reuse.then(|| self.take(&scheme, &authority)).flatten() {
-                Some(idle) => (idle, false),
-                None => (self.connect(scheme.clone(), authority.clone()).await?, true),
-            };
-            reuse = false;
-            let sent = match idle.sender {
-                Sender::Http1(mut s) => {
-                    if !request.headers().contains_key(http::header::HOST) {
-                        let host = http::HeaderValue::from_str(authority.as_str())
-                            .map_err(|e| CallError::Unreached(e.to_string()))?;
-                        request.headers_mut().insert(http::header::HOST, host);
-                    }
-                    // HTTP/1 sends the path alone; the host is in its header.
-                    *request.uri_mut() = target
-                        .path_and_query()
-                        .map_or_else(|| http::Uri::from_static("/"), |pq| pq.clone().into());
-                    if s.ready().await.is_err() {
-                        if fresh {
-                            return Err(CallError::Unreached("the connection closed".into()));
-                        }
-                        continue;
-                    }
-                    s.try_send_request(request).await.map(|response| {
-                        let kept = Idle {
-                            sender: Sender::Http1(s),
-                            since: std::time::Instant::now(),
-                            ..idle
-                        };
-                        (response, Some(kept))
-                    })
-                }
-                Sender::Http2(mut s) => {
-                    *request.uri_mut() = target.clone();
-                    if s.ready().await.is_err() {
-                        if fresh {
-                            return Err(CallError::Unreached("the connection closed".into()));
-                        }
-                        continue;
-                    }
-                    s.try_send_request(request).await.map(|r| (r, None))
-                }
-            };
-            match sent {
-                Ok(done) => return Ok(done),
-                Err(mut e) => match e.take_message() {
-                    Some(unsent) if !fresh => request = unsent,
-                    _ => return Err(CallError::Broken(error_chain(e.error()))),
-                },
-            }
-        }
-    }
-
-    /// This thread's kept connections.
-    fn idle(&self) -> std::sync::MutexGuard<'_, Vec<Idle>> {
-        self.idle[crate::workers::slot(self.idle.len())]
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// A kept connection to the origin that is still open and has not waited too
-    /// long; those found closed or too old on the way are dropped.
-    fn take(&self, scheme: &http::uri::Scheme, authority: &http::uri::Authority) -> Option<Idle> {
-        let mut idle = self.idle();
-        idle.retain(|i| !i.sender.is_closed() && i.since.elapsed() < IDLE_TIMEOUT);
-        let at = idle
-            .iter()
-            .rposition(|i| i.authority == *authority && i.scheme == *scheme)?;
-        let found = &mut idle[at];
-        match &found.sender {
-            // Shared: it stays, and counts as used now.
-            Sender::Http2(s) => {
-                found.since = std::time::Instant::now();
-                Some(Idle {
-                    scheme: scheme.clone(),
-                    authority: authority.clone(),
-                    sender: Sender::Http2(s.clone()),
-                    since: found.since,
-                })
-            }
-            Sender::Http1(_) => Some(idle.swap_remove(at)),
-        }
-    }
-
-    /// Give an HTTP/1 connection back, unless the origin has enough kept already.
-    fn keep(&self, kept: Idle) {
-        if kept.sender.is_closed() {
-            return;
-        }
-        let mut idle = self.idle();
-        let same = idle
-            .iter()
-            .filter(|i| i.authority == kept.authority && i.scheme == kept.scheme)
-            .count();
-        if same < MAX_IDLE_PER_ORIGIN {
-            idle.push(kept);
-        }
-    }
-
-    /// A new connection through the provider's connector (reach, TLS, the connect
-    /// timeout), driven by a task on this thread. One that speaks HTTP/2 is kept at
-    /// once, for every request to its origin.
-    async fn connect(
-        &self,
-        scheme: http::uri::Scheme,
-        authority: http::uri::Authority,
-    ) -> Result<Idle, CallError> {
-        use hyper_util::client::legacy::connect::Connection as _;
-        use tower::ServiceExt as _;
-        let uri = http::Uri::builder()
-            .scheme(scheme.clone())
-            .authority(authority.clone())
-            .path_and_query("/")
-            .build()
-            .map_err(|e| CallError::Unreached(e.to_string()))?;
-        let io = self
-            .connect
-            .clone()
-            .oneshot(uri)
-            .await
-            .map_err(|e| connect_error(&*e))?;
-        let sender = if io.connected().is_negotiated_h2() {
-            let (sender, connection) =
-                hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
-                    .await
-                    .map_err(|e| CallError::Unreached(error_chain(&e)))?;
-            tokio::spawn(connection);
-            Sender::Http2(sender)
-        } else {
-            let (sender, connection) = hyper::client::conn::http1::handshake(io)
-                .await
-                .map_err(|e| CallError::Unreached(error_chain(&e)))?;
-            tokio::spawn(connection);
-            Sender::Http1(sender)
-        };
-        let idle = Idle {
-            scheme,
-            authority,
-            sender,
-            since: std::time::Instant::now(),
-        };
-        if let Sender::Http2(s) = &idle.sender {
-            self.idle().push(Idle {
-                scheme: idle.scheme.clone(),
-                authority: idle.authority.clone(),
-                sender: Sender::Http2(s.clone()),
-                since: idle.since,
-            });
-        }
-        Ok(idle)
     }
 }
 
@@ -591,20 +369,14 @@ fn call_error(e: hyper_util::client::legacy::Error) -> CallError {
     if !e.is_connect() {
         return CallError::Broken(error_chain(&e));
     }
-    connect_error(&e)
-}
-
-/// A connection that could not be made: refused into a private network, or not
-/// reached.
-fn connect_error(e: &(dyn std::error::Error + 'static)) -> CallError {
-    let mut cause = Some(e);
-    while let Some(c) = cause {
-        if c.is::<PrivateAddress>() {
+    let mut source = std::error::Error::source(&e);
+    while let Some(s) = source {
+        if s.is::<PrivateAddress>() {
             return CallError::Forbidden;
         }
-        cause = c.source();
+        source = s.source();
     }
-    CallError::Unreached(error_chain(e))
+    CallError::Unreached(error_chain(&e))
 }
 
 /// The error and its causes on one line; hyper's top-level message alone is vague.
