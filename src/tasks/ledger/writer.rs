@@ -372,12 +372,9 @@ struct WalState {
 }
 
 /// Pause between two checkpoints: each copies what was committed meanwhile. Short,
-/// because a checkpoint's `fsync` writes out every WAL page written since the last
-/// one, and a commit that appends to the page being written waits for that write:
-/// the more pages per `fsync`, the longer the commits it holds up (p99 added at
-/// 1,000 submits/s on ext4: 1 s, 2.8–3.1 ms; 250 ms, 0.5–1.3 ms; 10 ms, 0.2–0.5 ms;
-/// BENCHMARKS.md). At most 100 checkpoints a second while writes go on, none when
-/// they stop.
+/// because a commit appending to a WAL page that a checkpoint's `fsync` is writing
+/// waits for it, and the fewer pages an `fsync` has, the shorter that wait (the
+/// measurements are in docs/ledger.md and BENCHMARKS.md).
 const CHECKPOINT_EVERY: Duration = Duration::from_millis(10);
 /// A WAL longer than this (frames of 4 KiB) is reset by the writer itself, between
 /// two batches, waiting for the checkpoint.
