@@ -28,8 +28,14 @@ pub fn full(bytes: impl Into<Bytes>) -> ResponseBody {
 
 /// `value` as an `application/json` response with `status`.
 pub fn json(status: StatusCode, value: &impl Serialize) -> Response<ResponseBody> {
-    // Our own types always serialise; an empty body would still be a valid answer.
-    let mut resp = Response::new(full(serde_json::to_vec(value).unwrap_or_default()));
+    // Room for a task at once: grown from serde_json's 128 bytes, a task's body was
+    // reallocated twice. Our own types always serialise; an empty body would still be
+    // a valid answer.
+    let mut body = Vec::with_capacity(512);
+    if serde_json::to_writer(&mut body, value).is_err() {
+        body.clear();
+    }
+    let mut resp = Response::new(full(body));
     *resp.status_mut() = status;
     resp.headers_mut().insert(
         header::CONTENT_TYPE,

@@ -14,14 +14,15 @@ use governor::clock::{Clock, DefaultClock};
 use governor::middleware::{StateInformationMiddleware, StateSnapshot};
 use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
-use http::{HeaderMap, HeaderValue};
+use http::{HeaderMap, HeaderName, HeaderValue};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::config::{LimitsConfig, Scope};
 
-pub const LIMIT: &str = "x-ratelimit-limit";
-pub const REMAINING: &str = "x-ratelimit-remaining";
-pub const RESET: &str = "x-ratelimit-reset";
+// Built at compile time: a name from a `&str` is parsed again on every insert.
+pub const LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
+pub const REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
+pub const RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
 
 const YEAR_SECS: f64 = 365.0 * 24.0 * 3600.0;
 
