@@ -293,7 +293,12 @@ fn follow(input: &Val, keys: &[bytes::Bytes]) -> Option<Val> {
 /// A jq value as JSON text: what `to_json` and then serde_json would write (the same
 /// conversions, object keys in order), without building the `serde_json::Value`.
 pub fn write_json(v: &Val) -> Vec<u8> {
-    serde_json::to_vec(&AsJson(v)).unwrap_or_default()
+    // Room for a typical upstream body at once (serde_json starts at 128 bytes).
+    let mut out = Vec::with_capacity(512);
+    if serde_json::to_writer(&mut out, &AsJson(v)).is_err() {
+        out.clear();
+    }
+    out
 }
 
 struct AsJson<'a>(&'a Val);
