@@ -432,10 +432,7 @@ fn serve(conn: &Connection, queue: &mpsc::Receiver<Box<dyn Job>>, counts: &Count
         counts
             .batches
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let handovers = answer(batch, failed);
-        counts
-            .handovers
-            .fetch_add(handovers, std::sync::atomic::Ordering::Relaxed);
+        answer(batch, failed, &counts.handovers);
         *wal.committed.lock().unwrap_or_else(|e| e.into_inner()) = true;
         wal.nudge.notify_one();
         if wal.frames.load(std::sync::atomic::Ordering::Relaxed) > MAX_WAL_FRAMES {
@@ -460,8 +457,13 @@ fn serve(conn: &Connection, queue: &mpsc::Receiver<Box<dyn Job>>, counts: &Count
 }
 
 /// Answer the batch's writes: those queued on a serving thread in one hand-over per
-/// thread, the others directly. The number of hand-overs.
-fn answer(batch: Vec<Box<dyn Job>>, failed: Option<Arc<str>>) -> u64 {
+/// thread, the others directly. The hand-overs are counted before any is sent, so
+/// that whoever has an answer sees its hand-over counted.
+fn answer(
+    batch: Vec<Box<dyn Job>>,
+    failed: Option<Arc<str>>,
+    handovers: &std::sync::atomic::AtomicU64,
+) {
     let mut homes: Vec<(Home, Vec<Box<dyn Job>>)> = Vec::new();
     for mut job in batch {
         let Some(home) = job.take_home() else {
@@ -473,7 +475,7 @@ fn answer(batch: Vec<Box<dyn Job>>, failed: Option<Arc<str>>) -> u64 {
             None => homes.push((home, vec![job])),
         }
     }
-    let handovers = homes.len() as u64;
+    handovers.fetch_add(homes.len() as u64, std::sync::atomic::Ordering::Relaxed);
     for (home, jobs) in homes {
         let answers = Answers {
             jobs,
@@ -485,7 +487,6 @@ fn answer(batch: Vec<Box<dyn Job>>, failed: Option<Arc<str>>) -> u64 {
             returned.0.deliver();
         }
     }
-    handovers
 }
 
 /// Run the batch in one transaction, each write in a savepoint (or, for one
