@@ -26,16 +26,21 @@ pub fn full(bytes: impl Into<Bytes>) -> ResponseBody {
         .boxed()
 }
 
-/// `value` as an `application/json` response with `status`.
-pub fn json(status: StatusCode, value: &impl Serialize) -> Response<ResponseBody> {
-    // Room for a task at once: grown from serde_json's 128 bytes, a task's body was
-    // reallocated twice. Our own types always serialise; an empty body would still be
-    // a valid answer.
+/// `value` as JSON text; empty if it does not serialise (our own types always do,
+/// and an empty body is still a valid answer).
+pub fn json_bytes(value: &impl Serialize) -> Vec<u8> {
+    // Room for a task or a typical upstream body at once: grown from serde_json's
+    // 128 bytes, a task's answer was reallocated twice.
     let mut body = Vec::with_capacity(512);
     if serde_json::to_writer(&mut body, value).is_err() {
         body.clear();
     }
-    let mut resp = Response::new(full(body));
+    body
+}
+
+/// `value` as an `application/json` response with `status`.
+pub fn json(status: StatusCode, value: &impl Serialize) -> Response<ResponseBody> {
+    let mut resp = Response::new(full(json_bytes(value)));
     *resp.status_mut() = status;
     resp.headers_mut().insert(
         header::CONTENT_TYPE,

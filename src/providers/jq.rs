@@ -293,12 +293,7 @@ fn follow(input: &Val, keys: &[bytes::Bytes]) -> Option<Val> {
 /// A jq value as JSON text: what `to_json` and then serde_json would write (the same
 /// conversions, object keys in order), without building the `serde_json::Value`.
 pub fn write_json(v: &Val) -> Vec<u8> {
-    // Room for a typical upstream body at once (serde_json starts at 128 bytes).
-    let mut out = Vec::with_capacity(512);
-    if serde_json::to_writer(&mut out, &AsJson(v)).is_err() {
-        out.clear();
-    }
-    out
+    crate::response::json_bytes(&AsJson(v))
 }
 
 struct AsJson<'a>(&'a Val);

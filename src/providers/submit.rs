@@ -135,7 +135,7 @@ impl Provider {
                 if let Value::Object(p) = params {
                     with_model.extend(p.iter().map(|(k, v)| (k.clone(), v.clone())));
                 }
-                serde_json::to_vec(&with_model).unwrap_or_default()
+                crate::response::json_bytes(&with_model)
             }
         };
         self.submit
