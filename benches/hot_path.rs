@@ -1,7 +1,8 @@
 //! Micro-benchmarks of the steps every request goes through, on the shipped
 //! routes.toml: auth lookup, parameter validation, the jq programs of the simulator
 //! provider (submit body, request path, status answer), task id seal and open,
-//! the results cache, response serialisation, and the access line.
+//! the results cache, response serialisation, the access line, and the SQLite
+//! ledger's writes per submit (in process CPU time; see [`ledger`]).
 //!
 //! `cargo bench --bench hot_path`
 
@@ -301,11 +302,176 @@ fn access_line(c: &mut Criterion) {
     }
 }
 
+/// The process's CPU time so far, every thread's (the serving thread, the ledger's
+/// writer and checkpointer).
+fn process_cpu() -> Duration {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a valid, writable timespec; the clock id is a constant.
+    let ok = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut t) };
+    assert_eq!(ok, 0, "CLOCK_PROCESS_CPUTIME_ID is readable");
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
+/// What a submit writes to the ledger: its write-ahead row, then its completion with
+/// the ids and the upstream's answer (sizes as the simulator's).
+const UPSTREAM_ANSWER: &str = r#"{"id":"sim-1763700000000-vo-0123456789ab","object":"video","status":"queued","created":1763700000,"progress":0,"urls":[],"error":null}"#;
+const SEALED_ID: &str = "task_v1.AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8gISIjJCUmJygpKissLS4vMDEyMzQ1Njc4OTo7PD0-P0BBQkNERUZHSElKS0xNTk9Q";
+
+/// The SQLite ledger's cost per submit, without HTTP around it. Every figure is the
+/// process's CPU time per submit (all threads), not wall time: the quantity issue
+/// #9's CPU target compares with the ledger-off submit of `benches/load.sh`.
+///
+/// - `ledger/sqlite_submit_cpu`: `Ledger::admit` and `Ledger::created`, as a submit
+///   calls them, from a serving thread with 64 submits in flight (the writer thread
+///   groups them into transactions, as under load);
+/// - `ledger/sqlite_statements_floor_cpu/N`: the same two statements run by one
+///   thread on its own connection, N submits per transaction, checkpointed by SQLite
+///   on the same thread: no queue, no thread hand-off, no answer; what the two writes,
+///   their commit and their checkpoint cost SQLite itself. Under load the writer's transactions hold a few submits each (about
+///   four on the machines measured in BENCHMARKS.md); 64 shows the statements alone.
+fn ledger(c: &mut Criterion) {
+    use mediagate::config::Endpoint;
+    use mediagate::tasks::ledger::{
+        Admission, Answer, Created, Ledger, LedgerUrl, NewTask, submit_statements,
+    };
+
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let url = LedgerUrl::parse("sqlite://ledger.db", dir.path()).expect("an SQLite URL");
+    // sqlx's reader pool lives on this runtime; the writes go to the writer thread.
+    let setup = tokio::runtime::Runtime::new().expect("a runtime");
+    let ledger = setup
+        .block_on(Ledger::open(&url, 2))
+        .expect("the ledger opens")
+        .expect("an SQLite ledger");
+    let ledger = Arc::new(ledger);
+    let workers = mediagate::workers::Workers::start(1).expect("a serving thread");
+    let answer = Arc::new(Answer {
+        status: 200,
+        body: UPSTREAM_ANSWER.into(),
+    });
+
+    c.bench_function("ledger/sqlite_submit_cpu", |b| {
+        b.iter_custom(|iters| {
+            let (done, finished) = std::sync::mpsc::channel();
+            let (ledger, answer) = (ledger.clone(), answer.clone());
+            let cpu = process_cpu();
+            workers.next().spawn(async move {
+                let mut flights = tokio::task::JoinSet::new();
+                for flight in 0..64u64 {
+                    let (ledger, answer) = (ledger.clone(), answer.clone());
+                    let share = iters / 64 + u64::from(flight < iters % 64);
+                    flights.spawn(async move {
+                        for n in 0..share {
+                            let new = NewTask {
+                                owner: "bench",
+                                endpoint: Endpoint::ModelCenter,
+                                model: MODEL,
+                                kind: MediaKind::Video,
+                                fingerprint: format!("{flight:016x}{n:048x}"),
+                                idempotency_key: None,
+                                video_seconds: 5,
+                                quota: None,
+                                provider: Some("simulator"),
+                                callback_url: None,
+                            };
+                            let Ok(Admission::Fresh(row)) = ledger.admit(&new).await else {
+                                panic!("a fresh row");
+                            };
+                            let upstream_id = format!("sim-{flight:04}-{n:016}");
+                            let created = Created {
+                                provider: "simulator",
+                                upstream_id: &upstream_id,
+                                task_id: SEALED_ID,
+                                status: TaskStatus::Queued,
+                                answer: &answer,
+                                first_poll: Duration::from_secs(5),
+                            };
+                            ledger.created(row, &created).await.expect("completed");
+                        }
+                    });
+                }
+                while flights.join_next().await.is_some() {}
+                let _ = done.send(());
+            });
+            finished.recv().expect("the submits ran");
+            process_cpu() - cpu
+        })
+    });
+
+    let conn = rusqlite::Connection::open(dir.path().join("ledger.db")).expect("opens");
+    // SQLite's own checkpoint every 1,000 WAL pages keeps the WAL as short as the
+    // ledger's checkpointer keeps it (without one, a growing WAL makes every page
+    // lookup and every write dearer).
+    conn.pragma_update(None, "synchronous", "NORMAL")
+        .expect("the writer's setting");
+    let mut next = 0u64;
+    for batch in [8, 64] {
+        c.bench_function(
+            &format!("ledger/sqlite_statements_floor_cpu/{batch}"),
+            |b| {
+                b.iter_custom(|iters| {
+                    let cpu = process_cpu();
+                    let mut left = iters;
+                    while left > 0 {
+                        let tx = conn.unchecked_transaction().expect("BEGIN");
+                        for _ in 0..left.min(batch) {
+                            next += 1;
+                            let fingerprint = format!("floor{next:059x}");
+                            let mut write_ahead = tx
+                                .prepare_cached(submit_statements::WRITE_AHEAD)
+                                .expect("prepared");
+                            let inserted = write_ahead
+                                .execute(rusqlite::params![
+                                    "bench",
+                                    "model-center",
+                                    MODEL,
+                                    "video",
+                                    fingerprint,
+                                    None::<String>,
+                                    5i64,
+                                    1_763_700_000_000i64,
+                                    "simulator",
+                                    None::<String>,
+                                ])
+                                .expect("inserted");
+                            assert_eq!(inserted, 1);
+                            let row = tx.last_insert_rowid();
+                            let upstream_id = format!("sim-floor-{next:016}");
+                            let mut complete = tx
+                                .prepare_cached(submit_statements::COMPLETE)
+                                .expect("prepared");
+                            complete
+                                .execute(rusqlite::params![
+                                    row,
+                                    "simulator",
+                                    upstream_id,
+                                    SEALED_ID,
+                                    "queued",
+                                    200i64,
+                                    UPSTREAM_ANSWER,
+                                    1_763_700_000_000i64,
+                                    5_000i64,
+                                ])
+                                .expect("completed");
+                        }
+                        tx.commit().expect("COMMIT");
+                        left = left.saturating_sub(batch);
+                    }
+                    process_cpu() - cpu
+                })
+            },
+        );
+    }
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2));
-    targets = auth, validate, transform, task_id, cache, serialise, access_line
+    targets = auth, validate, transform, task_id, cache, serialise, access_line, ledger
 }
 criterion_main!(benches);

@@ -151,6 +151,13 @@ macro_rules! records {
 mod deliveries;
 pub use self::deliveries::{Delivery, DeliveryBacklog, DeliveryOutcome};
 
+/// The two statements every submit writes on SQLite (the write-ahead row, its
+/// completion), for the floor measured by `benches/hot_path.rs`.
+#[doc(hidden)]
+pub mod submit_statements {
+    pub use super::record::{INSERT_SQLITE as WRITE_AHEAD, SET_CREATED as COMPLETE};
+}
+
 static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
 static POSTGRES_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
 
