@@ -17,6 +17,9 @@
 #                                   # PROFILE=query-forwarded: of an unfinished one,
 #                                   # poll cache off (each query goes upstream);
 #                                   # PROFILE=submit-sqlite: submits, ledger on SQLite;
+#                                   # PROFILE=submit-nginx: the same submits through
+#                                   # nginx, its workers profiled (the baseline's share
+#                                   # of kernel, system calls, context switches);
 #                                   # PERF_CALLGRAPH=dwarf for call graphs through
 #                                   # code built without frame pointers (libc)
 #
@@ -42,7 +45,7 @@ STORM_TASKS=${STORM_TASKS:-100}
 IDLE_CONNS=${IDLE_CONNS:-10000}
 POLL_TTL_MS=${POLL_TTL_MS:-1000}
 ONLY=${ONLY:-all}              # all | ledger | memory
-PROFILE=${PROFILE:-}           # submit | submit-sqlite | query | query-forwarded: profile that load, then stop
+PROFILE=${PROFILE:-}           # submit | submit-sqlite | submit-nginx | query | query-forwarded: profile that load, then stop
 [[ -z $PROFILE ]] || ONLY=profile
 [[ $ONLY == all || $ONLY == ledger || $ONLY == memory || $ONLY == profile ]] \
   || { echo "ONLY is all, ledger or memory" >&2; exit 2; }
@@ -214,20 +217,13 @@ start_gateway() { # $1 = name, $2 = poll ttl, $3 = ledger url; prints the addres
   echo $! >"$WORK/$name.pid"
   wait_for "$WORK/$name.log" "listening on http://" | sed 's/.*listening on http:\/\/\([0-9.:]*\).*/\1/'
 }
-MG_ADDR=$(start_gateway mediagate "$POLL_TTL_MS")
-MG_PID=$(cat "$WORK/mediagate.pid")
-sleep 1
-RSS_IDLE=$(rss_kb "$MG_PID")
-if [[ $ONLY == all ]]; then
-# The same gateway with the poll cache off: every query of an unfinished task is
-# forwarded, which is the fair comparison with a proxy that caches nothing.
-MGF_ADDR=$(start_gateway mediagate-nocache 0)
-log "mediagate on $MG_ADDR (poll cache ${POLL_TTL_MS} ms), $MGF_ADDR (poll cache off)"
 
 # --- nginx --------------------------------------------------------------------------
-NG_PORT=$(free_port)
-mkdir -p "$WORK/nginx"
-cat >"$WORK/nginx.conf" <<EOF
+# A plain reverse proxy to the same upstream: the baseline. Sets NG_ADDR.
+start_nginx() {
+  NG_PORT=$(free_port)
+  mkdir -p "$WORK/nginx"
+  cat >"$WORK/nginx.conf" <<EOF
 worker_processes auto;
 pid $WORK/nginx.pid;
 error_log $WORK/nginx-error.log warn;
@@ -254,10 +250,23 @@ http {
   }
 }
 EOF
-"$NGINX" -c "$WORK/nginx.conf" -p "$WORK/nginx" -g 'daemon on;'
-NG_ADDR=127.0.0.1:$NG_PORT
-for _ in $(seq 1 50); do curl -sf "http://$NG_ADDR/_stats" >/dev/null && break; sleep 0.1; done
-log "nginx $("$NGINX" -v 2>&1 | cut -d/ -f2) on $NG_ADDR"
+  "$NGINX" -c "$WORK/nginx.conf" -p "$WORK/nginx" -g 'daemon on;'
+  NG_ADDR=127.0.0.1:$NG_PORT
+  for _ in $(seq 1 50); do curl -sf "http://$NG_ADDR/_stats" >/dev/null && break; sleep 0.1; done
+  log "nginx $("$NGINX" -v 2>&1 | cut -d/ -f2) on $NG_ADDR"
+}
+
+MG_ADDR=$(start_gateway mediagate "$POLL_TTL_MS")
+MG_PID=$(cat "$WORK/mediagate.pid")
+sleep 1
+RSS_IDLE=$(rss_kb "$MG_PID")
+if [[ $ONLY == all ]]; then
+# The same gateway with the poll cache off: every query of an unfinished task is
+# forwarded, which is the fair comparison with a proxy that caches nothing.
+MGF_ADDR=$(start_gateway mediagate-nocache 0)
+log "mediagate on $MG_ADDR (poll cache ${POLL_TTL_MS} ms), $MGF_ADDR (poll cache off)"
+
+start_nginx
 
 # --- tasks to query -----------------------------------------------------------------
 submit_to() { # $1 = address; prints the id
@@ -349,8 +358,17 @@ if [[ $ONLY == profile ]]; then
     MG_ADDR=$(start_gateway mediagate-nocache 0)
     MG_PID=$(cat "$WORK/mediagate-nocache.pid")
   fi
+  # Whom perf watches: the gateway, or for the baseline nginx's workers.
+  PROFILED=$MG_PID
+  PROFILED_NAME="mediagate $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+  if [[ $PROFILE == submit-nginx ]]; then
+    start_nginx
+    PROFILED=$(pgrep -P "$(cat "$WORK/nginx.pid")" | paste -sd,)
+    PROFILED_NAME="nginx $("$NGINX" -v 2>&1 | cut -d/ -f2) (the baseline)"
+  fi
   case $PROFILE in
     submit|submit-sqlite) PROFILE_ARGS=(-s "$WORK/submit.lua" "http://$MG_ADDR$TASKS") ;;
+    submit-nginx) PROFILE_ARGS=(-s "$WORK/submit.lua" "http://$NG_ADDR$TASKS") ;;
     query) # a task the fast upstream reports finished (created in 1970)
       FINISHED=$($LOADGEN seal --secret "$SECRET" --provider fast \
         --upstream-id sim-1000-vo-000000000000 --model "$MODEL" --owner bench)
@@ -359,16 +377,16 @@ if [[ $ONLY == profile ]]; then
       UNFINISHED=$(curl -sf -X POST "http://$MG_ADDR$TASKS" -H "$AUTH" \
         -H 'Content-Type: application/json' -d "$BODY" | sed 's/.*"id":"\([^"]*\)".*/\1/')
       PROFILE_ARGS=(-s "$WORK/get.lua" "http://$MG_ADDR$TASKS/$UNFINISHED") ;;
-    *) echo "PROFILE is submit, submit-sqlite, query or query-forwarded" >&2; exit 2 ;;
+    *) echo "PROFILE is submit, submit-sqlite, submit-nginx, query or query-forwarded" >&2; exit 2 ;;
   esac
   log "profiling: $PROFILE (${DURATION} s)"
-  perf record -F 999 --call-graph "${PERF_CALLGRAPH:-fp}" -p "$MG_PID" -o "$WORK/perf.data" -- sleep "$DURATION" 2>"$WORK/perf.log" &
+  perf record -F 999 --call-graph "${PERF_CALLGRAPH:-fp}" -p "$PROFILED" -o "$WORK/perf.data" -- sleep "$DURATION" 2>"$WORK/perf.log" &
   PERF_PID=$!
   wrk -t2 -c"$CONNS" -d"${DURATION}s" --latency "${PROFILE_ARGS[@]}" >"$WORK/profile-wrk.txt" 2>&1
   wait "$PERF_PID"
   # The same load again, counted rather than sampled: system calls and context
   # switches per request tell the kernel's share apart from the code's.
-  perf stat -e raw_syscalls:sys_enter,context-switches,task-clock -p "$MG_PID" \
+  perf stat -e raw_syscalls:sys_enter,context-switches,task-clock -p "$PROFILED" \
     -o "$WORK/perf-stat.txt" -- sleep "$DURATION" 2>/dev/null &
   PERF_PID=$!
   wrk -t2 -c"$CONNS" -d"${DURATION}s" "${PROFILE_ARGS[@]}" >"$WORK/profile-wrk-stat.txt" 2>&1
@@ -376,7 +394,7 @@ if [[ $ONLY == profile ]]; then
   STAT_REQS=$(awk '/requests in/ {print $1}' "$WORK/profile-wrk-stat.txt")
   REPORT=$OUT/profile-$PROFILE.txt
   {
-    echo "# PROFILE=$PROFILE benches/load.sh: mediagate $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(date -u '+%Y-%m-%d %H:%M UTC')"
+    echo "# PROFILE=$PROFILE benches/load.sh: $PROFILED_NAME, $(date -u '+%Y-%m-%d %H:%M UTC')"
     echo "# Machine: $(nproc) CPUs, $(cpu_model)"
     grep -E 'Requests/sec|requests in' "$WORK/profile-wrk.txt" | sed 's/^/# /'
     awk -v n="$STAT_REQS" '{ gsub(",", "", $1) }
