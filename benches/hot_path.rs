@@ -393,7 +393,10 @@ fn ledger(c: &mut Criterion) {
                         }
                     });
                 }
-                while flights.join_next().await.is_some() {}
+                while let Some(flight) = flights.join_next().await {
+                    // A failed write ends the bench (the sender is dropped, `recv` fails).
+                    flight.expect("every submit of the flight was written");
+                }
                 let _ = done.send(());
             });
             finished.recv().expect("the submits ran");
