@@ -329,9 +329,10 @@ const SEALED_ID: &str = "task_v1.AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8gISI
 ///   groups them into transactions, as under load);
 /// - `ledger/sqlite_statements_floor_cpu/N`: the same two statements run by one
 ///   thread on its own connection, N submits per transaction, checkpointed by SQLite
-///   on the same thread: no queue, no thread hand-off, no answer; what the two writes,
-///   their commit and their checkpoint cost SQLite itself. Under load the writer's transactions hold a few submits each (about
-///   four on the machines measured in BENCHMARKS.md); 64 shows the statements alone.
+///   on the same thread: no queue, no thread hand-off, no answer; what the two
+///   writes, their commit and their checkpoint cost SQLite itself. Under load the
+///   writer's transactions hold a few submits each (about four on the machines
+///   measured in BENCHMARKS.md); 64 shows the statements alone.
 fn ledger(c: &mut Criterion) {
     use mediagate::config::Endpoint;
     use mediagate::tasks::ledger::{
@@ -429,9 +430,10 @@ fn ledger(c: &mut Criterion) {
                             let inserted = write_ahead
                                 .execute(rusqlite::params![
                                     "bench",
+                                    // What the ledger writes for `Endpoint::ModelCenter`.
                                     "model-center",
                                     MODEL,
-                                    "video",
+                                    MediaKind::Video.as_str(),
                                     fingerprint,
                                     None::<String>,
                                     5i64,
@@ -452,7 +454,7 @@ fn ledger(c: &mut Criterion) {
                                     "simulator",
                                     upstream_id,
                                     SEALED_ID,
-                                    "queued",
+                                    TaskStatus::Queued.as_str(),
                                     200i64,
                                     UPSTREAM_ANSWER,
                                     1_763_700_000_000i64,
