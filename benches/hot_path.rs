@@ -335,9 +335,7 @@ const SEALED_ID: &str = "task_v1.AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8gISI
 ///   measured in BENCHMARKS.md); 64 shows the statements alone.
 fn ledger(c: &mut Criterion) {
     use mediagate::config::Endpoint;
-    use mediagate::tasks::ledger::{
-        Admission, Answer, Created, Ledger, LedgerUrl, NewTask, submit_statements,
-    };
+    use mediagate::tasks::ledger::{Admission, Answer, Created, Ledger, LedgerUrl, NewTask};
 
     let dir = tempfile::tempdir().expect("a temporary directory");
     let url = LedgerUrl::parse("sqlite://ledger.db", dir.path()).expect("an SQLite URL");
@@ -413,63 +411,69 @@ fn ledger(c: &mut Criterion) {
         .expect("the writer's setting");
     let mut next = 0u64;
     for batch in [8, 64] {
-        c.bench_function(
-            &format!("ledger/sqlite_statements_floor_cpu/{batch}"),
-            |b| {
-                b.iter_custom(|iters| {
-                    let cpu = process_cpu();
-                    let mut left = iters;
-                    while left > 0 {
-                        let tx = conn.unchecked_transaction().expect("BEGIN");
-                        for _ in 0..left.min(batch) {
-                            next += 1;
-                            let fingerprint = format!("floor{next:059x}");
-                            let mut write_ahead = tx
-                                .prepare_cached(submit_statements::WRITE_AHEAD)
-                                .expect("prepared");
-                            let inserted = write_ahead
-                                .execute(rusqlite::params![
-                                    "bench",
-                                    // What the ledger writes for `Endpoint::ModelCenter`.
-                                    "model-center",
-                                    MODEL,
-                                    MediaKind::Video.as_str(),
-                                    fingerprint,
-                                    None::<String>,
-                                    5i64,
-                                    1_763_700_000_000i64,
-                                    "simulator",
-                                    None::<String>,
-                                ])
-                                .expect("inserted");
-                            assert_eq!(inserted, 1);
-                            let row = tx.last_insert_rowid();
-                            let upstream_id = format!("sim-floor-{next:016}");
-                            let mut complete = tx
-                                .prepare_cached(submit_statements::COMPLETE)
-                                .expect("prepared");
-                            complete
-                                .execute(rusqlite::params![
-                                    row,
-                                    "simulator",
-                                    upstream_id,
-                                    SEALED_ID,
-                                    TaskStatus::Queued.as_str(),
-                                    200i64,
-                                    UPSTREAM_ANSWER,
-                                    1_763_700_000_000i64,
-                                    5_000i64,
-                                ])
-                                .expect("completed");
-                        }
-                        tx.commit().expect("COMMIT");
-                        left = left.saturating_sub(batch);
-                    }
-                    process_cpu() - cpu
-                })
-            },
-        );
+        let name = format!("ledger/sqlite_statements_floor_cpu/{batch}");
+        c.bench_function(&name, |b| {
+            b.iter_custom(|iters| {
+                let cpu = process_cpu();
+                let mut left = iters;
+                while left > 0 {
+                    let n = left.min(batch);
+                    write_floor_transaction(&conn, n, &mut next);
+                    left -= n;
+                }
+                process_cpu() - cpu
+            })
+        });
     }
+}
+
+/// One transaction of the floor: `n` submits' write-ahead rows and completions,
+/// numbered on from `next`.
+fn write_floor_transaction(conn: &rusqlite::Connection, n: u64, next: &mut u64) {
+    use mediagate::config::Endpoint;
+    use mediagate::tasks::ledger::submit_statements;
+
+    let tx = conn.unchecked_transaction().expect("BEGIN");
+    for _ in 0..n {
+        *next += 1;
+        let fingerprint = format!("floor{next:059x}");
+        let inserted = tx
+            .prepare_cached(submit_statements::WRITE_AHEAD)
+            .and_then(|mut write_ahead| {
+                write_ahead.execute(rusqlite::params![
+                    "bench",
+                    submit_statements::endpoint(Endpoint::ModelCenter),
+                    MODEL,
+                    MediaKind::Video.as_str(),
+                    fingerprint,
+                    None::<String>,
+                    5i64,
+                    1_763_700_000_000i64,
+                    "simulator",
+                    None::<String>,
+                ])
+            })
+            .expect("inserted");
+        assert_eq!(inserted, 1);
+        let row = tx.last_insert_rowid();
+        let upstream_id = format!("sim-floor-{next:016}");
+        tx.prepare_cached(submit_statements::COMPLETE)
+            .and_then(|mut complete| {
+                complete.execute(rusqlite::params![
+                    row,
+                    "simulator",
+                    upstream_id,
+                    SEALED_ID,
+                    TaskStatus::Queued.as_str(),
+                    200i64,
+                    UPSTREAM_ANSWER,
+                    1_763_700_000_000i64,
+                    5_000i64,
+                ])
+            })
+            .expect("completed");
+    }
+    tx.commit().expect("COMMIT");
 }
 
 criterion_group! {

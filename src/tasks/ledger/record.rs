@@ -353,8 +353,8 @@ pub(super) const INSERT: &str = concat!(insert!(), " RETURNING id");
 /// [`INSERT`] on SQLite, which collects a statement's `RETURNING` rows in a temporary
 /// b-tree opened and closed per statement: the changed-row count and the connection's
 /// last row id say the same for one row.
-pub const INSERT_SQLITE: &str = insert!();
-pub const SET_CREATED: &str = "UPDATE tasks SET state = 'submitted', provider = $2, upstream_id = $3, task_id = $4, status = $5, answer_status = $6, answer_body = $7, updated_ms = $8, next_poll_ms = $8 + $9, poll_interval_ms = $9 WHERE id = $1";
+pub(super) const INSERT_SQLITE: &str = insert!();
+pub(super) const SET_CREATED: &str = "UPDATE tasks SET state = 'submitted', provider = $2, upstream_id = $3, task_id = $4, status = $5, answer_status = $6, answer_body = $7, updated_ms = $8, next_poll_ms = $8 + $9, poll_interval_ms = $9 WHERE id = $1";
 /// Due tasks no other replica holds, leased to `$1` until `$2`. SQLite has one
 /// writer at a time, so the statement itself is the lock.
 pub(super) const CLAIM_SQLITE: &str = concat!(
