@@ -17,7 +17,8 @@ use http::{HeaderMap, HeaderValue};
 use mediagate::access::{ApiKey, KeyRing, key_digest};
 use mediagate::api::shapes::{SubmitResponse, TaskView};
 use mediagate::config::{Problems, ProviderConfig, read_routes};
-use mediagate::providers::jq::{Jq, JqVars, from_json, parse};
+use mediagate::providers::document::Document;
+use mediagate::providers::jq::{Jq, JqVars, from_json};
 use mediagate::providers::redact::Redactor;
 use mediagate::providers::status::StatusReader;
 use mediagate::snapshot::{LoadContext, Snapshot};
@@ -133,8 +134,9 @@ fn transform(c: &mut Criterion) {
     ] {
         c.bench_function(name, |b| {
             b.iter(|| {
-                let v = parse(black_box(answer)).unwrap();
-                reader.read("simulator", v, &vars, &redactor).unwrap()
+                let doc = Document::new(black_box(answer));
+                doc.check().unwrap();
+                reader.read("simulator", &doc, &vars, &redactor).unwrap()
             })
         });
     }

@@ -87,6 +87,9 @@ pub struct Jq {
     /// The program reads nothing but [`MODEL_VARIABLES`]: its output is the same for
     /// every request of a model.
     model_only: bool,
+    /// The program is `O + .` where `O` reads only [`MODEL_VARIABLES`] (the usual
+    /// `{model: $upstream_model} + .` of a submit body): see [`Jq::write_merged`].
+    merges_input: bool,
 }
 
 impl std::fmt::Debug for Jq {
@@ -134,6 +137,7 @@ impl Jq {
             constant,
             fields: field_path(code),
             model_only: reads_only_the_model(code),
+            merges_input: merges_input(code),
         })
     }
 
@@ -155,6 +159,16 @@ impl Jq {
             None => Some(None),
             Some(code) => Self::at(at, key, code).map(Some),
         }
+    }
+
+    /// Whether the output is a string known at load.
+    pub(super) fn is_constant(&self) -> bool {
+        self.constant.is_some()
+    }
+
+    /// The keys of a program that only reads a field (`.a.b`), if it is one.
+    pub(super) fn field_keys(&self) -> Option<&[bytes::Bytes]> {
+        self.fields.as_deref()
     }
 
     /// Run on `input`; the first output, or `None` when the program yields nothing.
@@ -193,6 +207,85 @@ impl Jq {
     }
 }
 
+impl Jq {
+    /// The output of an `O + .` program (see [`merges_input`]) on the object `input`,
+    /// as JSON text, without making `input` a jq value: `O` is run on `{}` (it
+    /// reads only the model's variables, so its output is what it would be on
+    /// `input`) and `input`'s fields are written over its own, as jq's `+` of two
+    /// objects does. `None` when the program is not of that shape, or `O` gives no
+    /// object (or null, jq's neutral element): jaq's to run then.
+    pub fn write_merged(
+        &self,
+        input: &serde_json::Map<String, Value>,
+        vars: &JqVars,
+    ) -> Option<Vec<u8>> {
+        if !self.merges_input {
+            return None;
+        }
+        let empty = Val::Obj(std::rc::Rc::default());
+        let own = match self.run(empty, vars) {
+            Ok(Some(Val::Obj(own))) => own,
+            Ok(Some(Val::Null)) => std::rc::Rc::default(),
+            _ => return None,
+        };
+        let mut fields = Vec::with_capacity(own.len() + input.len());
+        for (key, value) in own.iter() {
+            // Keys that are not strings are written as AsJson writes them: jaq's way.
+            let Val::TStr(key) = key else { return None };
+            fields.push((String::from_utf8_lossy(key), Merged::Own(value)));
+        }
+        fields.extend(
+            input
+                .iter()
+                .map(|(k, v)| (std::borrow::Cow::Borrowed(k.as_str()), Merged::Input(v))),
+        );
+        // Sorted by key, the last of equal keys kept (the input's), as `AsJson` writes
+        // an object.
+        fields.sort_by(|a, b| a.0.cmp(&b.0));
+        Some(crate::response::json_bytes(&MergedFields(fields)))
+    }
+}
+
+/// The fields of `O + .`, sorted, where equal keys are next to each other.
+struct MergedFields<'a>(Vec<(std::borrow::Cow<'a, str>, Merged<'a>)>);
+
+enum Merged<'a> {
+    Own(&'a Val),
+    Input(&'a Value),
+}
+
+impl serde::Serialize for MergedFields<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(None)?;
+        for (i, (key, value)) in self.0.iter().enumerate() {
+            if self.0.get(i + 1).is_some_and(|next| next.0 == *key) {
+                continue;
+            }
+            match value {
+                Merged::Own(v) => map.serialize_entry(key, &AsJson(v))?,
+                Merged::Input(v) => map.serialize_entry(key, &InputJson(v))?,
+            }
+        }
+        map.end()
+    }
+}
+
+/// A parameter written as `AsJson` would write it once made a jq value: strings,
+/// booleans, null and integers are the same text either way (written directly);
+/// anything else goes through the jq value, so that numbers are written jaq's way.
+struct InputJson<'a>(&'a Value);
+
+impl serde::Serialize for InputJson<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            Value::Null | Value::Bool(_) | Value::String(_) => self.0.serialize(s),
+            Value::Number(n) if n.is_i64() => self.0.serialize(s),
+            other => AsJson(&from_json(other)).serialize(s),
+        }
+    }
+}
+
 /// Whether a program's output depends on nothing but [`MODEL_VARIABLES`]: judged on
 /// its syntax, conservatively. Literals, strings with interpolations, arrays, objects,
 /// operators, `|`, `,`, `//`, `if` and those variables qualify (`{kind: $kind}`,
@@ -201,6 +294,23 @@ impl Jq {
 /// side qualifies. Any other variable, path or call (a filter may read the request,
 /// or the clock) does not, nor does `{a}` (short for `{a: .a}`).
 fn reads_only_the_model(code: &str) -> bool {
+    jaq_core::load::parse(code, |p| p.term()).is_some_and(|t| model_only(&t, false))
+}
+
+/// Whether a program is `O + .` with `O` as [`reads_only_the_model`] judges it.
+fn merges_input(code: &str) -> bool {
+    use jaq_core::load::parse::{BinaryOp, Term};
+    jaq_core::load::parse(code, |p| p.term()).is_some_and(|t| match t {
+        Term::BinOp(l, BinaryOp::Math(jaq_core::ops::Math::Add), r) => {
+            matches!(*r, Term::Id) && model_only(&l, false)
+        }
+        _ => false,
+    })
+}
+
+/// [`reads_only_the_model`] of a parsed term; `dot`: whether `.` is itself decided
+/// by the model (right of such a `|`).
+fn model_only(t: &jaq_core::load::parse::Term<&str>, dot: bool) -> bool {
     use jaq_core::load::lex::StrPart;
     use jaq_core::load::parse::{BinaryOp, Term};
     const PURE: [&str; 5] = [
@@ -210,50 +320,50 @@ fn reads_only_the_model(code: &str) -> bool {
         "ascii_upcase",
         "length",
     ];
-    /// `dot`: whether `.` is itself decided by the model (right of such a `|`).
-    fn model_only(t: &Term<&str>, dot: bool) -> bool {
-        let var = |t: &Term<&str>| matches!(t, Term::Var(v) if MODEL_VARIABLES.contains(v));
-        match t {
-            Term::Num(_) => true,
-            Term::Var(_) => var(t),
-            Term::Id => dot,
-            Term::Call(name, args) => {
-                dot && args.is_empty() && (name.starts_with('@') || PURE.contains(name))
-            }
-            Term::Str(_, parts) => parts.iter().all(|part| match part {
-                StrPart::Term(t) => model_only(t, dot),
-                StrPart::Str(_) | StrPart::Char(_) => true,
-            }),
-            Term::Arr(items) => items.as_deref().is_none_or(|t| model_only(t, dot)),
-            Term::Obj(fields) => fields.iter().all(|(key, value)| match value {
-                Some(value) => model_only(key, dot) && model_only(value, dot),
-                // `{$kind}` is `{kind: $kind}`; `{a}` reads `.a`.
-                None => var(key),
-            }),
-            Term::Neg(t) => model_only(t, dot),
-            Term::BinOp(l, BinaryOp::Pipe(None), r) => model_only(l, dot) && model_only(r, true),
-            Term::BinOp(l, op, r) => {
-                matches!(
-                    op,
-                    BinaryOp::Comma
-                        | BinaryOp::Alt
-                        | BinaryOp::Or
-                        | BinaryOp::And
-                        | BinaryOp::Math(_)
-                        | BinaryOp::Cmp(_)
-                ) && model_only(l, dot)
-                    && model_only(r, dot)
-            }
-            Term::IfThenElse(branches, otherwise) => {
-                branches
-                    .iter()
-                    .all(|(cond, then)| model_only(cond, dot) && model_only(then, dot))
-                    && otherwise.as_deref().is_none_or(|t| model_only(t, dot))
-            }
-            _ => false,
+    let var = |t: &Term<&str>| matches!(t, Term::Var(v) if MODEL_VARIABLES.contains(v));
+    match t {
+        Term::Num(_) => true,
+        Term::Var(_) => var(t),
+        Term::Id => dot,
+        // `null`, `true` and `false` are filters of jaq's, constants all three.
+        Term::Call(name, args) if args.is_empty() && ["null", "true", "false"].contains(name) => {
+            true
         }
+        Term::Call(name, args) => {
+            dot && args.is_empty() && (name.starts_with('@') || PURE.contains(name))
+        }
+        Term::Str(_, parts) => parts.iter().all(|part| match part {
+            StrPart::Term(t) => model_only(t, dot),
+            StrPart::Str(_) | StrPart::Char(_) => true,
+        }),
+        Term::Arr(items) => items.as_deref().is_none_or(|t| model_only(t, dot)),
+        Term::Obj(fields) => fields.iter().all(|(key, value)| match value {
+            Some(value) => model_only(key, dot) && model_only(value, dot),
+            // `{$kind}` is `{kind: $kind}`; `{a}` reads `.a`.
+            None => var(key),
+        }),
+        Term::Neg(t) => model_only(t, dot),
+        Term::BinOp(l, BinaryOp::Pipe(None), r) => model_only(l, dot) && model_only(r, true),
+        Term::BinOp(l, op, r) => {
+            matches!(
+                op,
+                BinaryOp::Comma
+                    | BinaryOp::Alt
+                    | BinaryOp::Or
+                    | BinaryOp::And
+                    | BinaryOp::Math(_)
+                    | BinaryOp::Cmp(_)
+            ) && model_only(l, dot)
+                && model_only(r, dot)
+        }
+        Term::IfThenElse(branches, otherwise) => {
+            branches
+                .iter()
+                .all(|(cond, then)| model_only(cond, dot) && model_only(then, dot))
+                && otherwise.as_deref().is_none_or(|t| model_only(t, dot))
+        }
+        _ => false,
     }
-    jaq_core::load::parse(code, |p| p.term()).is_some_and(|t| model_only(&t, false))
 }
 
 /// The keys of a program of the form `.a.b.c` (identifiers only), if it is one.
@@ -423,14 +533,22 @@ pub const MAX_DEPTH: usize = 128;
 
 /// JSON text → jq value, without an intermediate `serde_json::Value`.
 pub fn parse(bytes: &[u8]) -> Result<Val, String> {
-    if nesting_depth(bytes) > MAX_DEPTH {
+    if nested_deeper_than(bytes, MAX_DEPTH) {
         return Err(format!("nested deeper than {MAX_DEPTH} levels"));
     }
     jaq_json::read::parse_single(bytes).map_err(|e| e.to_string())
 }
 
-/// Deepest nesting of `[` and `{` outside strings; a cheap scan before the
-/// recursive parse (malformed input is left for the parser to refuse).
+/// Whether `[` and `{` nest deeper than `limit` outside strings: a cheap scan before
+/// the recursive parse. Counting the brackets (a loop the compiler vectorises) settles
+/// it for every text with fewer of them than the limit.
+pub(super) fn nested_deeper_than(bytes: &[u8], limit: usize) -> bool {
+    let opening = bytes.iter().filter(|&&b| b == b'[' || b == b'{').count();
+    opening > limit && nesting_depth(bytes) > limit
+}
+
+/// Deepest nesting of `[` and `{` outside strings (malformed input is left for the
+/// parser to refuse).
 fn nesting_depth(bytes: &[u8]) -> usize {
     let (mut depth, mut deepest, mut in_string, mut escaped) = (0usize, 0usize, false, false);
     for &b in bytes {
@@ -535,6 +653,7 @@ mod tests {
             r#"if $kind == "video" then "/videos" else "/images" end"#,
             r#"[$model, 1, -2] | {m: ($model + "-x")}"#,
             r#"$upstream_model | ascii_downcase | "/m/\(.)/\(@uri)""#,
+            "{a: null, b: true, c: [false]}",
         ] {
             assert!(Jq::compile(code).unwrap().model_only(), "{code}");
         }
@@ -671,10 +790,51 @@ mod tests {
         }
 
         #[test]
+        fn merged_bodies_are_what_jaq_writes(
+            fields in proptest::collection::btree_map("[ab]|model|prompt|id", any_json(), 0..5),
+            big in proptest::prelude::any::<u64>(),
+        ) {
+            let mut input: serde_json::Map<String, Value> = fields.into_iter().collect();
+            input.insert("big".into(), Value::from(big));
+            for code in [
+                "{model: $upstream_model} + .",
+                "{model: $upstream_model, kind: $kind, a: [1, 2.5, null]} + .",
+                "{a: $model} + {b: 1e3} + .",
+                "({prompt: 1}, {b: 2}) + .",
+                "null + .",
+                "if $kind == \"video\" then {v: true} else null end + .",
+            ] {
+                let jq = Jq::compile(code).unwrap();
+                let merged = jq.write_merged(&input, &vars());
+                proptest::prop_assert!(merged.is_some(), "{}", code);
+                let out = jq.first(from_json(&Value::Object(input.clone())), &vars()).unwrap().unwrap();
+                proptest::prop_assert_eq!(merged.unwrap(), write_json(&out), "{}", code);
+            }
+        }
+
+        #[test]
         fn written_json_is_what_serde_json_writes(value in any_json()) {
             let v = from_json(&value);
             let expected = serde_json::to_vec(&to_json(&v)).unwrap();
             proptest::prop_assert_eq!(write_json(&v), expected);
+        }
+    }
+
+    #[test]
+    fn only_a_model_object_plus_the_input_is_merged_without_jaq() {
+        let input = serde_json::Map::from_iter([("a".to_string(), json!(1))]);
+        for code in [
+            ".",
+            ". + {model: $upstream_model}",
+            "{model: .model} + .",
+            "{a} + .",
+            "{p: $params} + .",
+            "{x: now} + .",
+            "\"s\" + .",
+            "{(1): 2} + .",
+        ] {
+            let jq = Jq::compile(code).unwrap();
+            assert!(jq.write_merged(&input, &vars()).is_none(), "{code}");
         }
     }
 

@@ -12,6 +12,7 @@
 mod answer;
 mod client;
 mod content;
+pub mod document;
 pub mod jq;
 mod origin;
 mod plan;

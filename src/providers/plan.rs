@@ -118,7 +118,34 @@ impl RequestPlan {
         vars: &JqVars,
         body: Option<Vec<u8>>,
     ) -> Result<Request<Full<Bytes>>, ApiError> {
-        let (target, absolute) = self.target(origin, input, vars)?;
+        let (target, absolute) = self.target(vars, || self.build_target(origin, input, vars))?;
+        self.request(origin, target, absolute, body)
+    }
+
+    /// [`RequestPlan::build`] where `.` and the variables come from `inputs`, called
+    /// only when the target is not built already: `model_vars` need only the model's
+    /// variables (a submit's parameters become a jq value only if a program reads them).
+    pub fn build_lazily(
+        &self,
+        origin: &Origin,
+        model_vars: &JqVars,
+        inputs: impl FnOnce() -> (Val, JqVars),
+        body: Option<Vec<u8>>,
+    ) -> Result<Request<Full<Bytes>>, ApiError> {
+        let (target, absolute) = self.target(model_vars, || {
+            let (input, vars) = inputs();
+            self.build_target(origin, &input, &vars)
+        })?;
+        self.request(origin, target, absolute, body)
+    }
+
+    fn request(
+        &self,
+        origin: &Origin,
+        target: Uri,
+        absolute: bool,
+        body: Option<Vec<u8>>,
+    ) -> Result<Request<Full<Bytes>>, ApiError> {
         let mut builder = Request::builder()
             .method(self.method.clone())
             .uri(target.clone());
@@ -138,15 +165,19 @@ impl RequestPlan {
     }
 
     /// The URL the path and query programs name, and whether the path was absolute:
-    /// built once per model when nothing else decides it.
-    fn target(&self, origin: &Origin, input: &Val, vars: &JqVars) -> Result<(Uri, bool), ApiError> {
+    /// built (by `build`) once per model when nothing else decides it.
+    fn target(
+        &self,
+        vars: &JqVars,
+        build: impl FnOnce() -> Result<(Uri, bool), ApiError>,
+    ) -> Result<(Uri, bool), ApiError> {
         let Some((built, model)) = self.built.as_ref().zip(vars.model_values()) else {
-            return self.build_target(origin, input, vars);
+            return build();
         };
         if let Some(found) = built.get(model) {
             return Ok(found);
         }
-        let (target, absolute) = self.build_target(origin, input, vars)?;
+        let (target, absolute) = build()?;
         built.add(model, &target, absolute);
         Ok((target, absolute))
     }

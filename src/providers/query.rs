@@ -11,6 +11,7 @@ use prometheus_client::metrics::counter::Counter;
 
 use super::answer::{Refusal, Step};
 use super::client::Answer;
+use super::document::Document;
 use super::jq::{Jq, parse};
 use super::plan::RequestPlan;
 use super::status::{StatusReader, urls_from};
@@ -74,17 +75,20 @@ impl Provider {
         // jq values are not `Send`: everything that reads them ends before the next await.
         let (mut state, result_request) = {
             let vars = call.vars(Some(upstream_id));
-            let body = parse(&answer.body).map_err(|e| {
+            let not_json = |e: String| {
                 let e = self.redactor.clean(&e);
                 ApiError::upstream_bad_answer("query", format!("not JSON ({e})"))
-            })?;
+            };
+            let body = Document::new(&answer.body);
+            body.check().map_err(not_json)?;
             let state = self
                 .query
                 .reader
-                .read(&self.name, body.clone(), &vars, &self.redactor)
+                .read(&self.name, &body, &vars, &self.redactor)
                 .map_err(|e| ApiError::upstream_bad_answer("query", e.0))?;
             let result_request = match &self.result {
                 Some(plan) if state.status == TaskStatus::Completed => {
+                    let body = body.value().map_err(not_json)?;
                     let request = plan.request.build(&self.origin, &body, &vars, None);
                     Some(request.map_err(|e| self.cleaned(e))?)
                 }

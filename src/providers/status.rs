@@ -3,9 +3,9 @@
 
 use std::collections::HashMap;
 
-use jaq_json::Val;
 use prometheus_client::metrics::counter::Counter;
 
+use super::document::Document;
 use super::jq::{Jq, JqVars, to_json, to_text};
 use super::redact::Redactor;
 use crate::config::{QueryConfig, Scope};
@@ -74,16 +74,15 @@ impl StatusReader {
     pub fn read(
         &self,
         provider: &str,
-        answer: Val,
+        answer: &Document,
         vars: &JqVars,
         redactor: &Redactor,
     ) -> Result<TaskState, ContractError> {
         let step = |name: &str, e: String| {
             ContractError(format!("`query.{name}` failed: {}", redactor.clean(&e)))
         };
-        let word = self
-            .status
-            .first(answer.clone(), vars)
+        let word = answer
+            .first(&self.status, vars)
             .map_err(|e| step("status", e))?
             .as_ref()
             .and_then(to_text)
@@ -91,8 +90,8 @@ impl StatusReader {
         let status = self.map_status(provider, &word);
 
         let progress = match &self.progress {
-            Some(jq) => jq
-                .first(answer.clone(), vars)
+            Some(jq) => answer
+                .first(jq, vars)
                 .map_err(|e| step("progress", e))?
                 .and_then(|v| to_json(&v).as_f64())
                 .map(|p| p.clamp(0.0, 100.0).round() as u8),
@@ -101,12 +100,13 @@ impl StatusReader {
 
         let urls = match &self.urls {
             Some(jq) if status == TaskStatus::Completed => {
-                urls_from(jq.json(answer.clone(), vars).map_err(|e| step("urls", e))?)
+                let urls = answer.first(jq, vars).map_err(|e| step("urls", e))?;
+                urls_from(urls.map_or(serde_json::Value::Null, |v| to_json(&v)))
             }
             _ => Vec::new(),
         };
 
-        let error = (status == TaskStatus::Failed).then(|| self.failure(&answer, vars, redactor));
+        let error = (status == TaskStatus::Failed).then(|| self.failure(answer, vars, redactor));
         Ok(TaskState {
             status,
             progress,
@@ -117,10 +117,10 @@ impl StatusReader {
     }
 
     /// Why a failed task failed, cleaned; our defaults when the upstream does not say.
-    fn failure(&self, answer: &Val, vars: &JqVars, redactor: &Redactor) -> TaskError {
+    fn failure(&self, answer: &Document, vars: &JqVars, redactor: &Redactor) -> TaskError {
         let text = |jq: &Option<Jq>| -> Option<String> {
-            jq.as_ref()?
-                .first(answer.clone(), vars)
+            answer
+                .first(jq.as_ref()?, vars)
                 .ok()
                 .flatten()
                 .as_ref()
@@ -173,7 +173,6 @@ pub fn urls_from(value: serde_json::Value) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::providers::jq::parse;
     use crate::tasks::MediaKind;
 
     fn reader() -> StatusReader {
@@ -202,13 +201,21 @@ mod tests {
 
     fn read(body: &str) -> Result<TaskState, ContractError> {
         let redactor = Redactor::new(["api.acme.example".to_string(), "acme".to_string()]);
-        reader().read("p", parse(body.as_bytes()).unwrap(), &vars(), &redactor)
+        let answer = Document::new(body.as_bytes());
+        answer.check().unwrap();
+        reader().read("p", &answer, &vars(), &redactor)
     }
 
     /// `body` read by `r`, with nothing to redact.
     fn read_value(r: &StatusReader, body: &serde_json::Value) -> TaskState {
-        let answer = crate::providers::jq::from_json(body);
-        r.read("p", answer, &vars(), &Redactor::default()).unwrap()
+        let text = body.to_string();
+        r.read(
+            "p",
+            &Document::new(text.as_bytes()),
+            &vars(),
+            &Redactor::default(),
+        )
+        .unwrap()
     }
 
     #[test]
@@ -223,8 +230,8 @@ mod tests {
     fn unmapped_word_is_processing_and_counted() {
         let r = reader();
         let redactor = Redactor::default();
-        let answer = parse(br#"{"data":{"task_status":"WEIRD"}}"#).unwrap();
-        let s = r.read("p", answer, &vars(), &redactor).unwrap();
+        let answer = Document::new(br#"{"data":{"task_status":"WEIRD"}}"#);
+        let s = r.read("p", &answer, &vars(), &redactor).unwrap();
         assert_eq!(s.status, TaskStatus::Processing);
         assert_eq!(r.unmapped.get(), 1);
     }

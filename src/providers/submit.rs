@@ -9,7 +9,8 @@ use serde_json::Value;
 
 use super::answer::{Refusal, Step};
 use super::client::Answer;
-use super::jq::{Jq, JqVars, from_json, parse, to_text, write_json};
+use super::document::Document;
+use super::jq::{Jq, JqVars, from_json, to_text, write_json};
 use super::plan::RequestPlan;
 use super::{Call, Provider, header_map};
 use crate::config::{Scope, SubmitConfig};
@@ -112,14 +113,33 @@ impl Provider {
         call: Call<'_>,
         params: &Value,
     ) -> Result<http::Request<http_body_util::Full<bytes::Bytes>>, ApiError> {
-        let input = from_json(params);
-        let vars = JqVars::new(
-            call.model,
-            call.upstream_model,
-            call.kind,
-            None,
-            Some(input.clone()),
-        );
+        // `.` and `$params` of the programs: made only if one of them needs them (the
+        // usual body `{model: $upstream_model} + .` and a path built once per model
+        // do not).
+        let inputs = || {
+            let input = from_json(params);
+            let vars = JqVars::new(
+                call.model,
+                call.upstream_model,
+                call.kind,
+                None,
+                Some(input.clone()),
+            );
+            (input, vars)
+        };
+        let model_vars = call.vars(None);
+        let merged = match (&self.submit.body, params) {
+            (Some(jq), Value::Object(fields)) => jq.write_merged(fields, &model_vars),
+            _ => None,
+        };
+        if let Some(body) = merged {
+            return self
+                .submit
+                .request
+                .build_lazily(&self.origin, &model_vars, inputs, Some(body))
+                .map_err(|e| self.cleaned(e));
+        }
+        let (input, vars) = inputs();
         let body = match &self.submit.body {
             Some(jq) => match jq.first(input.clone(), &vars) {
                 Ok(out) => out.as_ref().map_or_else(|| b"null".to_vec(), write_json),
@@ -156,8 +176,11 @@ impl Provider {
     }
 
     /// The upstream's reason for refusing a submit, cleaned for the client.
-    fn refusal_reason(&self, body: Val, vars: &JqVars) -> Option<String> {
-        let reason = self.submit.error_message.first(body, vars).ok().flatten()?;
+    fn refusal_reason(&self, body: &Document, vars: &JqVars) -> Option<String> {
+        let reason = body
+            .first(&self.submit.error_message, vars)
+            .ok()
+            .flatten()?;
         to_text(&reason).map(|m| self.redactor.clean(&m))
     }
 
@@ -166,11 +189,12 @@ impl Provider {
         answer: Answer,
         vars: &JqVars,
     ) -> Result<(String, TaskStatus), SubmitError> {
-        let parsed = parse(&answer.body);
+        let body = Document::new(&answer.body);
+        let parsed = body.check();
         if let Some(refusal) = Refusal::of_status(Step::Submit, answer.status, &answer.headers) {
             let reason = parsed
                 .ok()
-                .and_then(|body| self.refusal_reason(body, vars))
+                .and_then(|()| self.refusal_reason(&body, vars))
                 .unwrap_or_else(|| answer.status.canonical_reason().unwrap_or("error").into());
             return Err(self.refused(refusal, Some(&reason)));
         }
@@ -179,21 +203,19 @@ impl Provider {
             let what = self.redactor.clean(&what);
             SubmitError::Unknown(ApiError::upstream_bad_answer("submit", what))
         };
-        let body = parsed.map_err(|e| bad(format!("not JSON ({e})")))?;
+        parsed.map_err(|e| bad(format!("not JSON ({e})")))?;
         if let Some(success) = &self.submit.success {
-            let ok = success
-                .first(body.clone(), vars)
+            let ok = body
+                .first(success, vars)
                 .map_err(|e| bad(format!("`submit.success` failed: {e}")))?;
             if !matches!(ok, Some(Val::Bool(true))) {
-                let reason = self.refusal_reason(body.clone(), vars);
-                let word = self.refusal_word(body, vars);
+                let reason = self.refusal_reason(&body, vars);
+                let word = self.refusal_word(&body, vars);
                 return Err(self.refused(Refusal::of_word(word.as_deref()), reason.as_deref()));
             }
         }
-        let id = self
-            .submit
-            .id
-            .first(body.clone(), vars)
+        let id = body
+            .first(&self.submit.id, vars)
             .map_err(|e| bad(format!("`submit.id` failed: {e}")))?
             .as_ref()
             .and_then(to_text)
@@ -208,12 +230,12 @@ impl Provider {
             );
             return Err(bad("its task id is too long".into()));
         }
-        Ok((id, self.first_status(body, vars)))
+        Ok((id, self.first_status(&body, vars)))
     }
 
     /// How `submit.refusal` classifies an answer whose `success` is not true.
-    fn refusal_word(&self, body: Val, vars: &JqVars) -> Option<String> {
-        match self.submit.refusal.as_ref()?.first(body, vars) {
+    fn refusal_word(&self, body: &Document, vars: &JqVars) -> Option<String> {
+        match body.first(self.submit.refusal.as_ref()?, vars) {
             Ok(word) => word.as_ref().and_then(to_text),
             Err(e) => {
                 tracing::warn!(provider = %self.name, error = %e, "`submit.refusal` failed");
@@ -225,9 +247,9 @@ impl Provider {
     /// The status a created task starts in. A task just created cannot be finished
     /// with a result yet as far as the client is concerned; the first query reports
     /// the real outcome.
-    fn first_status(&self, body: Val, vars: &JqVars) -> TaskStatus {
+    fn first_status(&self, body: &Document, vars: &JqVars) -> TaskStatus {
         let word = match &self.submit.status {
-            Some(jq) => jq.first(body, vars).ok().flatten(),
+            Some(jq) => body.first(jq, vars).ok().flatten(),
             None => None,
         };
         match word.as_ref().and_then(to_text) {

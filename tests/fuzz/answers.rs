@@ -5,6 +5,7 @@
 use std::sync::OnceLock;
 
 use mediagate::config::{Problems, ProviderConfig};
+use mediagate::providers::document::Document;
 use mediagate::providers::jq::{Jq, JqVars, from_json, parse};
 use mediagate::providers::redact::{MAX_MESSAGE_CHARS, Redactor};
 use mediagate::providers::status::{MAX_CODE_CHARS, MAX_URL_BYTES, MAX_URLS, StatusReader};
@@ -162,8 +163,11 @@ fn vars() -> JqVars {
 fn check_reads(value: &Value) -> Result<(), TestCaseError> {
     let r = readers();
     let redactor = Redactor::new(["acme".to_string()]);
+    let text = value.to_string();
+    let answer = Document::new(text.as_bytes());
+    prop_assert!(answer.check().is_ok());
     for (name, reader) in &r.status {
-        if let Ok(state) = reader.read(name, from_json(value), &vars(), &redactor) {
+        if let Ok(state) = reader.read(name, &answer, &vars(), &redactor) {
             prop_assert!(state.urls.len() <= MAX_URLS);
             prop_assert!(
                 state
@@ -191,12 +195,13 @@ proptest! {
         // The same answer as the bytes an upstream sends, whole or cut short.
         let text = value.to_string();
         for cut in [text.len(), text.len() / 2, text.len().saturating_sub(1)] {
-            if let Some(prefix) = text.get(..cut)
-                && let Ok(v) = parse(prefix.as_bytes())
-            {
-                let r = readers();
-                for (name, reader) in &r.status {
-                    let _ = reader.read(name, v.clone(), &vars(), &Redactor::default());
+            if let Some(prefix) = text.get(..cut) {
+                let answer = Document::new(prefix.as_bytes());
+                if answer.check().is_ok() {
+                    let r = readers();
+                    for (name, reader) in &r.status {
+                        let _ = reader.read(name, &answer, &vars(), &Redactor::default());
+                    }
                 }
             }
         }
