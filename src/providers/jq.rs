@@ -14,8 +14,11 @@
 use jaq_core::load::{Arena, File, Loader};
 use jaq_core::{Compiler, Ctx, Vars, data};
 use jaq_json::Val;
+use std::collections::HashMap;
+
 use serde::Deserialize;
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::config::Scope;
 use crate::tasks::MediaKind;
@@ -87,10 +90,24 @@ pub struct Jq {
     /// The program reads nothing but [`MODEL_VARIABLES`]: its output is the same for
     /// every request of a model.
     model_only: bool,
-    /// The program is `O + .` where `O` reads only [`MODEL_VARIABLES`] (the usual
-    /// `{model: $upstream_model} + .` of a submit body): see [`Jq::write_merged`].
-    merges_input: bool,
+    /// For a program `O + .` where `O` reads only [`MODEL_VARIABLES`] (the usual
+    /// `{model: $upstream_model} + .` of a submit body): `O`'s fields by model. See
+    /// [`Jq::write_merged`].
+    merged: Option<OwnFields>,
 }
+
+/// The fields of `O` (of an `O + .` program) by model, each value as the JSON text
+/// `AsJson` writes: the same for every request of a model, so `O` runs once per
+/// model. `None` where `O` gives no object (or null): jaq runs the whole program.
+#[derive(Default)]
+struct OwnFields {
+    by_model: std::sync::RwLock<HashMap<Vec<u8>, Option<Fields>>>,
+}
+
+type Fields = std::sync::Arc<[(String, Box<RawValue>)]>;
+
+/// Models past which `O` is run per request again (as the request plan's targets).
+const MAX_MODELS: usize = 1024;
 
 impl std::fmt::Debug for Jq {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -137,7 +154,7 @@ impl Jq {
             constant,
             fields: field_path(code),
             model_only: reads_only_the_model(code),
-            merges_input: merges_input(code),
+            merged: merges_input(code).then(OwnFields::default),
         })
     }
 
@@ -211,46 +228,73 @@ impl Jq {
     /// The output of an `O + .` program (see [`merges_input`]) on the object `input`,
     /// as JSON text, without making `input` a jq value: `O` is run on `{}` (it
     /// reads only the model's variables, so its output is what it would be on
-    /// `input`) and `input`'s fields are written over its own, as jq's `+` of two
-    /// objects does. `None` when the program is not of that shape, or `O` gives no
-    /// object (or null, jq's neutral element): jaq's to run then.
+    /// `input`; once per model) and `input`'s fields are written over its own, as
+    /// jq's `+` of two objects does. `None` when the program is not of that shape,
+    /// or `O` gives no object (or null, jq's neutral element): jaq's to run then.
     pub fn write_merged(
         &self,
         input: &serde_json::Map<String, Value>,
         vars: &JqVars,
     ) -> Option<Vec<u8>> {
-        if !self.merges_input {
-            return None;
+        let own = self.own_fields(self.merged.as_ref()?, vars)?;
+        let mut fields = Vec::with_capacity(own.len() + input.len());
+        fields.extend(own.iter().map(|(k, v)| (k.as_str(), Merged::Own(v))));
+        fields.extend(input.iter().map(|(k, v)| (k.as_str(), Merged::Input(v))));
+        // Sorted by key, the last of equal keys kept (the input's), as `AsJson` writes
+        // an object.
+        fields.sort_by(|a, b| a.0.cmp(b.0));
+        Some(crate::response::json_bytes(&MergedFields(fields)))
+    }
+
+    /// `O`'s fields for the model of `vars`, from `known` or run now.
+    fn own_fields(&self, known: &OwnFields, vars: &JqVars) -> Option<Fields> {
+        let model = vars.model_values()?;
+        let key: Vec<u8> = model
+            .iter()
+            .flat_map(|v| {
+                (v.len() as u64)
+                    .to_le_bytes()
+                    .into_iter()
+                    .chain(v.iter().copied())
+            })
+            .collect();
+        let by_model = known.by_model.read().unwrap_or_else(|e| e.into_inner());
+        if let Some(fields) = by_model.get(&key) {
+            return fields.clone();
         }
-        let empty = Val::Obj(std::rc::Rc::default());
-        let own = match self.run(empty, vars) {
+        drop(by_model);
+        let fields = self.run_own(vars);
+        let mut by_model = known.by_model.write().unwrap_or_else(|e| e.into_inner());
+        if by_model.len() < MAX_MODELS {
+            by_model.insert(key, fields.clone());
+        }
+        fields
+    }
+
+    /// `O` run on `{}`: its fields as JSON text.
+    fn run_own(&self, vars: &JqVars) -> Option<Fields> {
+        let own = match self.run(Val::Obj(std::rc::Rc::default()), vars) {
             Ok(Some(Val::Obj(own))) => own,
             Ok(Some(Val::Null)) => std::rc::Rc::default(),
             _ => return None,
         };
-        let mut fields = Vec::with_capacity(own.len() + input.len());
-        for (key, value) in own.iter() {
-            // Keys that are not strings are written as AsJson writes them: jaq's way.
-            let Val::TStr(key) = key else { return None };
-            fields.push((String::from_utf8_lossy(key), Merged::Own(value)));
-        }
-        fields.extend(
-            input
-                .iter()
-                .map(|(k, v)| (std::borrow::Cow::Borrowed(k.as_str()), Merged::Input(v))),
-        );
-        // Sorted by key, the last of equal keys kept (the input's), as `AsJson` writes
-        // an object.
-        fields.sort_by(|a, b| a.0.cmp(&b.0));
-        Some(crate::response::json_bytes(&MergedFields(fields)))
+        own.iter()
+            .map(|(key, value)| {
+                // Keys that are not strings are written as AsJson writes them: jaq's way.
+                let Val::TStr(key) = key else { return None };
+                let text = String::from_utf8(write_json(value)).ok()?;
+                let key = String::from_utf8_lossy(key).into_owned();
+                Some((key, RawValue::from_string(text).ok()?))
+            })
+            .collect()
     }
 }
 
 /// The fields of `O + .`, sorted, where equal keys are next to each other.
-struct MergedFields<'a>(Vec<(std::borrow::Cow<'a, str>, Merged<'a>)>);
+struct MergedFields<'a>(Vec<(&'a str, Merged<'a>)>);
 
 enum Merged<'a> {
-    Own(&'a Val),
+    Own(&'a RawValue),
     Input(&'a Value),
 }
 
@@ -263,7 +307,7 @@ impl serde::Serialize for MergedFields<'_> {
                 continue;
             }
             match value {
-                Merged::Own(v) => map.serialize_entry(key, &AsJson(v))?,
+                Merged::Own(v) => map.serialize_entry(key, v)?,
                 Merged::Input(v) => map.serialize_entry(key, &InputJson(v))?,
             }
         }
@@ -817,6 +861,20 @@ mod tests {
             let v = from_json(&value);
             let expected = serde_json::to_vec(&to_json(&v)).unwrap();
             proptest::prop_assert_eq!(write_json(&v), expected);
+        }
+    }
+
+    #[test]
+    fn merged_bodies_are_kept_apart_by_model() {
+        let jq = Jq::compile("{model: $upstream_model, kind: $kind} + .").unwrap();
+        let input = serde_json::Map::from_iter([("prompt".to_string(), json!("p"))]);
+        for _ in 0..2 {
+            for (model, kind) in [("a", MediaKind::Video), ("b", MediaKind::Image)] {
+                let vars = JqVars::new("m", model, kind, None, None);
+                let body = jq.write_merged(&input, &vars).unwrap();
+                let expected = json!({"model": model, "kind": kind.as_str(), "prompt": "p"});
+                assert_eq!(serde_json::from_slice::<Value>(&body).unwrap(), expected);
+            }
         }
     }
 
