@@ -22,6 +22,12 @@
 #                                   # of kernel, system calls, context switches);
 #                                   # PERF_CALLGRAPH=dwarf for call graphs through
 #                                   # code built without frame pointers (libc)
+#   PROFILE=submit COUNT=instructions benches/load.sh
+#                                   # the gateway under callgrind instead: the
+#                                   # instructions it runs per request, by function.
+#                                   # Exact and the same from run to run, so a change
+#                                   # of a few per cent shows where timings are noise
+#                                   # (not nginx, not kernel time; COUNT_REQUESTS=3000)
 #
 # Installs nginx and wrk with apt-get when missing (needs root), builds the release
 # binary and the two helpers in examples/ (fast_upstream, loadgen), and prints a
@@ -46,6 +52,10 @@ IDLE_CONNS=${IDLE_CONNS:-10000}
 POLL_TTL_MS=${POLL_TTL_MS:-1000}
 ONLY=${ONLY:-all}              # all | ledger | memory
 PROFILE=${PROFILE:-}           # submit | submit-sqlite | submit-nginx | query | query-forwarded: profile that load, then stop
+COUNT=${COUNT:-}               # instructions: with PROFILE, count with callgrind instead of sampling with perf
+COUNT_REQUESTS=${COUNT_REQUESTS:-3000}
+[[ -z $COUNT || ( $COUNT == instructions && -n $PROFILE && $PROFILE != submit-nginx ) ]] \
+  || { echo "COUNT=instructions goes with PROFILE=submit, submit-sqlite, query or query-forwarded" >&2; exit 2; }
 [[ -z $PROFILE ]] || ONLY=profile
 [[ $ONLY == all || $ONLY == ledger || $ONLY == memory || $ONLY == profile ]] \
   || { echo "ONLY is all, ledger or memory" >&2; exit 2; }
@@ -96,6 +106,10 @@ if [[ $ONLY == profile ]]; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq linux-perf >/dev/null
   }
+  if [[ $COUNT == instructions ]] && ! command -v valgrind >/dev/null; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null
+  fi
   # Line tables, so that perf names our functions, and frame pointers, so that its
   # call graphs (`perf report -G`) reach past our frames; kept apart from the shipped
   # build.
@@ -213,7 +227,7 @@ start_gateway() { # $1 = name, $2 = poll ttl, $3 = ledger url; prints the addres
   local name=$1
   routes "$2" "${3:-none}" >"$WORK/$name.toml"
   MEDIAGATE_TASK_SECRET=$SECRET RUST_LOG=${RUST_LOG:-info} \
-    "$MEDIAGATE" serve --config "$WORK/$name.toml" >/dev/null 2>"$WORK/$name.log" &
+    ${GATEWAY_UNDER[@]+"${GATEWAY_UNDER[@]}"} "$MEDIAGATE" serve --config "$WORK/$name.toml" >/dev/null 2>"$WORK/$name.log" &
   echo $! >"$WORK/$name.pid"
   wait_for "$WORK/$name.log" "listening on http://" | sed 's/.*listening on http:\/\/\([0-9.:]*\).*/\1/'
 }
@@ -256,6 +270,11 @@ EOF
   log "nginx $("$NGINX" -v 2>&1 | cut -d/ -f2) on $NG_ADDR"
 }
 
+# COUNT=instructions: every gateway runs under callgrind, counting nothing until the
+# load is warm (callgrind_control -i on).
+GATEWAY_UNDER=()
+[[ $COUNT != instructions ]] || GATEWAY_UNDER=(valgrind --tool=callgrind --instr-atstart=no \
+  --callgrind-out-file="$WORK/callgrind.out.%p")
 MG_ADDR=$(start_gateway mediagate "$POLL_TTL_MS")
 MG_PID=$(cat "$WORK/mediagate.pid")
 sleep 1
@@ -379,6 +398,36 @@ if [[ $ONLY == profile ]]; then
       PROFILE_ARGS=(-s "$WORK/get.lua" "http://$MG_ADDR$TASKS/$UNFINISHED") ;;
     *) echo "PROFILE is submit, submit-sqlite, submit-nginx, query or query-forwarded" >&2; exit 2 ;;
   esac
+  if [[ $COUNT == instructions ]]; then
+    # The same load from loadgen at a rate callgrind keeps up with; the gateway's
+    # instructions counted over exactly COUNT_REQUESTS requests once warm.
+    echo "$BODY" >"$WORK/body.json"
+    LOAD=(--addr "$MG_ADDR" --conns 16 --header "$AUTH" --path "${PROFILE_ARGS[-1]#"http://$MG_ADDR"}")
+    [[ $PROFILE != submit* ]] || LOAD+=(--method POST --body-file "$WORK/body.json" --header "Content-Type: application/json")
+    log "warming up, then counting $COUNT_REQUESTS requests: $PROFILE"
+    $LOADGEN rate --rate 200 --seconds 2 "${LOAD[@]}" >/dev/null
+    callgrind_control -i on "$MG_PID" >/dev/null
+    callgrind_control -z "$MG_PID" >/dev/null
+    COUNTED=$($LOADGEN rate --rate 250 --seconds $(( COUNT_REQUESTS / 250 )) "${LOAD[@]}")
+    callgrind_control -d "$MG_PID" >/dev/null
+    OK=$(echo "$COUNTED" | sed 's/.* ok=\([0-9]*\).*/\1/')
+    DUMP=$(ls -t "$WORK"/callgrind.out."$MG_PID".* | head -1)
+    REPORT=$OUT/instructions-$PROFILE.txt
+    callgrind_annotate --inclusive=yes --threshold=99 "$DUMP" >"$WORK/annotate.txt"
+    {
+      echo "# PROFILE=$PROFILE COUNT=instructions benches/load.sh: $PROFILED_NAME, $(date -u '+%Y-%m-%d %H:%M UTC')"
+      echo "# Machine: $(nproc) CPUs, $(cpu_model)"
+      echo "# loadgen: $COUNTED"
+      awk -v n="$OK" '/PROGRAM TOTALS/ { gsub(",", "", $1); printf "# %.0f user-space instructions per request (%s requests)\n", $1 / n, n }' "$WORK/annotate.txt"
+      echo "# Instructions per request by function, inclusive of what it calls (callgrind_annotate --inclusive=yes)"
+      awk -v n="$OK" '/^ *[0-9,]+ \([ 0-9.]+%\)/ && !/PROGRAM TOTALS/ {
+        v = $1; gsub(",", "", v); $1 = sprintf("%9.0f", v / n); print }' "$WORK/annotate.txt" | sed -n 1,80p
+    } >"$REPORT"
+    cp "$DUMP" "$OUT/instructions-$PROFILE.callgrind"
+    cat "$REPORT"
+    log "report in $REPORT; callers and callees: callgrind_annotate --tree=both $OUT/instructions-$PROFILE.callgrind"
+    exit 0
+  fi
   log "profiling: $PROFILE (${DURATION} s)"
   perf record -F 999 --call-graph "${PERF_CALLGRAPH:-fp}" -p "$PROFILED" -o "$WORK/perf.data" -- sleep "$DURATION" 2>"$WORK/perf.log" &
   PERF_PID=$!
