@@ -406,10 +406,10 @@ if [[ $ONLY == profile ]]; then
     [[ $PROFILE != submit* ]] || LOAD+=(--method POST --body-file "$WORK/body.json" --header "Content-Type: application/json")
     log "warming up, then counting $COUNT_REQUESTS requests: $PROFILE"
     $LOADGEN rate --rate 200 --seconds 2 "${LOAD[@]}" >/dev/null
-    callgrind_control -i on "$MG_PID" >/dev/null
-    callgrind_control -z "$MG_PID" >/dev/null
+    callgrind_control -i on "$MG_PID" >/dev/null 2>&1
+    callgrind_control -z "$MG_PID" >/dev/null 2>&1
     COUNTED=$($LOADGEN rate --rate 250 --seconds $(( COUNT_REQUESTS / 250 )) "${LOAD[@]}")
-    callgrind_control -d "$MG_PID" >/dev/null
+    callgrind_control -d "$MG_PID" >/dev/null 2>&1
     OK=$(echo "$COUNTED" | sed 's/.* ok=\([0-9]*\).*/\1/')
     DUMP=$(ls -t "$WORK"/callgrind.out."$MG_PID".* | head -1)
     REPORT=$OUT/instructions-$PROFILE.txt

@@ -94,7 +94,29 @@ pub struct Jq {
     /// `{model: $upstream_model} + .` of a submit body): `O`'s fields by model. See
     /// [`Jq::write_merged`].
     merged: Option<OwnFields>,
+    /// A program that is a string of text and variables (`"/tasks/\($id | @uri)"`,
+    /// most query paths): its pieces, written here when the variables are strings.
+    template: Option<Box<[Piece]>>,
 }
+
+/// A piece of a [`Jq::template`] program.
+#[derive(Debug, PartialEq)]
+enum Piece {
+    Text(String),
+    /// The variable at this index of [`VARIABLES`], percent-encoded as `@uri` does
+    /// when `uri`.
+    Var {
+        index: usize,
+        uri: bool,
+    },
+}
+
+/// What `@uri` (`encode_uri`) leaves as it is: ASCII letters, digits and `-_.~`.
+const URI_KEPT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
 
 /// The fields of `O` (of an `O + .` program) by model, each value as the JSON text
 /// `AsJson` writes: the same for every request of a model, so `O` runs once per
@@ -155,6 +177,7 @@ impl Jq {
             fields: field_path(code),
             model_only: reads_only_the_model(code),
             merged: merges_input(code).then(OwnFields::default),
+            template: template(code),
         })
     }
 
@@ -196,7 +219,33 @@ impl Jq {
         if let Some(found) = self.fields.as_deref().and_then(|keys| follow(&input, keys)) {
             return Ok(Some(found));
         }
+        if let Some(text) = self.fill(vars) {
+            return Ok(Some(Val::from(text)));
+        }
         self.run(input, vars)
+    }
+
+    /// The output of a [`template`] program, when every variable it reads is a string
+    /// (as jq writes it: a string interpolated as it is, `@uri` percent-encoding it).
+    fn fill(&self, vars: &JqVars) -> Option<String> {
+        let mut out = String::new();
+        for piece in self.template.as_deref()? {
+            match piece {
+                Piece::Text(text) => out.push_str(text),
+                Piece::Var { index, uri } => {
+                    let Val::TStr(value) = &vars.values[*index] else {
+                        return None;
+                    };
+                    let value = std::str::from_utf8(value).ok()?;
+                    if *uri {
+                        out.extend(percent_encoding::utf8_percent_encode(value, URI_KEPT));
+                    } else {
+                        out.push_str(value);
+                    }
+                }
+            }
+        }
+        Some(out)
     }
 
     /// Run by jaq.
@@ -217,6 +266,9 @@ impl Jq {
     pub fn json(&self, input: Val, vars: &JqVars) -> Result<Value, String> {
         if let Some(constant) = &self.constant {
             return Ok(Value::String(constant.clone()));
+        }
+        if let Some(text) = self.fill(vars) {
+            return Ok(Value::String(text));
         }
         Ok(self
             .first(input, vars)?
@@ -350,6 +402,33 @@ fn merges_input(code: &str) -> bool {
         }
         _ => false,
     })
+}
+
+/// The pieces of a program that is one string of text and interpolated variables,
+/// each alone or piped to `@uri` (`"/v1/tasks/\($id | @uri)"`), if it is one.
+fn template(code: &str) -> Option<Box<[Piece]>> {
+    use jaq_core::load::lex::StrPart;
+    use jaq_core::load::parse::{BinaryOp, Term};
+    let Term::Str(None, parts) = jaq_core::load::parse(code, |p| p.term())? else {
+        return None;
+    };
+    let piece = |part: &StrPart<&str, Term<&str>>| match part {
+        StrPart::Str(text) => Some(Piece::Text((*text).to_owned())),
+        StrPart::Char(c) => Some(Piece::Text(c.to_string())),
+        StrPart::Term(term) => {
+            let (name, uri) = match term {
+                Term::Var(name) => (name, false),
+                Term::BinOp(l, BinaryOp::Pipe(None), r) => match (&**l, &**r) {
+                    (Term::Var(name), Term::Call("@uri", args)) if args.is_empty() => (name, true),
+                    _ => return None,
+                },
+                _ => return None,
+            };
+            let index = VARIABLES.iter().position(|v| v == name)?;
+            Some(Piece::Var { index, uri })
+        }
+    };
+    parts.iter().map(piece).collect()
 }
 
 /// [`reads_only_the_model`] of a parsed term; `dot`: whether `.` is itself decided
@@ -857,11 +936,68 @@ mod tests {
         }
 
         #[test]
+        fn filled_templates_are_what_jaq_writes(
+            model in "\\PC{0,12}|[a-z/%?&= ]{0,12}",
+            id in proptest::option::of("\\PC{0,12}|[\\x00-\\x7f]{0,12}"),
+        ) {
+            let vars = JqVars::new(&model, "up/stream model", MediaKind::Image, id.as_deref(), None);
+            for code in [
+                r#""/v1/tasks/\($id | @uri)""#,
+                r#""/m/\($model)/\t\u00e9\"/\($id)""#,
+                r#""\($upstream_model | @uri)?x=\($kind)&m=\($model|@uri)""#,
+            ] {
+                let jq = Jq::compile(code).unwrap();
+                proptest::prop_assert!(jq.template.is_some(), "{}", code);
+                let ours = jq.fill(&vars);
+                let jaqs = jq.run(Val::Null, &vars).unwrap().unwrap();
+                match ours {
+                    Some(ours) => proptest::prop_assert_eq!(Val::from(ours), jaqs, "{}", code),
+                    // Only a variable that is not a string (no id) is left to jaq.
+                    None => proptest::prop_assert!(id.is_none() && code.contains("$id")),
+                }
+            }
+        }
+
+        #[test]
         fn written_json_is_what_serde_json_writes(value in any_json()) {
             let v = from_json(&value);
             let expected = serde_json::to_vec(&to_json(&v)).unwrap();
             proptest::prop_assert_eq!(write_json(&v), expected);
         }
+    }
+
+    #[test]
+    fn only_strings_of_text_and_variables_are_templates() {
+        let pieces = template(r#""/t/\($id | @uri)?a=\n\($kind)""#).unwrap();
+        assert_eq!(
+            &*pieces,
+            [
+                Piece::Text("/t/".into()),
+                Piece::Var {
+                    index: 3,
+                    uri: true
+                },
+                Piece::Text("?a=".into()),
+                Piece::Text("\n".into()),
+                Piece::Var {
+                    index: 2,
+                    uri: false
+                },
+            ]
+        );
+        for code in [
+            r#""\(.id)""#,
+            r#""\($id | ascii_downcase)""#,
+            r#"@uri "\($id)""#,
+            r#""\($id)" + "x""#,
+            r#""a\($id, $model)""#,
+        ] {
+            assert!(template(code).is_none(), "{code}");
+        }
+        // A path of a query with no id (a submit's) is jaq's: `null` interpolated.
+        let jq = Jq::compile(r#""/t/\($id)""#).unwrap();
+        let vars = JqVars::new("m", "u", MediaKind::Video, None, None);
+        assert_eq!(jq.json(Val::Null, &vars).unwrap(), json!("/t/null"));
     }
 
     #[test]
