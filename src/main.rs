@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use mediagate::config::LogFormat;
 use mediagate::config::read_routes;
-use mediagate::log_format::{AccessLine, Style};
+use mediagate::log_format::{AccessLine, PlainFields, Style};
 use mediagate::snapshot::{LoadContext, Snapshot};
 
 // jemalloc rather than glibc's malloc: hyper keeps an 8 KiB read and an 8 KiB write
@@ -233,7 +233,8 @@ fn init_logging(path: &Path, flag: Option<LogFormat>) -> mediagate::log_output::
         .with_env_filter(filter)
         .with_writer(output)
         .with_ansi(ansi);
-    // The access line is written by `log_format`, the same bytes as these formats.
+    // The access line and (in text) span fields are written by `log_format`, the same
+    // bytes as these formats.
     let text = tracing_subscriber::fmt::format::Format::default().with_ansi(ansi);
     match format {
         LogFormat::Json => {
@@ -245,6 +246,7 @@ fn init_logging(path: &Path, flag: Option<LogFormat>) -> mediagate::log_output::
                 .init()
         }
         LogFormat::Text => builder
+            .fmt_fields(PlainFields::default())
             .event_format(AccessLine::new(text, Style::Text))
             .init(),
     }
