@@ -5,7 +5,7 @@
 //! is bounded by the routes file. They live in the config snapshot; a reload keeps the
 //! state of every key whose limits did not change.
 
-use std::collections::HashMap;
+use crate::FastMap;
 use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
@@ -239,7 +239,7 @@ impl KeyLimiter {
 /// The limiters of every configured key.
 #[derive(Debug, Default)]
 pub struct KeyLimits {
-    by_key: HashMap<Arc<str>, Arc<KeyLimiter>>,
+    by_key: FastMap<Arc<str>, Arc<KeyLimiter>>,
 }
 
 impl KeyLimits {

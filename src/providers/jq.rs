@@ -11,10 +11,10 @@
 //! since the process environment holds the task secret and every provider's key; a
 //! `halt` is an error of the program, never an exit of the process.
 
+use crate::FastMap;
 use jaq_core::load::{Arena, File, Loader};
 use jaq_core::{Compiler, Ctx, Vars, data};
 use jaq_json::Val;
-use std::collections::HashMap;
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -123,7 +123,7 @@ const URI_KEPT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERI
 /// model. `None` where `O` gives no object (or null): jaq runs the whole program.
 #[derive(Default)]
 struct OwnFields {
-    by_model: std::sync::RwLock<HashMap<Vec<u8>, Option<Fields>>>,
+    by_model: std::sync::RwLock<FastMap<Vec<u8>, Option<Fields>>>,
 }
 
 type Fields = std::sync::Arc<[(String, Box<RawValue>)]>;

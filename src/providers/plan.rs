@@ -1,7 +1,7 @@
 //! A request plan: how one step (submit, query, result, content) builds its upstream
 //! request from jq programs. Every step uses this one type, compiled once at load.
 
-use std::collections::HashMap;
+use crate::FastMap;
 
 use arc_swap::ArcSwap;
 use bytes::Bytes;
@@ -34,7 +34,7 @@ pub struct RequestPlan {
 /// request by every serving thread, added to once per model: a map swapped whole.
 #[derive(Default)]
 struct BuiltTargets {
-    by_model: ArcSwap<HashMap<Box<[u8]>, Vec<BuiltTarget>>>,
+    by_model: ArcSwap<FastMap<Box<[u8]>, Vec<BuiltTarget>>>,
 }
 
 /// The target of one model (its name is the map's key).
@@ -62,7 +62,7 @@ impl BuiltTargets {
 
     fn add(&self, [model, upstream_model, kind]: [&[u8]; 3], target: &Uri, absolute: bool) {
         self.by_model.rcu(|by_model| {
-            let mut by_model = HashMap::clone(by_model);
+            let mut by_model = FastMap::clone(by_model);
             if by_model.values().map(Vec::len).sum::<usize>() < MAX_BUILT_TARGETS {
                 by_model
                     .entry(model.into())

@@ -1,7 +1,7 @@
 //! A status answer normalised: whatever the provider says becomes one of our four
 //! statuses, a progress, result URLs and a cleaned error.
 
-use std::collections::HashMap;
+use crate::FastMap;
 
 use prometheus_client::metrics::counter::Counter;
 
@@ -16,7 +16,7 @@ use crate::tasks::{TaskError, TaskState, TaskStatus};
 pub struct StatusReader {
     pub status: Jq,
     /// Exact upstream words → ours.
-    pub status_map: HashMap<String, TaskStatus>,
+    pub status_map: FastMap<String, TaskStatus>,
     pub progress: Option<Jq>,
     pub urls: Option<Jq>,
     pub error_code: Option<Jq>,

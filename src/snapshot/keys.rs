@@ -1,7 +1,9 @@
 //! `[[keys]]` and `[limits]`: the client keys (as digests), their model permissions
 //! and their limits.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
+
+use crate::FastMap;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -25,7 +27,7 @@ pub(super) struct Keys {
 
 pub(super) fn compile(
     file: &RoutesFile,
-    models: &HashMap<String, Arc<Model>>,
+    models: &FastMap<String, Arc<Model>>,
     dir: &Path,
     ledger_on: bool,
     callbacks: Option<&CallbackPolicy>,

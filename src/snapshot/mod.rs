@@ -13,7 +13,7 @@ mod providers;
 mod server;
 mod tasks;
 
-use std::collections::HashMap;
+use crate::FastMap;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -43,8 +43,8 @@ pub struct Snapshot {
     pub tasks: TasksConfig,
     pub simulator: SimulatorConfig,
     pub keys: KeyRing,
-    pub models: HashMap<String, Arc<Model>>,
-    pub providers: HashMap<String, Arc<Provider>>,
+    pub models: FastMap<String, Arc<Model>>,
+    pub providers: FastMap<String, Arc<Provider>>,
     pub sealer: TaskSealer,
     /// Per-key rate and concurrency limits.
     pub limits: KeyLimits,

@@ -1,7 +1,9 @@
 //! `[families.*]` and `[schemas.*]`: every model with its providers and its compiled
 //! parameter schema (shared by the models of a family).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use crate::FastMap;
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -12,10 +14,10 @@ use crate::providers::Provider;
 
 pub(super) fn compile(
     file: &RoutesFile,
-    providers: &HashMap<String, Arc<Provider>>,
+    providers: &FastMap<String, Arc<Provider>>,
     p: &mut Problems,
-) -> HashMap<String, Arc<Model>> {
-    let mut models: HashMap<String, Arc<Model>> = HashMap::new();
+) -> FastMap<String, Arc<Model>> {
+    let mut models: FastMap<String, Arc<Model>> = FastMap::default();
     for (family, cfg) in &file.families {
         let mut at = p.at(format!("families.{family}"));
         let Some((chain, validator)) = compile_family(file, cfg, providers, &mut at) else {
@@ -48,7 +50,7 @@ pub(super) fn compile(
 fn compile_family(
     file: &RoutesFile,
     cfg: &FamilyConfig,
-    providers: &HashMap<String, Arc<Provider>>,
+    providers: &FastMap<String, Arc<Provider>>,
     at: &mut Scope,
 ) -> Option<(Vec<Arc<Provider>>, Arc<ParamsValidator>)> {
     for (list, empty) in [

@@ -1,6 +1,6 @@
 //! `[providers.*]`: each block compiled into a [`Provider`].
 
-use std::collections::HashMap;
+use crate::FastMap;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -18,9 +18,9 @@ pub(super) fn compile(
     dir: &Path,
     ctx: &LoadContext,
     p: &mut Problems,
-) -> (HashMap<String, Arc<Provider>>, bool) {
+) -> (FastMap<String, Arc<Provider>>, bool) {
     let mut uses_simulator = false;
-    let mut providers = HashMap::new();
+    let mut providers = FastMap::default();
     for (name, cfg) in &file.providers {
         let base = if cfg.base_url == SIMULATOR_URL {
             uses_simulator = true;
