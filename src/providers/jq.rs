@@ -670,11 +670,17 @@ pub(super) fn nested_deeper_than(bytes: &[u8], limit: usize) -> bool {
     opening > limit && nesting_depth(bytes) > limit
 }
 
-/// Deepest nesting of `[` and `{` outside strings (malformed input is left for the
-/// parser to refuse).
+/// Deepest nesting of `[` and `{` outside strings and outside the `#` comments jaq's
+/// reader skips (to the end of the line), as that reader sees the text: malformed
+/// input is left for it to refuse.
 fn nesting_depth(bytes: &[u8]) -> usize {
     let (mut depth, mut deepest, mut in_string, mut escaped) = (0usize, 0usize, false, false);
+    let mut in_comment = false;
     for &b in bytes {
+        if in_comment {
+            in_comment = b != b'\n';
+            continue;
+        }
         if in_string {
             match (escaped, b) {
                 (true, _) => escaped = false,
@@ -686,6 +692,7 @@ fn nesting_depth(bytes: &[u8]) -> usize {
         }
         match b {
             b'"' => in_string = true,
+            b'#' => in_comment = true,
             b'[' | b'{' => {
                 depth += 1;
                 deepest = deepest.max(depth);
@@ -1128,6 +1135,16 @@ mod tests {
         // Brackets inside strings do not count.
         let s = format!("{{\"a\": \"{}\\\"{}\"}}", "[".repeat(500), "{".repeat(500));
         assert!(parse(s.as_bytes()).is_ok(), "{s}");
+        // jaq's reader skips `#` comments: a quote in one opens no string, so the
+        // nesting after it is counted; brackets in one are not.
+        let hidden = format!("# \"\n{}{}", "[".repeat(200_000), "]".repeat(200_000));
+        assert!(
+            parse(hidden.as_bytes())
+                .unwrap_err()
+                .contains("nested deeper")
+        );
+        let commented = format!("# {}\n[1] # ]]\n", "[".repeat(500));
+        assert_eq!(parse(commented.as_bytes()).unwrap(), from_json(&json!([1])));
     }
 
     #[test]

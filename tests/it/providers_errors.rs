@@ -447,6 +447,18 @@ async fn a_deeply_nested_answer_is_a_502_not_a_crash() {
         "{}",
         r.error_message()
     );
+    // Nor behind a `#` comment (jaq's reader skips them) with a quote in it.
+    fake.on(
+        "POST /tasks",
+        Answer::raw(200, "application/json", format!("# \"\n{deep}")),
+    );
+    let r = submit(&http, "m1").await;
+    assert_eq!(r.status, 502);
+    assert!(
+        r.error_message().contains("nested deeper"),
+        "{}",
+        r.error_message()
+    );
 
     fake.on("POST /tasks", Answer::json(200, json!({"id": "t1"})));
     fake.on(
