@@ -25,9 +25,10 @@
 #   PROFILE=submit COUNT=instructions benches/load.sh
 #                                   # the gateway under callgrind instead: the
 #                                   # instructions it runs per request, by function.
-#                                   # Exact and the same from run to run, so a change
-#                                   # of a few per cent shows where timings are noise
-#                                   # (not nginx, not kernel time; COUNT_REQUESTS=3000)
+#                                   # Repeatable to about 0.1 % between runs, so a
+#                                   # change of a per cent shows where timings are
+#                                   # noise (not nginx, not kernel time;
+#                                   # COUNT_REQUESTS=3000)
 #
 # Installs nginx and wrk with apt-get when missing (needs root), builds the release
 # binary and the two helpers in examples/ (fast_upstream, loadgen), and prints a
@@ -53,9 +54,10 @@ POLL_TTL_MS=${POLL_TTL_MS:-1000}
 ONLY=${ONLY:-all}              # all | ledger | memory
 PROFILE=${PROFILE:-}           # submit | submit-sqlite | submit-nginx | query | query-forwarded: profile that load, then stop
 COUNT=${COUNT:-}               # instructions: with PROFILE, count with callgrind instead of sampling with perf
-COUNT_REQUESTS=${COUNT_REQUESTS:-3000}
+COUNT_REQUESTS=${COUNT_REQUESTS:-3000} # with COUNT: at least 250, counted in whole 250s
 [[ -z $COUNT || ( $COUNT == instructions && -n $PROFILE && $PROFILE != submit-nginx ) ]] \
   || { echo "COUNT=instructions goes with PROFILE=submit, submit-sqlite, query or query-forwarded" >&2; exit 2; }
+[[ -z $COUNT || $COUNT_REQUESTS -ge 250 ]] || { echo "COUNT_REQUESTS is at least 250" >&2; exit 2; }
 [[ -z $PROFILE ]] || ONLY=profile
 [[ $ONLY == all || $ONLY == ledger || $ONLY == memory || $ONLY == profile ]] \
   || { echo "ONLY is all, ledger or memory" >&2; exit 2; }
@@ -399,28 +401,34 @@ if [[ $ONLY == profile ]]; then
     *) echo "PROFILE is submit, submit-sqlite, submit-nginx, query or query-forwarded" >&2; exit 2 ;;
   esac
   if [[ $COUNT == instructions ]]; then
-    # The same load from loadgen at a rate callgrind keeps up with; the gateway's
-    # instructions counted over exactly COUNT_REQUESTS requests once warm.
+    # The same load from loadgen at a rate callgrind keeps up with (250 a second, for
+    # COUNT_REQUESTS / 250 seconds); the gateway's instructions counted over those
+    # requests once warm, and divided by their number (every one must have succeeded).
     echo "$BODY" >"$WORK/body.json"
     LOAD=(--addr "$MG_ADDR" --conns 16 --header "$AUTH" --path "${PROFILE_ARGS[-1]#"http://$MG_ADDR"}")
     [[ $PROFILE != submit* ]] || LOAD+=(--method POST --body-file "$WORK/body.json" --header "Content-Type: application/json")
-    log "warming up, then counting $COUNT_REQUESTS requests: $PROFILE"
+    # callgrind_control's own chatter is dropped, its complaints are not.
+    control() { local out; out=$(callgrind_control "$@" "$MG_PID" 2>&1) || { echo "callgrind_control $*: $out" >&2; exit 1; }; }
+    log "warming up, then counting $(( COUNT_REQUESTS / 250 * 250 )) requests: $PROFILE"
     $LOADGEN rate --rate 200 --seconds 2 "${LOAD[@]}" >/dev/null
-    callgrind_control -i on "$MG_PID" >/dev/null 2>&1
-    callgrind_control -z "$MG_PID" >/dev/null 2>&1
+    control -i on
+    control -z
     COUNTED=$($LOADGEN rate --rate 250 --seconds $(( COUNT_REQUESTS / 250 )) "${LOAD[@]}")
-    callgrind_control -d "$MG_PID" >/dev/null 2>&1
-    OK=$(echo "$COUNTED" | sed 's/.* ok=\([0-9]*\).*/\1/')
-    DUMP=$(ls -t "$WORK"/callgrind.out."$MG_PID".* | head -1)
+    control -d
+    N=$(echo "$COUNTED" | sed 's/.*requests=\([0-9]*\).*/\1/')
+    FAILED=$(echo "$COUNTED" | sed 's/.* failed=\([0-9]*\).*/\1/')
+    [[ $FAILED == 0 ]] || { echo "$FAILED of the $N counted requests failed: $COUNTED" >&2; exit 1; }
+    DUMP=$WORK/callgrind.out.$MG_PID.1
     REPORT=$OUT/instructions-$PROFILE.txt
-    callgrind_annotate --inclusive=yes --threshold=99 "$DUMP" >"$WORK/annotate.txt"
+    # Functions only (--auto=no): no source lines among them.
+    callgrind_annotate --inclusive=yes --auto=no --threshold=99 "$DUMP" >"$WORK/annotate.txt"
     {
       echo "# PROFILE=$PROFILE COUNT=instructions benches/load.sh: $PROFILED_NAME, $(date -u '+%Y-%m-%d %H:%M UTC')"
       echo "# Machine: $(nproc) CPUs, $(cpu_model)"
       echo "# loadgen: $COUNTED"
-      awk -v n="$OK" '/PROGRAM TOTALS/ { gsub(",", "", $1); printf "# %.0f user-space instructions per request (%s requests)\n", $1 / n, n }' "$WORK/annotate.txt"
+      awk -v n="$N" '/PROGRAM TOTALS/ { gsub(",", "", $1); printf "# %.0f user-space instructions per request (%s requests)\n", $1 / n, n }' "$WORK/annotate.txt"
       echo "# Instructions per request by function, inclusive of what it calls (callgrind_annotate --inclusive=yes)"
-      awk -v n="$OK" '/^ *[0-9,]+ \([ 0-9.]+%\)/ && !/PROGRAM TOTALS/ {
+      awk -v n="$N" '/^ *[0-9,]+ \([ 0-9.]+%\)/ && !/PROGRAM TOTALS/ {
         v = $1; gsub(",", "", v); $1 = sprintf("%9.0f", v / n); print }' "$WORK/annotate.txt" | sed -n 1,80p
     } >"$REPORT"
     cp "$DUMP" "$OUT/instructions-$PROFILE.callgrind"
