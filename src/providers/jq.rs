@@ -118,18 +118,81 @@ const URI_KEPT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERI
     .remove(b'.')
     .remove(b'~');
 
-/// The fields of `O` (of an `O + .` program) by model, each value as the JSON text
-/// `AsJson` writes: the same for every request of a model, so `O` runs once per
-/// model. `None` where `O` gives no object (or null): jaq runs the whole program.
-#[derive(Default)]
-struct OwnFields {
-    by_model: std::sync::RwLock<FastMap<Vec<u8>, Option<Fields>>>,
+/// The fields of `O` (of an `O + .` program), each value as the JSON text `AsJson`
+/// writes: the same for every request of a model, so `O` runs once per model.
+/// `None` where `O` gives neither an object nor null: jaq runs the whole program.
+type OwnFields = ByModel<Option<OwnFieldTexts>>;
+
+type OwnFieldTexts = std::sync::Arc<[(String, Box<RawValue>)]>;
+
+/// Values computed once per model (its name, upstream name and kind: the values of
+/// [`MODEL_VARIABLES`]) for programs that read nothing else. Read on every request by
+/// every serving thread, added to once per model: a map swapped whole.
+pub(super) struct ByModel<T> {
+    by_model: arc_swap::ArcSwap<Models<T>>,
 }
 
-type Fields = std::sync::Arc<[(String, Box<RawValue>)]>;
+/// Values by model name.
+type Models<T> = FastMap<Box<[u8]>, Vec<ForModel<T>>>;
 
-/// Models past which `O` is run per request again (as the request plan's targets).
-const MAX_MODELS: usize = 1024;
+/// The value of one model (its name is the map's key).
+#[derive(Clone)]
+struct ForModel<T> {
+    upstream_model: Box<[u8]>,
+    kind: Box<[u8]>,
+    value: T,
+}
+
+/// Values past which a [`ByModel`] keeps no more (they are computed per request
+/// again): it holds the configured models, and a task id can only name a model the
+/// gateway once served.
+const MAX_BY_MODEL: usize = 1024;
+
+impl<T> Default for ByModel<T> {
+    fn default() -> Self {
+        Self {
+            by_model: Default::default(),
+        }
+    }
+}
+
+impl<T: Clone> ByModel<T> {
+    pub(super) fn get(&self, [model, upstream_model, kind]: [&[u8]; 3]) -> Option<T> {
+        let by_model = self.by_model.load();
+        let known = by_model
+            .get(model)?
+            .iter()
+            .find(|v| *v.upstream_model == *upstream_model && *v.kind == *kind)?;
+        Some(known.value.clone())
+    }
+
+    pub(super) fn add(&self, [model, upstream_model, kind]: [&[u8]; 3], value: T) {
+        if Self::count(&self.by_model.load()) >= MAX_BY_MODEL {
+            return;
+        }
+        self.by_model.rcu(|by_model| {
+            let mut by_model = FastMap::clone(by_model);
+            if Self::count(&by_model) < MAX_BY_MODEL {
+                by_model.entry(model.into()).or_default().push(ForModel {
+                    upstream_model: upstream_model.into(),
+                    kind: kind.into(),
+                    value: value.clone(),
+                });
+            }
+            by_model
+        });
+    }
+
+    /// How many values are kept.
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        Self::count(&self.by_model.load())
+    }
+
+    fn count(by_model: &Models<T>) -> usize {
+        by_model.values().map(Vec::len).sum()
+    }
+}
 
 impl std::fmt::Debug for Jq {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -170,14 +233,17 @@ impl Jq {
         // A JSON string is a jq string literal with the same meaning (jq's escapes are
         // JSON's; an interpolation `\(…)` is not valid JSON).
         let constant = serde_json::from_str::<String>(code.trim()).ok();
+        // The shapes computed without jaq are read from the program's syntax.
+        let program = syntax(code);
+        let program = program.as_ref();
         Ok(Self {
             filter,
             source: code.to_owned(),
             constant,
             fields: field_path(code),
-            model_only: reads_only_the_model(code),
-            merged: merges_input(code).then(OwnFields::default),
-            template: template(code),
+            model_only: program.is_some_and(reads_only_the_model),
+            merged: program.is_some_and(merges_input).then(OwnFields::default),
+            template: program.and_then(template),
         })
     }
 
@@ -213,14 +279,22 @@ impl Jq {
 
     /// Run on `input`; the first output, or `None` when the program yields nothing.
     pub fn first(&self, input: Val, vars: &JqVars) -> Result<Option<Val>, String> {
-        if let Some(constant) = &self.constant {
-            return Ok(Some(Val::from(constant.clone())));
+        if let Some(text) = self.text(vars) {
+            return Ok(Some(Val::from(text)));
         }
+        self.read(input, vars)
+    }
+
+    /// The output of a program that is a string known without running it: a constant,
+    /// or a template whose variables are strings.
+    fn text(&self, vars: &JqVars) -> Option<String> {
+        self.constant.clone().or_else(|| self.fill(vars))
+    }
+
+    /// The output of any other program: a field followed here, or jaq's.
+    fn read(&self, input: Val, vars: &JqVars) -> Result<Option<Val>, String> {
         if let Some(found) = self.fields.as_deref().and_then(|keys| follow(&input, keys)) {
             return Ok(Some(found));
-        }
-        if let Some(text) = self.fill(vars) {
-            return Ok(Some(Val::from(text)));
         }
         self.run(input, vars)
     }
@@ -264,15 +338,10 @@ impl Jq {
 
     /// Run and convert the first output to JSON (`null` when there is none).
     pub fn json(&self, input: Val, vars: &JqVars) -> Result<Value, String> {
-        if let Some(constant) = &self.constant {
-            return Ok(Value::String(constant.clone()));
-        }
-        if let Some(text) = self.fill(vars) {
+        if let Some(text) = self.text(vars) {
             return Ok(Value::String(text));
         }
-        Ok(self
-            .first(input, vars)?
-            .map_or(Value::Null, |v| to_json(&v)))
+        Ok(self.read(input, vars)?.map_or(Value::Null, |v| to_json(&v)))
     }
 }
 
@@ -299,36 +368,21 @@ impl Jq {
     }
 
     /// `O`'s fields for the model of `vars`, from `known` or run now.
-    fn own_fields(&self, known: &OwnFields, vars: &JqVars) -> Option<Fields> {
+    fn own_fields(&self, known: &OwnFields, vars: &JqVars) -> Option<OwnFieldTexts> {
         let model = vars.model_values()?;
-        let key: Vec<u8> = model
-            .iter()
-            .flat_map(|v| {
-                (v.len() as u64)
-                    .to_le_bytes()
-                    .into_iter()
-                    .chain(v.iter().copied())
-            })
-            .collect();
-        let by_model = known.by_model.read().unwrap_or_else(|e| e.into_inner());
-        if let Some(fields) = by_model.get(&key) {
-            return fields.clone();
+        if let Some(fields) = known.get(model) {
+            return fields;
         }
-        drop(by_model);
         let fields = self.run_own(vars);
-        let mut by_model = known.by_model.write().unwrap_or_else(|e| e.into_inner());
-        if by_model.len() < MAX_MODELS {
-            by_model.insert(key, fields.clone());
-        }
+        known.add(model, fields.clone());
         fields
     }
 
-    /// `O` run on `{}`: its fields as JSON text.
-    fn run_own(&self, vars: &JqVars) -> Option<Fields> {
-        let own = match self.run(Val::Obj(std::rc::Rc::default()), vars) {
-            Ok(Some(Val::Obj(own))) => own,
-            Ok(Some(Val::Null)) => std::rc::Rc::default(),
-            _ => return None,
+    /// The program (`O + .`) run on `{}`, which gives `O`'s fields (`{}` when `O` is
+    /// null): as JSON text.
+    fn run_own(&self, vars: &JqVars) -> Option<OwnFieldTexts> {
+        let Ok(Some(Val::Obj(own))) = self.run(Val::Obj(std::rc::Rc::default()), vars) else {
+            return None;
         };
         own.iter()
             .map(|(key, value)| {
@@ -389,27 +443,35 @@ impl serde::Serialize for InputJson<'_> {
 /// (formats such as `@uri`, `tostring`, `ascii_downcase`) right of a `|` whose left
 /// side qualifies. Any other variable, path or call (a filter may read the request,
 /// or the clock) does not, nor does `{a}` (short for `{a: .a}`).
-fn reads_only_the_model(code: &str) -> bool {
-    jaq_core::load::parse(code, |p| p.term()).is_some_and(|t| model_only(&t, false))
+fn reads_only_the_model(program: &Syntax) -> bool {
+    model_only(program, false)
+}
+
+/// A program's syntax, as jaq parses it.
+type Syntax<'a> = jaq_core::load::parse::Term<&'a str>;
+
+/// The syntax of `code`, when it is one term (every program that compiles is).
+fn syntax(code: &str) -> Option<Syntax<'_>> {
+    jaq_core::load::parse(code, |p| p.term())
 }
 
 /// Whether a program is `O + .` with `O` as [`reads_only_the_model`] judges it.
-fn merges_input(code: &str) -> bool {
+fn merges_input(program: &Syntax) -> bool {
     use jaq_core::load::parse::{BinaryOp, Term};
-    jaq_core::load::parse(code, |p| p.term()).is_some_and(|t| match t {
+    match program {
         Term::BinOp(l, BinaryOp::Math(jaq_core::ops::Math::Add), r) => {
-            matches!(*r, Term::Id) && model_only(&l, false)
+            matches!(**r, Term::Id) && model_only(l, false)
         }
         _ => false,
-    })
+    }
 }
 
 /// The pieces of a program that is one string of text and interpolated variables,
 /// each alone or piped to `@uri` (`"/v1/tasks/\($id | @uri)"`), if it is one.
-fn template(code: &str) -> Option<Box<[Piece]>> {
+fn template(program: &Syntax) -> Option<Box<[Piece]>> {
     use jaq_core::load::lex::StrPart;
     use jaq_core::load::parse::{BinaryOp, Term};
-    let Term::Str(None, parts) = jaq_core::load::parse(code, |p| p.term())? else {
+    let Term::Str(None, parts) = program else {
         return None;
     };
     let piece = |part: &StrPart<&str, Term<&str>>| match part {
@@ -975,6 +1037,7 @@ mod tests {
 
     #[test]
     fn only_strings_of_text_and_variables_are_templates() {
+        let template = |code| template(&syntax(code).unwrap());
         let pieces = template(r#""/t/\($id | @uri)?a=\n\($kind)""#).unwrap();
         assert_eq!(
             &*pieces,

@@ -1,9 +1,6 @@
 //! A request plan: how one step (submit, query, result, content) builds its upstream
 //! request from jq programs. Every step uses this one type, compiled once at load.
 
-use crate::FastMap;
-
-use arc_swap::ArcSwap;
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HeaderValue};
 use http::{HeaderMap, Method, Request, Uri};
@@ -12,7 +9,7 @@ use jaq_json::Val;
 use serde_json::Value;
 
 use super::answer::Step;
-use super::jq::{Jq, JqVars};
+use super::jq::{ByModel, Jq, JqVars};
 use super::origin::Origin;
 use crate::config::Scope;
 use crate::error::ApiError;
@@ -30,54 +27,9 @@ pub struct RequestPlan {
     built: Option<BuiltTargets>,
 }
 
-/// Targets by model, for a plan whose target depends on nothing else. Read on every
-/// request by every serving thread, added to once per model: a map swapped whole.
-#[derive(Default)]
-struct BuiltTargets {
-    by_model: ArcSwap<FastMap<Box<[u8]>, Vec<BuiltTarget>>>,
-}
-
-/// The target of one model (its name is the map's key).
-#[derive(Clone)]
-struct BuiltTarget {
-    upstream_model: Box<[u8]>,
-    kind: Box<[u8]>,
-    target: Uri,
-    absolute: bool,
-}
-
-/// Models past which targets are built per request again: the map holds the
-/// configured models, and a task id can only name a model the gateway once served.
-const MAX_BUILT_TARGETS: usize = 1024;
-
-impl BuiltTargets {
-    fn get(&self, [model, upstream_model, kind]: [&[u8]; 3]) -> Option<(Uri, bool)> {
-        let by_model = self.by_model.load();
-        let built = by_model
-            .get(model)?
-            .iter()
-            .find(|b| *b.upstream_model == *upstream_model && *b.kind == *kind)?;
-        Some((built.target.clone(), built.absolute))
-    }
-
-    fn add(&self, [model, upstream_model, kind]: [&[u8]; 3], target: &Uri, absolute: bool) {
-        self.by_model.rcu(|by_model| {
-            let mut by_model = FastMap::clone(by_model);
-            if by_model.values().map(Vec::len).sum::<usize>() < MAX_BUILT_TARGETS {
-                by_model
-                    .entry(model.into())
-                    .or_insert_with(Vec::new)
-                    .push(BuiltTarget {
-                        upstream_model: upstream_model.into(),
-                        kind: kind.into(),
-                        target: target.clone(),
-                        absolute,
-                    });
-            }
-            by_model
-        });
-    }
-}
+/// Targets by model, for a plan whose target depends on nothing else: the URL and
+/// whether the path was absolute.
+type BuiltTargets = ByModel<(Uri, bool)>;
 
 impl RequestPlan {
     /// Compile a step's `method`, `path` and `query`; problems are recorded under `at`.
@@ -178,7 +130,7 @@ impl RequestPlan {
             return Ok(found);
         }
         let (target, absolute) = build()?;
-        built.add(model, &target, absolute);
+        built.add(model, (target.clone(), absolute));
         Ok((target, absolute))
     }
 
@@ -347,8 +299,7 @@ mod tests {
             build("a", "up-a", MediaKind::Image).0,
             "https://api.example/v1/up-a/tasks?kind=image"
         );
-        let built = plan.built.as_ref().unwrap().by_model.load();
-        assert_eq!(built.values().map(Vec::len).sum::<usize>(), 4);
+        assert_eq!(plan.built.as_ref().unwrap().len(), 4);
 
         // A path that reads the request is built for each.
         let mut problems = Problems::default();
