@@ -5,7 +5,6 @@
 //! is bounded by the routes file. They live in the config snapshot; a reload keeps the
 //! state of every key whose limits did not change.
 
-use crate::FastMap;
 use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,6 +16,7 @@ use governor::{Quota, RateLimiter};
 use http::{HeaderMap, HeaderName, HeaderValue};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use crate::FastMap;
 use crate::config::{LimitsConfig, Scope};
 
 // Built at compile time: a name from a `&str` is parsed again on every insert.

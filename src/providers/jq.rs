@@ -11,15 +11,14 @@
 //! since the process environment holds the task secret and every provider's key; a
 //! `halt` is an error of the program, never an exit of the process.
 
-use crate::FastMap;
 use jaq_core::load::{Arena, File, Loader};
 use jaq_core::{Compiler, Ctx, Vars, data};
 use jaq_json::Val;
-
 use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+use crate::FastMap;
 use crate::config::Scope;
 use crate::tasks::MediaKind;
 
@@ -347,11 +346,11 @@ impl Jq {
 
 impl Jq {
     /// The output of an `O + .` program (see [`merges_input`]) on the object `input`,
-    /// as JSON text, without making `input` a jq value: `O` is run on `{}` (it
-    /// reads only the model's variables, so its output is what it would be on
-    /// `input`; once per model) and `input`'s fields are written over its own, as
-    /// jq's `+` of two objects does. `None` when the program is not of that shape,
-    /// or `O` gives no object (or null, jq's neutral element): jaq's to run then.
+    /// as JSON text, without making `input` a jq value: the program is run on `{}`,
+    /// once per model, for `O`'s fields (`O` reads only the model's variables, so
+    /// they are what they would be on `input`), and `input`'s fields are written over
+    /// them, as jq's `+` of two objects does. `None` when the program is not of that
+    /// shape, or `O` gives neither an object nor null: jaq's to run then.
     pub fn write_merged(
         &self,
         input: &serde_json::Map<String, Value>,

@@ -1,13 +1,12 @@
 //! A status answer normalised: whatever the provider says becomes one of our four
 //! statuses, a progress, result URLs and a cleaned error.
 
-use crate::FastMap;
-
 use prometheus_client::metrics::counter::Counter;
 
 use super::document::Document;
 use super::jq::{Jq, JqVars, to_json, to_text};
 use super::redact::Redactor;
+use crate::FastMap;
 use crate::config::{QueryConfig, Scope};
 use crate::tasks::{TaskError, TaskState, TaskStatus};
 

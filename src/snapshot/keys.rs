@@ -2,11 +2,10 @@
 //! and their limits.
 
 use std::collections::HashSet;
-
-use crate::FastMap;
 use std::path::Path;
 use std::sync::Arc;
 
+use crate::FastMap;
 use crate::access::{ApiKey, KeyLimiter, KeyLimits, KeyRing, key_digest};
 use crate::config::{KeyConfig, Problems, RoutesFile, Scope, SecretSource};
 use crate::models::Model;

@@ -13,13 +13,13 @@ mod providers;
 mod server;
 mod tasks;
 
-use crate::FastMap;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 
 use prometheus_client::metrics::counter::Counter;
 
+use crate::FastMap;
 use crate::access::{KeyLimits, KeyRing};
 use crate::config::{
     Endpoint, LedgerConfig, LoadError, Problems, RoutesFile, ServerConfig, SimulatorConfig,

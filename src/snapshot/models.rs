@@ -2,12 +2,11 @@
 //! parameter schema (shared by the models of a family).
 
 use std::collections::BTreeMap;
-
-use crate::FastMap;
 use std::sync::Arc;
 
 use serde_json::Value;
 
+use crate::FastMap;
 use crate::config::{FamilyConfig, Problems, RoutesFile, Scope};
 use crate::models::{Model, ParamsValidator};
 use crate::providers::Provider;

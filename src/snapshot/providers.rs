@@ -1,11 +1,11 @@
 //! `[providers.*]`: each block compiled into a [`Provider`].
 
-use crate::FastMap;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 
 use super::LoadContext;
+use crate::FastMap;
 use crate::config::{Problems, RoutesFile};
 use crate::providers::Provider;
 
