@@ -18,7 +18,8 @@ use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use crate::FastMap;
+use super::by_model::ByModel;
+
 use crate::config::Scope;
 use crate::tasks::MediaKind;
 
@@ -36,7 +37,7 @@ const MODEL_VARIABLES: [&str; 3] = ["$model", "$upstream_model", "$kind"];
 
 /// Values of [`VARIABLES`] for one run.
 pub struct JqVars {
-    values: [Val; 5],
+    values: [Val; VARIABLES.len()],
 }
 
 impl JqVars {
@@ -124,75 +125,6 @@ type OwnFields = ByModel<Option<OwnFieldTexts>>;
 
 type OwnFieldTexts = std::sync::Arc<[(String, Box<RawValue>)]>;
 
-/// Values computed once per model (its name, upstream name and kind: the values of
-/// [`MODEL_VARIABLES`]) for programs that read nothing else. Read on every request by
-/// every serving thread, added to once per model: a map swapped whole.
-pub(super) struct ByModel<T> {
-    by_model: arc_swap::ArcSwap<Models<T>>,
-}
-
-/// Values by model name.
-type Models<T> = FastMap<Box<[u8]>, Vec<ForModel<T>>>;
-
-/// The value of one model (its name is the map's key).
-#[derive(Clone)]
-struct ForModel<T> {
-    upstream_model: Box<[u8]>,
-    kind: Box<[u8]>,
-    value: T,
-}
-
-/// Values past which a [`ByModel`] keeps no more (they are computed per request
-/// again): it holds the configured models, and a task id can only name a model the
-/// gateway once served.
-const MAX_BY_MODEL: usize = 1024;
-
-impl<T> Default for ByModel<T> {
-    fn default() -> Self {
-        Self {
-            by_model: Default::default(),
-        }
-    }
-}
-
-impl<T: Clone> ByModel<T> {
-    pub(super) fn get(&self, [model, upstream_model, kind]: [&[u8]; 3]) -> Option<T> {
-        let by_model = self.by_model.load();
-        let known = by_model
-            .get(model)?
-            .iter()
-            .find(|v| *v.upstream_model == *upstream_model && *v.kind == *kind)?;
-        Some(known.value.clone())
-    }
-
-    pub(super) fn add(&self, [model, upstream_model, kind]: [&[u8]; 3], value: T) {
-        if Self::count(&self.by_model.load()) >= MAX_BY_MODEL {
-            return;
-        }
-        self.by_model.rcu(|by_model| {
-            let mut by_model = FastMap::clone(by_model);
-            if Self::count(&by_model) < MAX_BY_MODEL {
-                by_model.entry(model.into()).or_default().push(ForModel {
-                    upstream_model: upstream_model.into(),
-                    kind: kind.into(),
-                    value: value.clone(),
-                });
-            }
-            by_model
-        });
-    }
-
-    /// How many values are kept.
-    #[cfg(test)]
-    pub(super) fn len(&self) -> usize {
-        Self::count(&self.by_model.load())
-    }
-
-    fn count(by_model: &Models<T>) -> usize {
-        by_model.values().map(Vec::len).sum()
-    }
-}
-
 impl std::fmt::Debug for Jq {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_tuple("Jq").field(&self.source).finish()
@@ -235,6 +167,8 @@ impl Jq {
         // The shapes computed without jaq are read from the program's syntax.
         let program = syntax(code);
         let program = program.as_ref();
+        // A string literal is the constant already.
+        let template = program.filter(|_| constant.is_none()).and_then(template);
         Ok(Self {
             filter,
             source: code.to_owned(),
@@ -242,7 +176,7 @@ impl Jq {
             fields: field_path(code),
             model_only: program.is_some_and(reads_only_the_model),
             merged: program.is_some_and(merges_input).then(OwnFields::default),
-            template: program.and_then(template),
+            template,
         })
     }
 

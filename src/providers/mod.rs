@@ -10,6 +10,7 @@
 //! error mapping.
 
 mod answer;
+mod by_model;
 mod client;
 mod content;
 pub mod document;

@@ -9,7 +9,8 @@ use jaq_json::Val;
 use serde_json::Value;
 
 use super::answer::Step;
-use super::jq::{ByModel, Jq, JqVars};
+use super::by_model::ByModel;
+use super::jq::{Jq, JqVars};
 use super::origin::Origin;
 use crate::config::Scope;
 use crate::error::ApiError;
