@@ -14,20 +14,25 @@ use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioIo;
 
 use super::origin::Reach;
+use super::pool::{Pool, SendError};
 
-type Pooled = Client<BoundedConnect<HttpsConnector<Guarded>>, Full<Bytes>>;
+type Pooled = Pool<BoundedConnect<HttpsConnector<Guarded>>>;
+
+/// How long an idle upstream connection is kept open.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+/// Idle connections kept per upstream origin and serving thread.
+const MAX_IDLE: usize = 256;
 
 /// A pooled client for one provider: one pool per serving thread (and one for the
 /// others), so that a request uses upstream connections driven by its own thread
-/// ([`crate::workers`]).
+/// ([`crate::workers`], [`super::pool`]).
 #[derive(Clone)]
 pub struct UpstreamClient {
-    pools: Arc<[Pooled]>,
+    pool: Arc<Pooled>,
     /// Largest answer read into memory (status answers are small JSON).
     max_answer_bytes: usize,
 }
@@ -239,23 +244,11 @@ impl UpstreamClient {
             inner: https,
             timeout: connect_timeout,
         };
-        let pools = (0..=crate::workers::default_count())
-            .map(|_| {
-                Client::builder(TokioExecutor::new())
-                    .pool_idle_timeout(Duration::from_secs(90))
-                    .pool_max_idle_per_host(256)
-                    .build(connect.clone())
-            })
-            .collect();
+        let slots = 1 + crate::workers::default_count();
         Ok(Self {
-            pools,
+            pool: Pool::new(connect, slots, IDLE_TIMEOUT, MAX_IDLE),
             max_answer_bytes,
         })
-    }
-
-    /// This thread's pool.
-    fn pool(&self) -> &Pooled {
-        &self.pools[crate::workers::slot(self.pools.len())]
     }
 
     /// Send one request and read the whole answer, all under `timeout`.
@@ -265,13 +258,16 @@ impl UpstreamClient {
         timeout: Duration,
     ) -> Result<Answer, CallError> {
         let exchange = async {
-            let response = self.pool().request(request).await.map_err(call_error)?;
+            let (response, lease) = self.pool.send(request).await.map_err(call_error)?;
             let (parts, body) = response.into_parts();
             let body = Limited::new(body, self.max_answer_bytes)
                 .collect()
                 .await
                 .map_err(|e| CallError::Broken(format!("answer body: {e}")))?
                 .to_bytes();
+            if let Some(lease) = lease {
+                self.pool.give_back(lease);
+            }
             Ok(Answer {
                 status: parts.status,
                 headers: parts.headers,
@@ -292,7 +288,15 @@ impl UpstreamClient {
         request: Request<Full<Bytes>>,
         timeout: Duration,
     ) -> Result<Response<Incoming>, CallError> {
-        let exchange = async { self.pool().request(request).await.map_err(call_error) };
+        let exchange = async {
+            let (response, lease) = self.pool.send(request).await.map_err(call_error)?;
+            // Back to the pool once the answer has streamed to its end; closed if it
+            // is dropped before.
+            if let Some(lease) = lease {
+                self.pool.give_back(lease);
+            }
+            Ok(response)
+        };
         tokio::time::timeout(timeout, exchange)
             .await
             .unwrap_or(Err(CallError::TimedOut))
@@ -364,19 +368,23 @@ where
     }
 }
 
-/// What a failed request proves: nothing sent (a connect error), or not.
-fn call_error(e: hyper_util::client::legacy::Error) -> CallError {
-    if !e.is_connect() {
-        return CallError::Broken(error_chain(&e));
-    }
-    let mut source = std::error::Error::source(&e);
-    while let Some(s) = source {
-        if s.is::<PrivateAddress>() {
-            return CallError::Forbidden;
+/// What a failed request proves: nothing sent (no connection, or one that closed
+/// before the request was written), or not.
+fn call_error(e: SendError) -> CallError {
+    match e {
+        SendError::Connect(e) => {
+            let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&*e);
+            while let Some(s) = source {
+                if s.is::<PrivateAddress>() {
+                    return CallError::Forbidden;
+                }
+                source = s.source();
+            }
+            CallError::Unreached(error_chain(&*e))
         }
-        source = s.source();
+        SendError::NotSent(e) => CallError::Unreached(error_chain(&e)),
+        SendError::Failed(e) => CallError::Broken(error_chain(&e)),
     }
-    CallError::Unreached(error_chain(&e))
 }
 
 /// The error and its causes on one line; hyper's top-level message alone is vague.

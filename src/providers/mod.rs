@@ -17,6 +17,7 @@ pub mod document;
 pub mod jq;
 mod origin;
 mod plan;
+mod pool;
 mod query;
 pub mod redact;
 pub mod status;

@@ -30,4 +30,5 @@ mod shutdown;
 mod tls;
 mod tracker;
 mod upstream_bounds;
+mod upstream_pool;
 mod webhooks;
