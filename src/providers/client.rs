@@ -290,8 +290,8 @@ impl UpstreamClient {
     ) -> Result<Response<Incoming>, CallError> {
         let exchange = async {
             let (response, lease) = self.pool.send(request).await.map_err(call_error)?;
-            // Back to the pool once the answer has streamed to its end; closed if it
-            // is dropped before.
+            // Back to the pool once the answer has streamed to its end; a body dropped
+            // before usually closes the connection (hyper reads what it can at once).
             if let Some(lease) = lease {
                 self.pool.give_back(lease);
             }

@@ -15,12 +15,17 @@
 //! - a request that a pooled connection gave back unsent (it closed between checkout
 //!   and write) is sent once more, on a fresh connection; one that may have been
 //!   written is never sent again;
-//! - HTTP/2, where ALPN chooses it, is one connection per origin shared by all
-//!   requests; idle HTTP/1 connections close after `idle_timeout` (found by a sweep
-//!   four times per timeout), at most `max_idle` are kept per origin.
+//! - HTTP/2, where ALPN chooses it, is one connection per origin and thread, shared
+//!   by its requests; connections unused for `idle_timeout` are not lent again and
+//!   are closed (a sweep four times per timeout finds them), at most `max_idle` idle
+//!   HTTP/1 connections are kept per origin and thread.
+//!
+//! The origins are keyed with the standard (SipHash) hasher, not [`crate::FastMap`]:
+//! clients choose webhook hosts and upstreams choose where content redirects.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::HOST;
@@ -31,9 +36,9 @@ use hyper::body::Incoming;
 use hyper::client::conn::{http1, http2};
 use hyper_util::client::legacy::connect::Connection;
 use hyper_util::rt::TokioExecutor;
+use tokio::time::Instant;
 use tower::ServiceExt;
 
-use crate::FastMap;
 use crate::response::BoxError;
 
 type Body = Full<Bytes>;
@@ -83,8 +88,8 @@ impl Origin {
 /// Why a request got no answer.
 #[derive(Debug)]
 pub enum SendError {
-    /// No connection could be made (the connector's error, or the URL has no origin):
-    /// nothing was sent.
+    /// No connection could be made (the connector's error, the HTTP/2 handshake's, or
+    /// the URL has no origin): nothing was sent.
     Connect(BoxError),
     /// The connection closed before the request was written: nothing was sent.
     NotSent(hyper::Error),
@@ -110,11 +115,18 @@ struct Idle {
     since: Instant,
 }
 
+/// The shared HTTP/2 connection of an origin, and when a request last took it.
+struct Shared {
+    sender: http2::SendRequest<Body>,
+    since: Instant,
+}
+
 /// One thread's connections.
 #[derive(Default)]
 struct Slot {
-    origins: FastMap<Origin, Conns>,
-    /// Whether this slot's reaper runs.
+    /// Only origins with a connection open (or being returned).
+    origins: HashMap<Origin, Conns>,
+    /// Whether a reaper sweeps this slot.
     reaping: bool,
 }
 
@@ -124,8 +136,8 @@ struct Conns {
     host: HeaderValue,
     /// Idle HTTP/1 connections, the most recently used last.
     idle: Vec<Idle>,
-    /// The shared HTTP/2 connection, where the origin negotiated it.
-    http2: Option<http2::SendRequest<Body>>,
+    /// Where the origin negotiated HTTP/2.
+    http2: Option<Shared>,
 }
 
 impl Conns {
@@ -137,12 +149,15 @@ impl Conns {
         }
     }
 
-    /// An open connection: the shared HTTP/2 one, or the most recently used idle
-    /// HTTP/1 one.
+    /// An open connection used within `idle_timeout`: the shared HTTP/2 one, or the
+    /// most recently used idle HTTP/1 one. An HTTP/2 connection left idle is not
+    /// trusted either: an upstream that ended it (GOAWAY) as this request's stream
+    /// started would fail the request with no proof it was not received.
     fn take(&mut self, now: Instant, idle_timeout: Duration) -> Option<Sender> {
-        if let Some(shared) = &self.http2 {
-            if !shared.is_closed() {
-                return Some(Sender::Http2(shared.clone()));
+        if let Some(shared) = &mut self.http2 {
+            if !shared.sender.is_closed() && now.duration_since(shared.since) < idle_timeout {
+                shared.since = now;
+                return Some(Sender::Http2(shared.sender.clone()));
             }
             self.http2 = None;
         }
@@ -153,12 +168,26 @@ impl Conns {
         }
         None
     }
+
+    /// Forget closed connections and close those unused for `idle_timeout`; whether
+    /// any is left.
+    fn sweep(&mut self, now: Instant, idle_timeout: Duration) -> bool {
+        self.idle
+            .retain(|c| !c.sender.is_closed() && now.duration_since(c.since) < idle_timeout);
+        if self.http2.as_ref().is_some_and(|shared| {
+            shared.sender.is_closed() || now.duration_since(shared.since) >= idle_timeout
+        }) {
+            self.http2 = None;
+        }
+        !self.idle.is_empty() || self.http2.is_some()
+    }
 }
 
 pub struct Pool<C> {
     connector: C,
-    /// One per serving thread, plus one for every other thread (slot 0); each is
-    /// locked only by its own thread, but a lock keeps the pool shareable.
+    /// One per serving thread ([`crate::workers::slot`]), plus slot 0 for every other
+    /// thread; the lock is seldom contended (only slot 0, or more workers than
+    /// slots, share one).
     slots: Box<[Mutex<Slot>]>,
     idle_timeout: Duration,
     max_idle: usize,
@@ -279,37 +308,39 @@ where
         reuse: bool,
     ) -> (Option<Sender>, HeaderValue) {
         let mut slot = self.slot(slot);
-        if let Some(conns) = slot.origins.get_mut(origin) {
-            let pooled = if reuse {
-                conns.take(Instant::now(), self.idle_timeout)
-            } else {
-                None
-            };
-            return (pooled, conns.host.clone());
+        match slot.origins.get_mut(origin) {
+            Some(conns) => {
+                let pooled = if reuse {
+                    conns.take(Instant::now(), self.idle_timeout)
+                } else {
+                    None
+                };
+                (pooled, conns.host.clone())
+            }
+            // Nothing is kept for an origin until a connection to it is.
+            None => (None, origin.host()),
         }
-        let conns = Conns::new(origin);
-        let host = conns.host.clone();
-        slot.origins.insert(origin.clone(), conns);
-        (None, host)
     }
 
     fn put(&self, lease: Lease) {
-        let start_reaper = {
-            let mut slot = self.slot(lease.slot);
-            let conns = slot
-                .origins
-                .entry(lease.origin)
-                .or_insert_with_key(Conns::new);
-            if conns.idle.len() < self.max_idle {
-                conns.idle.push(Idle {
-                    sender: lease.sender,
-                    since: Instant::now(),
-                });
-            }
-            !std::mem::replace(&mut slot.reaping, true)
-        };
-        if start_reaper {
-            self.start_reaper(lease.slot);
+        let mut slot = self.slot(lease.slot);
+        let conns = slot
+            .origins
+            .entry(lease.origin)
+            .or_insert_with_key(Conns::new);
+        if conns.idle.len() < self.max_idle {
+            conns.idle.push(Idle {
+                sender: lease.sender,
+                since: Instant::now(),
+            });
+        }
+        self.reaper_for(&mut slot, lease.slot);
+    }
+
+    /// Start the slot's reaper unless one runs.
+    fn reaper_for(&self, slot: &mut Slot, n: usize) {
+        if !std::mem::replace(&mut slot.reaping, true) {
+            self.start_reaper(n);
         }
     }
 
@@ -332,20 +363,9 @@ where
     }
 
     fn reap(&self, slot: usize, now: Instant) {
-        let mut slot = self.slot(slot);
-        slot.origins.retain(|_, conns| {
-            conns.idle.retain(|c| {
-                !c.sender.is_closed() && now.duration_since(c.since) < self.idle_timeout
-            });
-            if conns
-                .http2
-                .as_ref()
-                .is_some_and(|shared| shared.is_closed())
-            {
-                conns.http2 = None;
-            }
-            !conns.idle.is_empty() || conns.http2.is_some()
-        });
+        self.slot(slot)
+            .origins
+            .retain(|_, conns| conns.sweep(now, self.idle_timeout));
     }
 
     /// A new connection to `origin`, its task spawned on this thread.
@@ -366,11 +386,16 @@ where
                     tracing::debug!(error = %e, "upstream HTTP/2 connection ended");
                 }
             });
-            self.slot(slot)
+            let mut conns = self.slot(slot);
+            conns
                 .origins
                 .entry(origin.clone())
                 .or_insert_with_key(Conns::new)
-                .http2 = Some(sender.clone());
+                .http2 = Some(Shared {
+                sender: sender.clone(),
+                since: Instant::now(),
+            });
+            self.reaper_for(&mut conns, slot);
             return Ok(Sender::Http2(sender));
         }
         let (sender, conn) = http1::handshake(io)
@@ -441,5 +466,255 @@ mod tests {
         assert!(a == b);
         assert!(a != c);
         assert!(Origin::of(&Uri::from_static("/relative")).is_none());
+    }
+}
+
+/// The pool against connections whose far ends the test holds (in-memory pipes), so
+/// that when an upstream closes is the test's to say, exactly.
+#[cfg(test)]
+mod connection_tests {
+    use std::collections::VecDeque;
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+
+    use http_body_util::BodyExt;
+    use hyper_util::client::legacy::connect::Connected;
+    use hyper_util::rt::TokioIo;
+    use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream, ReadBuf};
+
+    use super::*;
+
+    /// Our end of a pipe.
+    struct Pipe(DuplexStream);
+
+    impl AsyncRead for Pipe {
+        fn poll_read(
+            self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &mut ReadBuf<'_>,
+        ) -> Poll<std::io::Result<()>> {
+            Pin::new(&mut self.get_mut().0).poll_read(cx, buf)
+        }
+    }
+
+    impl AsyncWrite for Pipe {
+        fn poll_write(
+            self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<std::io::Result<usize>> {
+            Pin::new(&mut self.get_mut().0).poll_write(cx, buf)
+        }
+
+        fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Pin::new(&mut self.get_mut().0).poll_flush(cx)
+        }
+
+        fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Pin::new(&mut self.get_mut().0).poll_shutdown(cx)
+        }
+    }
+
+    impl Connection for Pipe {
+        fn connected(&self) -> Connected {
+            Connected::new()
+        }
+    }
+
+    /// A connector making pipes: the far ends wait in `ends` for the test, or are
+    /// dropped at once (the upstream closes before anything is written) when
+    /// `hang_up` is set.
+    #[derive(Clone, Default)]
+    struct Pipes {
+        ends: Arc<Mutex<VecDeque<DuplexStream>>>,
+        made: Arc<Mutex<usize>>,
+        hang_up: bool,
+    }
+
+    impl Pipes {
+        fn made(&self) -> usize {
+            *self.made.lock().unwrap()
+        }
+
+        /// The far end of the next connection made, once it is.
+        async fn next_end(&self) -> DuplexStream {
+            loop {
+                if let Some(end) = self.ends.lock().unwrap().pop_front() {
+                    return end;
+                }
+                tokio::task::yield_now().await;
+            }
+        }
+    }
+
+    impl tower::Service<Uri> for Pipes {
+        type Response = TokioIo<Pipe>;
+        type Error = BoxError;
+        type Future = std::future::Ready<Result<Self::Response, BoxError>>;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, _: Uri) -> Self::Future {
+            let (ours, theirs) = tokio::io::duplex(64 * 1024);
+            *self.made.lock().unwrap() += 1;
+            if !self.hang_up {
+                self.ends.lock().unwrap().push_back(theirs);
+            }
+            std::future::ready(Ok(TokioIo::new(Pipe(ours))))
+        }
+    }
+
+    fn post(body: &'static str) -> Request<Body> {
+        Request::post("http://up.example/tasks")
+            .body(Body::new(Bytes::from_static(body.as_bytes())))
+            .unwrap()
+    }
+
+    /// The upstream's side: read one request on `end` and answer it (keep-alive);
+    /// the request's body.
+    async fn answer(end: &mut DuplexStream) -> String {
+        let mut seen = Vec::new();
+        let mut chunk = [0u8; 1024];
+        let body_at = loop {
+            if let Some(at) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+                break at + 4;
+            }
+            let n = end.read(&mut chunk).await.unwrap();
+            assert!(n > 0, "the connection closed before a request");
+            seen.extend_from_slice(&chunk[..n]);
+        };
+        let head = String::from_utf8(seen[..body_at].to_vec()).unwrap();
+        let length: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length: "))
+            .map_or(0, |n| n.parse().unwrap());
+        while seen.len() < body_at + length {
+            let n = end.read(&mut chunk).await.unwrap();
+            seen.extend_from_slice(&chunk[..n]);
+        }
+        end.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+            .await
+            .unwrap();
+        String::from_utf8(seen[body_at..].to_vec()).unwrap()
+    }
+
+    /// Send `request`, let the upstream answer it on `end` (its next connection's end
+    /// when `None`), read the answer whole and give the connection back; the far end
+    /// used and the body it read.
+    async fn exchange(
+        pool: &Arc<Pool<Pipes>>,
+        pipes: &Pipes,
+        request: Request<Body>,
+        end: Option<DuplexStream>,
+    ) -> (DuplexStream, String) {
+        let sent = async {
+            let (response, lease) = pool.send(request).await.unwrap();
+            let body = response.into_body().collect().await.unwrap().to_bytes();
+            assert_eq!(&body[..], b"ok");
+            pool.give_back(lease.expect("HTTP/1"));
+        };
+        let upstream = async {
+            let mut end = match end {
+                Some(end) => end,
+                None => pipes.next_end().await,
+            };
+            let seen = answer(&mut end).await;
+            (end, seen)
+        };
+        let ((), answered) = tokio::join!(sent, upstream);
+        // Let the connection's task mark it idle and return it.
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        answered
+    }
+
+    fn idle(pool: &Pool<Pipes>) -> usize {
+        pool.slot(0).origins.values().map(|c| c.idle.len()).sum()
+    }
+
+    #[tokio::test]
+    async fn a_request_a_closed_pooled_connection_gave_back_goes_once_on_a_new_one() {
+        let pipes = Pipes::default();
+        let pool = Pool::new(pipes.clone(), 1, Duration::from_secs(90), 8);
+        let (first, seen) = exchange(&pool, &pipes, post("a"), None).await;
+        assert_eq!(seen, "a");
+        assert_eq!(idle(&pool), 1);
+        // The upstream closes the idle connection, and the next request comes before
+        // the connection's task has run: it takes the pooled connection, whose task
+        // then finds it closed and hands the request back unwritten.
+        drop(first);
+        let (_second, seen) = exchange(&pool, &pipes, post("b"), None).await;
+        assert_eq!(seen, "b");
+        assert_eq!(pipes.made(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_new_connection_closed_before_the_write_is_not_sent_and_not_retried() {
+        let pipes = Pipes {
+            hang_up: true,
+            ..Pipes::default()
+        };
+        let pool = Pool::new(pipes.clone(), 1, Duration::from_secs(90), 8);
+        let sent = tokio::time::timeout(Duration::from_secs(5), pool.send(post("a")));
+        let err = sent
+            .await
+            .expect("no endless retries")
+            .map(drop)
+            .unwrap_err();
+        assert!(matches!(err, SendError::NotSent(_)), "{err:?}");
+        assert_eq!(pipes.made(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_is_reused_until_it_idles_past_the_timeout() {
+        let pipes = Pipes::default();
+        let pool = Pool::new(pipes.clone(), 1, Duration::from_secs(10), 8);
+        let (end, _) = exchange(&pool, &pipes, post("a"), None).await;
+        tokio::time::advance(Duration::from_secs(9)).await;
+        let (mut end, seen) = exchange(&pool, &pipes, post("b"), Some(end)).await;
+        assert_eq!(seen, "b");
+        assert_eq!(pipes.made(), 1, "reused within the idle timeout");
+
+        // Idle for longer than the timeout: the sweep closes it.
+        tokio::time::sleep(Duration::from_secs(16)).await;
+        assert_eq!(idle(&pool), 0);
+        let mut rest = Vec::new();
+        assert_eq!(end.read_to_end(&mut rest).await.unwrap(), 0, "closed");
+        let (_, seen) = exchange(&pool, &pipes, post("c"), None).await;
+        assert_eq!(seen, "c");
+        assert_eq!(pipes.made(), 2);
+    }
+
+    #[tokio::test]
+    async fn at_most_max_idle_connections_are_kept() {
+        let pipes = Pipes::default();
+        let pool = Pool::new(pipes.clone(), 1, Duration::from_secs(90), 2);
+        // Three requests at once: three connections, of which two are kept.
+        let [a, b, c] = ["a", "b", "c"].map(|b| {
+            let pool = pool.clone();
+            async move {
+                let (response, lease) = pool.send(post(b)).await.unwrap();
+                response.into_body().collect().await.unwrap();
+                pool.give_back(lease.unwrap());
+            }
+        });
+        let upstream = async {
+            let mut ends = Vec::new();
+            for _ in 0..3 {
+                let mut end = pipes.next_end().await;
+                answer(&mut end).await;
+                ends.push(end);
+            }
+            ends
+        };
+        let (_, _, _, _ends) = tokio::join!(a, b, c, upstream);
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(pipes.made(), 3);
+        assert_eq!(idle(&pool), 2);
     }
 }
