@@ -27,9 +27,9 @@ const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 /// Idle connections kept per upstream origin and serving thread.
 const MAX_IDLE: usize = 256;
 
-/// A pooled client for one provider: one pool per serving thread (and one for the
-/// others), so that a request uses upstream connections driven by its own thread
-/// ([`crate::workers`], [`super::pool`]).
+/// A pooled client for one provider: the connections of each serving thread kept
+/// apart (and those of the other threads), so that a request uses upstream
+/// connections driven by its own thread ([`crate::workers`], [`super::pool`]).
 #[derive(Clone)]
 pub struct UpstreamClient {
     pool: Arc<Pooled>,
