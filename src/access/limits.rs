@@ -36,7 +36,10 @@ struct Bucket {
 
 impl Bucket {
     fn new(rate_per_second: f64, burst: u32) -> Option<Self> {
-        let period = Duration::from_secs_f64(1.0 / rate_per_second);
+        // `try_`: settings refused by the check are still built (the whole file is
+        // checked before it is refused), and a rate of 0, below 0 or NaN must not
+        // panic here.
+        let period = Duration::try_from_secs_f64(1.0 / rate_per_second).ok()?;
         let quota = Quota::with_period(period)?.allow_burst(NonZeroU32::new(burst)?);
         Some(Self {
             quota,
@@ -169,7 +172,8 @@ impl KeyLimiter {
         }
     }
 
-    /// Build from settings that passed [`KeyLimiter::check`].
+    /// Build from settings that passed [`KeyLimiter::check`]; settings that did not
+    /// build something unused (the file is refused) instead of panicking.
     pub fn new(settings: LimitsConfig) -> Self {
         let all = (settings.rate_per_second > 0.0)
             .then(|| Bucket::new(settings.rate_per_second, settings.burst))
@@ -180,8 +184,11 @@ impl KeyLimiter {
                 .unwrap_or_else(|| rate.ceil().clamp(1.0, u32::MAX as f64) as u32);
             Bucket::new(rate, burst)
         });
-        let in_progress = (settings.max_concurrent_requests > 0)
-            .then(|| Arc::new(Semaphore::new(settings.max_concurrent_requests)));
+        // Capped for the same reason: tokio panics above its maximum.
+        let in_progress = (settings.max_concurrent_requests > 0).then(|| {
+            let permits = settings.max_concurrent_requests.min(Semaphore::MAX_PERMITS);
+            Arc::new(Semaphore::new(permits))
+        });
         Self {
             settings,
             all,
@@ -348,6 +355,24 @@ mod tests {
         assert!(matches!(l.admit(false), Err(Refusal::Busy(1))));
         drop(held);
         assert!(l.admit(false).is_ok());
+    }
+
+    #[test]
+    fn refused_settings_are_named_and_still_build_without_a_panic() {
+        let mut cases = Vec::new();
+        for rate in [0.0, -1.0, f64::NAN, f64::INFINITY, f64::MIN_POSITIVE] {
+            let mut s = settings(rate, 1);
+            s.submit_rate_per_second = Some(rate);
+            s.submit_burst = Some(1);
+            cases.push(s);
+        }
+        let mut s = settings(0.0, 0);
+        s.max_concurrent_requests = usize::MAX;
+        cases.push(s);
+        for s in cases {
+            assert_ne!(problems(&s), 0, "{s:?}");
+            KeyLimiter::new(s);
+        }
     }
 
     #[test]
