@@ -114,6 +114,10 @@ impl Provider {
             .check("base_url", Origin::parse(base_url, headers))
             .map(|o| o.allow_private_networks(networks));
         let client = compile_client(cfg, dir, origin.as_ref(), at);
+        // The tracker makes a semaphore of this size; tokio's has a maximum.
+        if cfg.poll_max_in_flight > tokio::sync::Semaphore::MAX_PERMITS {
+            at.push("poll_max_in_flight", "must not be absurdly large");
+        }
         let submit = SubmitPlan::compile(&cfg.submit, &mut at.at("submit"));
         let query = QueryPlan::compile(&cfg.query, &mut at.at("query"), unmapped);
         let result = cfg

@@ -119,6 +119,11 @@ impl Snapshot {
             "allow_private_networks",
             CallbackPolicy::new(&file.webhooks),
         );
+        // A semaphore of this size is made for the deliveries; tokio's has a maximum.
+        if file.webhooks.max_in_flight > tokio::sync::Semaphore::MAX_PERMITS {
+            p.at("webhooks")
+                .push("max_in_flight", "must not be absurdly large");
+        }
         let keys = keys::compile(&file, &models, dir, ledger_on, callbacks.as_ref(), p);
         let sealer = tasks::compile(&file.tasks, dir, ctx.secret_file, &mut p.at("tasks"));
         let edge = server::compile(&file.server, dir, &mut p.at("server"));

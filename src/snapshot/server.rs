@@ -20,8 +20,11 @@ pub(super) fn compile(cfg: &ServerConfig, dir: &Path, at: &mut Scope) -> Option<
     if cfg.workers > 1024 {
         at.push("workers", "must be at most 1024 (0: one per CPU)");
     }
-    if cfg.admin_max_connections == 0 {
-        at.push("admin_max_connections", "must be greater than 0");
+    if !(1..=tokio::sync::Semaphore::MAX_PERMITS).contains(&cfg.admin_max_connections) {
+        at.push(
+            "admin_max_connections",
+            "must be greater than 0 and not absurdly large",
+        );
     }
     if cfg.idle_timeout_ms == 0 {
         at.push("idle_timeout_ms", "must be greater than 0");

@@ -79,3 +79,31 @@ async fn more_workers_than_can_make_sense_are_refused() {
     let fine = problems_of(Routes::simulated(&["m1"]).server("workers = 3")).await;
     assert!(fine.is_empty(), "{fine}");
 }
+
+/// Sizes of semaphores the gateway makes (connections, polls, deliveries, a key's
+/// requests in progress) beyond what tokio allows are refused by name, not a panic.
+#[tokio::test]
+async fn absurdly_large_caps_are_refused_by_name() {
+    const HUGE: &str = "18446744073709551615";
+    let provider = tasks_provider(
+        "one",
+        "http://127.0.0.1:9",
+        &format!("poll_max_in_flight = {HUGE}"),
+    );
+    let routes = Routes::new()
+        .server(&format!("admin_max_connections = {HUGE}"))
+        .top(&format!(
+            "[limits]\nmax_concurrent_requests = {HUGE}\n\n[webhooks]\nmax_in_flight = {HUGE}\n"
+        ))
+        .provider(provider)
+        .family(family("f", &["one"], &["m1"]));
+    let e = problems_of(routes).await;
+    for key in [
+        "server.admin_max_connections",
+        "providers.one.poll_max_in_flight",
+        "limits.max_concurrent_requests",
+        "webhooks.max_in_flight",
+    ] {
+        assert!(e.contains(key), "{key} not named in: {e}");
+    }
+}
