@@ -3,14 +3,15 @@
 
 use serde_json::json;
 
-use crate::support::{Answer, DEMO, Fake, Gateway, MODEL_CENTER, Routes, family, tasks_provider};
+use crate::support::{
+    Answer, DEMO, Fake, Gateway, MODEL_CENTER, Routes, family, tasks_provider_with_files,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn content_is_private_unsniffed_and_keeps_its_encoding() {
     let fake = Fake::start().await;
-    let content = "\n[providers.one.content]\npath = '\"/files/\\($id)\"'\n";
     let routes = Routes::new()
-        .provider(tasks_provider("one", &fake.url(), "") + content)
+        .provider(tasks_provider_with_files("one", &fake.url()))
         .family(family("f", &["one"], &["m1"]));
     let gw = Gateway::start(routes).await;
     let http = gw.client();
@@ -45,9 +46,8 @@ async fn links_formed_on_the_tls_listener_are_https() {
     use crate::support::{Alpn, Certs, ConfigDir, Http};
     let certs = Certs::new();
     let fake = Fake::start().await;
-    let content = "\n[providers.one.content]\npath = '\"/files/\\($id)\"'\n";
     let routes = Routes::new()
-        .provider(tasks_provider("one", &fake.url(), "") + content)
+        .provider(tasks_provider_with_files("one", &fake.url()))
         .family(family("f", &["one"], &["m1"]))
         .server(
             "[server.tls]\nlisten = \"127.0.0.1:0\"\ncert_file = \"cert.pem\"\nkey_file = \"key.pem\"\n",

@@ -11,7 +11,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::support::{
-    Answer, DEMO, Fake, Gateway, MODEL_CENTER, Routes, eventually, family, tasks_provider,
+    Answer, DEMO, Fake, Gateway, Http, MODEL_CENTER, Routes, eventually, family, tasks_provider,
+    tasks_provider_with_files,
 };
 
 /// How a [`ClosingUpstream`] ends a connection after its first answer.
@@ -151,6 +152,14 @@ async fn read_request(stream: &mut TcpStream) -> Option<String> {
 
 const SUBMIT: &str = r#"POST /tasks {"model":"m1","prompt":"p"}"#;
 
+/// The `round`th submit, answered 200.
+async fn submit_ok(http: &Http, round: usize) {
+    let r = http
+        .post_json(MODEL_CENTER, DEMO, &json!({"model": "m1", "prompt": "p"}))
+        .await;
+    assert_eq!(r.status, 200, "submit {round}: {:?}", r.text());
+}
+
 /// An upstream that closes idle connections (as nginx's `keepalive_timeout` does):
 /// the next submit goes out on a new connection and succeeds, sent once.
 #[tokio::test]
@@ -159,10 +168,7 @@ async fn a_connection_the_upstream_closed_while_idle_is_not_used_again() {
     let gw = Gateway::start(up.routes()).await;
     let http = gw.client();
     for round in 1..=3 {
-        let r = http
-            .post_json(MODEL_CENTER, DEMO, &json!({"model": "m1", "prompt": "p"}))
-            .await;
-        assert_eq!(r.status, 200, "submit {round}: {:?}", r.text());
+        submit_ok(&http, round).await;
         eventually("the upstream closed the connection", async || {
             up.closed() == round
         })
@@ -181,10 +187,7 @@ async fn a_connection_the_upstream_announced_closing_is_not_kept() {
     let gw = Gateway::start(up.routes()).await;
     let http = gw.client();
     for round in 1..=3 {
-        let r = http
-            .post_json(MODEL_CENTER, DEMO, &json!({"model": "m1", "prompt": "p"}))
-            .await;
-        assert_eq!(r.status, 200, "submit {round}: {:?}", r.text());
+        submit_ok(&http, round).await;
     }
     assert_eq!(up.requests(), vec![vec![SUBMIT.to_string()]; 3]);
 }
@@ -194,10 +197,9 @@ async fn a_connection_the_upstream_announced_closing_is_not_kept() {
 #[tokio::test]
 async fn a_streamed_answer_gives_its_connection_back() {
     let fake = Fake::start().await;
-    let content = "\n[providers.one.content]\npath = '\"/files/\\($id)\"'\n";
     let routes = Routes::new()
         .server("workers = 1")
-        .provider(tasks_provider("one", &fake.url(), "") + content)
+        .provider(tasks_provider_with_files("one", &fake.url()))
         .family(family("f", &["one"], &["m1"]));
     let gw = Gateway::start(routes).await;
     let http = gw.client();

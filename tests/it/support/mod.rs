@@ -19,7 +19,7 @@ pub use http::{Alpn, Http, Reply, assert_error, read_response, read_to_close};
 pub use postgres::Postgres;
 pub use routes::{
     Family, Routes, UPSTREAM_KEY, family, replace_once, shipped_routes, shipped_routes_file,
-    tasks_provider,
+    tasks_provider, tasks_provider_with_files,
 };
 pub use tls::Certs;
 

@@ -225,6 +225,12 @@ urls = '.urls'
     )
 }
 
+/// [`tasks_provider`] with a content step: `GET /files/{id}` streams the result.
+pub fn tasks_provider_with_files(name: &str, base_url: &str) -> String {
+    tasks_provider(name, base_url, "")
+        + &format!("\n[providers.{name}.content]\npath = '\"/files/\\($id)\"'\n")
+}
+
 /// A plain provider with our key from [`UPSTREAM_KEY_FILE`] and short timeouts (1 s):
 /// `POST /tasks` → `{id}`, `GET /tasks/{id}` → `{status, url, reason}`; `extra`
 /// lines go into its table.
