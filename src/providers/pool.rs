@@ -400,33 +400,33 @@ where
                 .handshake(io)
                 .await
                 .map_err(|e| SendError::Connect(e.into()))?;
-            tokio::spawn(async move {
-                if let Err(e) = conn.await {
-                    tracing::debug!(error = %e, "upstream HTTP/2 connection ended");
-                }
-            });
-            let mut conns = self.slot(slot);
-            conns
-                .origins
+            drive(conn);
+            let mut kept = self.slot(slot);
+            kept.origins
                 .entry(origin.clone())
                 .or_insert_with_key(Conns::new)
                 .http2 = Some(Shared {
                 sender: sender.clone(),
                 since: Instant::now(),
             });
-            self.reaper_for(&mut conns, slot);
+            self.reaper_for(&mut kept, slot);
             return Ok(Sender::Http2(sender));
         }
         let (sender, conn) = http1::handshake(io)
             .await
             .map_err(|e| SendError::Connect(e.into()))?;
-        tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, "upstream connection ended");
-            }
-        });
+        drive(conn);
         Ok(Sender::Http1(sender))
     }
+}
+
+/// Run a connection's task on this thread until the connection ends.
+fn drive(conn: impl Future<Output = hyper::Result<()>> + Send + 'static) {
+    tokio::spawn(async move {
+        if let Err(e) = conn.await {
+            tracing::debug!(error = %e, "upstream connection ended");
+        }
+    });
 }
 
 /// Make `request` an HTTP/1 request: `host` as its `Host` header if it has none, the

@@ -4,22 +4,14 @@
 use serde_json::json;
 
 use crate::support::{
-    Answer, DEMO, Fake, Gateway, MODEL_CENTER, Routes, family, tasks_provider_with_files,
+    Answer, DEMO, Fake, Gateway, MODEL_CENTER, Routes, done_task_with_files, family,
+    tasks_provider_with_files,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn content_is_private_unsniffed_and_keeps_its_encoding() {
-    let fake = Fake::start().await;
-    let routes = Routes::new()
-        .provider(tasks_provider_with_files("one", &fake.url()))
-        .family(family("f", &["one"], &["m1"]));
-    let gw = Gateway::start(routes).await;
+    let (fake, gw) = done_task_with_files("").await;
     let http = gw.client();
-    fake.on("POST /tasks", Answer::json(200, json!({"id": "t1"})));
-    fake.on(
-        "GET /tasks/t1",
-        Answer::json(200, json!({"status": "done"})),
-    );
     fake.on(
         "GET /files/t1",
         Answer::raw(200, "video/mp4", &b"\x1f\x8bGZ"[..])

@@ -11,8 +11,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::support::{
-    Answer, DEMO, Fake, Gateway, Http, MODEL_CENTER, Routes, eventually, family, tasks_provider,
-    tasks_provider_with_files,
+    Answer, DEMO, Gateway, Http, MODEL_CENTER, Routes, done_task_with_files, eventually, family,
+    tasks_provider,
 };
 
 /// How a [`ClosingUpstream`] ends a connection after its first answer.
@@ -196,18 +196,8 @@ async fn a_connection_the_upstream_announced_closing_is_not_kept() {
 /// end: the submit, the query and two content fetches all go over one connection.
 #[tokio::test]
 async fn a_streamed_answer_gives_its_connection_back() {
-    let fake = Fake::start().await;
-    let routes = Routes::new()
-        .server("workers = 1")
-        .provider(tasks_provider_with_files("one", &fake.url()))
-        .family(family("f", &["one"], &["m1"]));
-    let gw = Gateway::start(routes).await;
+    let (fake, gw) = done_task_with_files("workers = 1").await;
     let http = gw.client();
-    fake.on("POST /tasks", Answer::json(200, json!({"id": "t1"})));
-    fake.on(
-        "GET /tasks/t1",
-        Answer::json(200, json!({"status": "done"})),
-    );
     fake.on(
         "GET /files/t1",
         Answer::raw(200, "video/mp4", vec![7u8; 100_000]),

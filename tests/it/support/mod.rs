@@ -107,3 +107,24 @@ fn panics_here() -> usize {
         .filter(|t| **t == me)
         .count()
 }
+
+/// A fake provider `one` (serving `m1`, with a content step) whose task `t1` is done,
+/// behind a gateway with `server` lines: the submit and the query are scripted, the
+/// content (`GET /files/t1`) is the test's to script.
+pub async fn done_task_with_files(server: &str) -> (Fake, Gateway) {
+    let fake = Fake::start().await;
+    let routes = Routes::new()
+        .server(server)
+        .provider(tasks_provider_with_files("one", &fake.url()))
+        .family(family("f", &["one"], &["m1"]));
+    let gw = Gateway::start(routes).await;
+    fake.on(
+        "POST /tasks",
+        Answer::json(200, serde_json::json!({"id": "t1"})),
+    );
+    fake.on(
+        "GET /tasks/t1",
+        Answer::json(200, serde_json::json!({"status": "done"})),
+    );
+    (fake, gw)
+}
