@@ -72,15 +72,20 @@ fn auth(c: &mut Criterion) {
 fn validate(c: &mut Criterion) {
     let snap = snapshot();
     let model = snap.models.get(MODEL).unwrap().clone();
-    let params = params();
+    let mut params = params();
     c.bench_function("validate/typical_video_body", |b| {
-        b.iter(|| model.validator.check(MODEL, black_box(&params)).unwrap())
+        b.iter(|| {
+            model
+                .validator
+                .check(MODEL, black_box(&mut params))
+                .unwrap()
+        })
     });
     c.bench_function("validate/parse_and_check", |b| {
         b.iter(|| {
             let mut v: Value = serde_json::from_slice(black_box(BODY)).unwrap();
             v.as_object_mut().unwrap().remove("model");
-            model.validator.check(MODEL, &v).unwrap()
+            model.validator.check(MODEL, &mut v).unwrap()
         })
     });
 }

@@ -11,6 +11,18 @@ use serde::Serialize;
 
 use crate::response::{ResponseBody, json};
 
+/// Most characters of a request's own text (a model id, a parameter's name or value)
+/// that an error quotes back.
+pub const QUOTE_CHARS: usize = 200;
+
+/// `text` as an error quotes it: at most [`QUOTE_CHARS`] characters, the rest counted.
+pub fn quote(text: &str) -> Cow<'_, str> {
+    match text.char_indices().nth(QUOTE_CHARS) {
+        None => text.into(),
+        Some((cut, _)) => format!("{}… ({} bytes)", &text[..cut], text.len()).into(),
+    }
+}
+
 /// One refusal from the catalogue.
 #[derive(Debug, Clone)]
 pub struct ApiError {
@@ -113,7 +125,7 @@ impl ApiError {
             StatusCode::BAD_REQUEST,
             "invalid_request_error",
             "unknown_model",
-            format!("model `{model}` is not served on {endpoint_path}"),
+            format!("model `{}` is not served on {endpoint_path}", quote(model)),
         )
         .with_param("model")
     }
@@ -124,7 +136,7 @@ impl ApiError {
             "invalid_parameter",
             message,
         )
-        .with_param(param)
+        .with_quoted_param(param.into())
     }
     pub fn unknown_parameter(param: impl Into<String>, message: String) -> Self {
         Self::new(
@@ -133,7 +145,14 @@ impl ApiError {
             "unknown_parameter",
             message,
         )
-        .with_param(param)
+        .with_quoted_param(param.into())
+    }
+    /// A parameter named by the client, who may have named it with a megabyte.
+    fn with_quoted_param(self, param: String) -> Self {
+        match quote(&param) {
+            Cow::Borrowed(_) => self.with_param(param),
+            Cow::Owned(short) => self.with_param(short),
+        }
     }
     pub fn upstream_invalid_request(reason: &str) -> Self {
         Self::new(

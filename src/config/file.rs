@@ -443,6 +443,10 @@ pub struct FamilyConfig {
     /// Accept parameters the schema does not list.
     #[serde(default)]
     pub allow_unknown_params: bool,
+    /// Seconds a video task produces when its submit names no `duration` / `seconds`
+    /// (counted toward usage and `video_seconds_per_day`).
+    #[serde(default)]
+    pub default_seconds: Option<u32>,
 }
 
 fn default_endpoints() -> Vec<Endpoint> {

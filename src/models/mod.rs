@@ -10,8 +10,14 @@ use serde_json::{Value, json};
 
 pub use self::params::ParamsValidator;
 use crate::config::Endpoint;
+use crate::error::ApiError;
 use crate::providers::{Call, Provider};
 use crate::tasks::MediaKind;
+
+pub use crate::tasks::ledger::MAX_TASK_SECONDS as MAX_VIDEO_SECONDS;
+
+/// The parameters a video's length is asked for with.
+pub const SECONDS_PARAMS: [&str; 2] = ["duration", "seconds"];
 
 /// A published model.
 #[derive(Debug)]
@@ -24,12 +30,38 @@ pub struct Model {
     /// In failover order.
     pub providers: Vec<Arc<Provider>>,
     pub validator: Arc<ParamsValidator>,
+    /// Seconds a video task produces when the submit does not say.
+    pub default_seconds: Option<u32>,
 }
 
 impl Model {
     /// Whether clients of `endpoint` may use this model.
     pub fn served_on(&self, endpoint: Endpoint) -> bool {
         self.endpoints.contains(&endpoint)
+    }
+
+    /// Seconds of video a submit of validated `params` produces, for usage and quotas:
+    /// its `duration` or `seconds`, else the family's `default_seconds`; 0 for images.
+    pub fn video_seconds(&self, params: &Value) -> Result<i64, ApiError> {
+        if self.kind != MediaKind::Video {
+            return Ok(0);
+        }
+        let asked = SECONDS_PARAMS
+            .iter()
+            .find_map(|&name| Some((name, params.get(name).filter(|v| !v.is_null())?)));
+        let Some((name, value)) = asked else {
+            return Ok(self.default_seconds.map_or(0, i64::from));
+        };
+        match value.as_i64() {
+            Some(seconds) if (1..=MAX_VIDEO_SECONDS).contains(&seconds) => Ok(seconds),
+            _ => Err(ApiError::invalid_parameter(
+                name,
+                format!(
+                    "invalid `{name}` for model `{}`: a whole number of seconds from 1 to {MAX_VIDEO_SECONDS} is expected",
+                    self.id
+                ),
+            )),
+        }
     }
 
     /// The JSON Schema of a whole submit body for this model: its parameters as

@@ -8,8 +8,9 @@ use serde_json::Value;
 
 use crate::FastMap;
 use crate::config::{FamilyConfig, Problems, RoutesFile, Scope};
-use crate::models::{Model, ParamsValidator};
+use crate::models::{MAX_VIDEO_SECONDS, Model, ParamsValidator, SECONDS_PARAMS};
 use crate::providers::Provider;
+use crate::tasks::MediaKind;
 
 pub(super) fn compile(
     file: &RoutesFile,
@@ -35,6 +36,7 @@ pub(super) fn compile(
                 upstream_model: cfg.upstream_models.get(id).unwrap_or(id).clone(),
                 providers: chain.clone(),
                 validator: validator.clone(),
+                default_seconds: cfg.default_seconds,
             };
             if let Some(other) = models.insert(id.clone(), Arc::new(model)) {
                 let msg = format!("`{id}` is also listed in family `{}`", other.family);
@@ -76,9 +78,33 @@ fn compile_family(
         }
     }
     let schema = at.check("schema", family_schema(&file.schemas, cfg))?;
+    check_default_seconds(cfg, &schema, at);
     let validator = ParamsValidator::compile(schema, cfg.allow_unknown_params)
         .map_err(|e| format!("invalid JSON Schema: {e}"));
     Some((chain, Arc::new(at.check("params", validator)?)))
+}
+
+/// A video task is counted for the seconds it produces: a family whose submits may leave
+/// the length out says how long its videos are then.
+fn check_default_seconds(cfg: &FamilyConfig, schema: &Value, at: &mut Scope) {
+    let Some(seconds) = cfg.default_seconds else {
+        let required = schema.get("required").and_then(Value::as_array);
+        let always_said = required.is_some_and(|r| {
+            r.iter()
+                .any(|name| SECONDS_PARAMS.iter().any(|s| name == s))
+        });
+        if cfg.kind == MediaKind::Video && !always_said {
+            let msg = "a video family must say how many seconds a task produces when its submit names no `duration` or `seconds` (they count toward usage and quotas)";
+            at.push("default_seconds", msg);
+        }
+        return;
+    };
+    if cfg.kind != MediaKind::Video {
+        at.push("default_seconds", "only video families produce seconds");
+    } else if !(1..=MAX_VIDEO_SECONDS).contains(&i64::from(seconds)) {
+        let msg = format!("must be from 1 to {MAX_VIDEO_SECONDS}");
+        at.push("default_seconds", msg);
+    }
 }
 
 /// A family's parameter schema: its `params` laid over the named base `schema`.

@@ -133,6 +133,7 @@ kind = "video"
 providers = ["broken"]
 models = ["m1"]
 schema = "video"
+default_seconds = 5
 
 [families.badschema]
 kind = "video"

@@ -24,6 +24,7 @@ mod private_networks;
 mod providers_errors;
 mod providers_shapes;
 mod providers_tls;
+mod quota_counting;
 mod redaction;
 mod reload;
 mod shutdown;

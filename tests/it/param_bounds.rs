@@ -1,6 +1,6 @@
 //! What a client can make the gateway hold is bounded by the shipped schemas: every
-//! string parameter has a `maxLength` (or a fixed set of values) and every array a
-//! `maxItems`, so a validated submit is small whatever the body limit; and the body
+//! string parameter has a `maxLength` (or a fixed set of values), every number a
+//! `maximum` and every array a `maxItems`, so a validated submit is small whatever the body limit; and the body
 //! limit itself leaves no room for an 8× JSON expansion to be held for long. (Peak
 //! memory of 256 submits in flight is measured by `benches/memory.sh`.)
 
@@ -29,6 +29,9 @@ fn unbounded(value: &toml::Value, path: &str, found: &mut Vec<String>) {
         Some("array") if !table.contains_key("maxItems") => {
             found.push(format!("{path}: an array without maxItems"));
         }
+        Some("integer" | "number") if !fixed && !table.contains_key("maximum") => {
+            found.push(format!("{path}: a number without maximum"));
+        }
         _ => {}
     }
     for (key, child) in table {
@@ -37,7 +40,7 @@ fn unbounded(value: &toml::Value, path: &str, found: &mut Vec<String>) {
 }
 
 #[test]
-fn every_shipped_string_and_array_is_bounded() {
+fn every_shipped_string_number_and_array_is_bounded() {
     let routes: toml::Value = toml::from_str(&shipped_routes_file()).expect("routes.toml");
     let mut found = Vec::new();
     unbounded(&routes["schemas"], "schemas", &mut found);

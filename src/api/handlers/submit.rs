@@ -48,8 +48,9 @@ where
     if !key.may_use(&model.id) {
         return Err(ApiError::model_not_allowed(&model.id));
     }
-    let params = body.params;
-    model.validator.check(&model.id, &params)?;
+    let mut params = body.params;
+    model.validator.check(&model.id, &mut params)?;
+    let video_seconds = model.video_seconds(&params)?;
     let Some(ledger) = &gateway.ledger else {
         if body.callback_url.is_some() {
             let msg = "webhooks need the task ledger, and this gateway runs without one";
@@ -74,7 +75,7 @@ where
             callback_url.as_deref().filter(|_| explicit),
         ),
         idempotency_key: idempotency_key.as_deref(),
-        video_seconds: requested_seconds(model, &params),
+        video_seconds,
         quota: key.quota,
         provider: model.providers.first().map(|p| p.name.as_str()),
         callback_url: callback_url.as_deref(),
@@ -312,18 +313,6 @@ where
         callback_url,
         params: Value::Object(params),
     })
-}
-
-/// Seconds of video a submit asks for (`duration` or `seconds`), for usage and quotas.
-fn requested_seconds(model: &Model, params: &Value) -> i64 {
-    if model.kind != crate::tasks::MediaKind::Video {
-        return 0;
-    }
-    ["duration", "seconds"]
-        .iter()
-        .find_map(|k| params.get(k).and_then(Value::as_i64))
-        .unwrap_or(0)
-        .max(0)
 }
 
 fn quota_exceeded(what: &str, resets_ms: i64) -> ApiError {

@@ -26,7 +26,8 @@ use sqlx::sqlite::{
 use self::writer::{SqliteValue, Writer, bind};
 
 pub use self::record::{
-    Admission, Answer, Created, Cursor, NewTask, Page, State, TaskRecord, UsageRow, fingerprint,
+    Admission, Answer, Created, Cursor, MAX_TASK_SECONDS, NewTask, Page, State, TaskRecord,
+    UsageRow, fingerprint,
 };
 use crate::config::Endpoint;
 use crate::tasks::{TaskState, TaskStatus};

@@ -133,9 +133,14 @@ impl QuotaConfig {
         let over = |limit: Option<u64>, value: i64| {
             limit.is_some_and(|l| i64::try_from(l).unwrap_or(i64::MAX) < value)
         };
-        if over(self.tasks_per_day, tasks + 1) {
+        if over(self.tasks_per_day, tasks.saturating_add(1)) {
             Some("tasks_per_day")
-        } else if seconds > 0 && over(self.video_seconds_per_day, used_seconds + seconds) {
+        } else if seconds > 0
+            && over(
+                self.video_seconds_per_day,
+                used_seconds.saturating_add(seconds),
+            )
+        {
             Some("video_seconds_per_day")
         } else {
             None
@@ -320,6 +325,18 @@ macro_rules! columns {
     };
 }
 
+/// The most seconds of video one task is counted for: more than any model produces, so
+/// a submit asking for more is refused, and no sum of counts can overflow.
+pub const MAX_TASK_SECONDS: i64 = 3_600;
+
+/// A row's seconds as sums count them: rows written before [`MAX_TASK_SECONDS`] was
+/// enforced may hold any value, and one overflowing `SUM` would fail every admission.
+macro_rules! counted_seconds {
+    () => {
+        "(CASE WHEN video_seconds BETWEEN 0 AND 3600 THEN video_seconds ELSE 3600 END)"
+    };
+}
+
 macro_rules! select {
     ($rest:literal) => {
         concat!("SELECT ", columns!(), " FROM tasks ", $rest)
@@ -342,7 +359,11 @@ pub(super) const STATUS_OF: &str =
 /// carries (`tasks_by_upstream`; sealed ids have no index of their own).
 pub(super) const ROW_OF_TASK: &str =
     "SELECT id FROM tasks WHERE provider = $1 AND upstream_id = $2 AND owner = $3 AND task_id = $4";
-pub(super) const USED_TODAY: &str = "SELECT COUNT(*), CAST(COALESCE(SUM(video_seconds), 0) AS BIGINT) FROM tasks WHERE owner = $1 AND created_ms >= $2 AND state IN ('submitting', 'submitted', 'completed', 'unknown_outcome')";
+pub(super) const USED_TODAY: &str = concat!(
+    "SELECT COUNT(*), CAST(COALESCE(SUM(",
+    counted_seconds!(),
+    "), 0) AS BIGINT) FROM tasks WHERE owner = $1 AND created_ms >= $2 AND state IN ('submitting', 'submitted', 'completed', 'unknown_outcome')"
+);
 macro_rules! insert {
     () => {
         "INSERT INTO tasks (owner, endpoint, model, kind, fingerprint, idempotency_key, video_seconds, state, provider, created_ms, updated_ms, callback_url) VALUES ($1, $2, $3, $4, $5, $6, $7, 'submitting', $9, $8, $8, $10) ON CONFLICT (owner, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"
@@ -385,12 +406,45 @@ pub(super) const EXPIRE_SUBMITTING: &str = concat!(
 pub(super) const FORGET_KEYS: &str =
     "UPDATE tasks SET idempotency_key = NULL WHERE idempotency_key IS NOT NULL AND created_ms < $1";
 pub(super) const COUNT_STATE: &str = "SELECT COUNT(*) FROM tasks WHERE state = $1";
-pub(super) const USAGE: &str = "SELECT owner, model, created_ms / 86400000 AS day, CAST(SUM(CASE WHEN upstream_id IS NOT NULL THEN 1 ELSE 0 END) AS BIGINT) AS submitted, CAST(SUM(CASE WHEN state = 'completed' THEN 1 ELSE 0 END) AS BIGINT) AS completed, CAST(SUM(CASE WHEN state = 'failed' THEN 1 ELSE 0 END) AS BIGINT) AS failed, CAST(SUM(CASE WHEN upstream_id IS NOT NULL THEN video_seconds ELSE 0 END) AS BIGINT) AS video_seconds FROM tasks WHERE ($1 IS NULL OR owner = $1) AND created_ms >= $2 GROUP BY owner, model, created_ms / 86400000 ORDER BY day, owner, model";
+pub(super) const USAGE: &str = concat!(
+    "SELECT owner, model, created_ms / 86400000 AS day, CAST(SUM(CASE WHEN upstream_id IS NOT NULL THEN 1 ELSE 0 END) AS BIGINT) AS submitted, CAST(SUM(CASE WHEN state = 'completed' THEN 1 ELSE 0 END) AS BIGINT) AS completed, CAST(SUM(CASE WHEN state = 'failed' THEN 1 ELSE 0 END) AS BIGINT) AS failed, CAST(SUM(CASE WHEN upstream_id IS NOT NULL THEN ",
+    counted_seconds!(),
+    " ELSE 0 END) AS BIGINT) AS video_seconds FROM tasks WHERE ($1 IS NULL OR owner = $1) AND created_ms >= $2 GROUP BY owner, model, created_ms / 86400000 ORDER BY day, owner, model"
+);
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn sums_count_a_row_for_at_most_the_largest_task() {
+        let bound = format!(
+            "BETWEEN 0 AND {MAX_TASK_SECONDS} THEN video_seconds ELSE {MAX_TASK_SECONDS} END"
+        );
+        assert!(
+            counted_seconds!().contains(&bound),
+            "{}",
+            counted_seconds!()
+        );
+        assert!(USED_TODAY.contains(counted_seconds!()));
+        assert!(USAGE.contains(counted_seconds!()));
+    }
+
+    #[test]
+    fn quotas_cannot_be_passed_by_overflowing_them() {
+        let q = QuotaConfig {
+            tasks_per_day: Some(10),
+            video_seconds_per_day: Some(20),
+        };
+        assert_eq!(q.exceeded(0, i64::MAX, 10), Some("video_seconds_per_day"));
+        assert_eq!(q.exceeded(i64::MAX, 0, 10), Some("tasks_per_day"));
+        let none = QuotaConfig {
+            tasks_per_day: None,
+            video_seconds_per_day: None,
+        };
+        assert_eq!(none.exceeded(i64::MAX, i64::MAX, i64::MAX), None);
+    }
 
     #[test]
     fn fingerprints_ignore_key_order_only() {

@@ -322,6 +322,7 @@ providers = [{providers}]
 models = [{models}]
 upstream_models = {{ {upstream} }}
 schema = "{schema}"
+default_seconds = 5
 "#,
             name = self.name,
             providers = list(&self.providers),
