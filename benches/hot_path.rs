@@ -125,7 +125,7 @@ fn transform(c: &mut Criterion) {
     let mut problems = Problems::default();
     let reader = StatusReader::compile(&cfg.query, &mut problems.at("query"), &Default::default())
         .expect("the shipped query block compiles");
-    let redactor = Redactor::new(["127.0.0.1".to_string(), "simulator".to_string()]);
+    let redactor = Redactor::new(["127.0.0.1".to_string(), "simulator".to_string()], []);
     let vars = JqVars::new(
         MODEL,
         MODEL,

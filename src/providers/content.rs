@@ -97,7 +97,7 @@ impl Provider {
                     ApiError::upstream_failed("content", "redirected without a usable Location")
                 })?;
                 if !self.origin.may_reach(&next) {
-                    tracing::warn!(provider = %self.name, to = %super::redact::for_log(&next.to_string()), "content redirect into a private network refused");
+                    tracing::warn!(provider = %self.name, to = %self.redactor.for_log(&next.to_string()), "content redirect into a private network refused");
                     return Err(ApiError::upstream_failed(
                         "content",
                         "redirected into a private network; refused",

@@ -136,8 +136,8 @@ impl Provider {
             cfg.redact
                 .iter()
                 .cloned()
-                .chain([origin.host().to_string(), name.to_string()])
-                .chain(secret),
+                .chain([origin.host().to_string(), name.to_string()]),
+            secret,
         );
         Some(Self {
             name: name.to_string(),

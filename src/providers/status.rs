@@ -54,14 +54,14 @@ impl StatusReader {
     }
 
     /// Map an upstream status word; unknown words count as `processing`, never leak.
-    pub fn map_status(&self, provider: &str, word: &str) -> TaskStatus {
+    pub fn map_status(&self, provider: &str, word: &str, redactor: &Redactor) -> TaskStatus {
         match self.status_map.get(word) {
             Some(s) => *s,
             None => {
                 self.unmapped.inc();
                 tracing::warn!(
                     provider,
-                    upstream_status = %super::redact::for_log(word),
+                    upstream_status = %redactor.for_log(word),
                     "unmapped upstream status reported as processing; add it to status_map"
                 );
                 TaskStatus::Processing
@@ -86,7 +86,7 @@ impl StatusReader {
             .as_ref()
             .and_then(to_text)
             .ok_or_else(|| ContractError("the status answer has no status".into()))?;
-        let status = self.map_status(provider, &word);
+        let status = self.map_status(provider, &word, redactor);
 
         let progress = match &self.progress {
             Some(jq) => answer
@@ -100,7 +100,9 @@ impl StatusReader {
         let urls = match &self.urls {
             Some(jq) if status == TaskStatus::Completed => {
                 let urls = answer.first(jq, vars).map_err(|e| step("urls", e))?;
-                urls_from(urls.map_or(serde_json::Value::Null, |v| to_json(&v)))
+                let urls = urls_from(urls.map_or(serde_json::Value::Null, |v| to_json(&v)));
+                // A link may carry our key (`?key=…`): the client never sees it.
+                urls.into_iter().map(|u| redactor.clean_url(&u)).collect()
             }
             _ => Vec::new(),
         };
@@ -199,7 +201,7 @@ mod tests {
     }
 
     fn read(body: &str) -> Result<TaskState, ContractError> {
-        let redactor = Redactor::new(["api.acme.example".to_string(), "acme".to_string()]);
+        let redactor = Redactor::new(["api.acme.example".to_string(), "acme".to_string()], []);
         let answer = Document::new(body.as_bytes());
         answer.check().unwrap();
         reader().read("p", &answer, &vars(), &redactor)

@@ -225,7 +225,7 @@ impl Provider {
             // The task exists upstream but cannot be sealed: logged (cut) for recovery.
             tracing::error!(
                 provider = %self.name,
-                upstream_id = %super::redact::for_log(&id),
+                upstream_id = %self.redactor.for_log(&id),
                 "upstream task id too long to seal; the task was created upstream"
             );
             return Err(bad("its task id is too long".into()));
@@ -238,6 +238,7 @@ impl Provider {
         match body.first(self.submit.refusal.as_ref()?, vars) {
             Ok(word) => word.as_ref().and_then(to_text),
             Err(e) => {
+                let e = self.redactor.for_log(&e);
                 tracing::warn!(provider = %self.name, error = %e, "`submit.refusal` failed");
                 None
             }
@@ -253,7 +254,7 @@ impl Provider {
             None => None,
         };
         match word.as_ref().and_then(to_text) {
-            Some(w) => match self.query.reader.map_status(&self.name, &w) {
+            Some(w) => match self.query.reader.map_status(&self.name, &w, &self.redactor) {
                 s if s.is_terminal() => TaskStatus::Processing,
                 s => s,
             },
