@@ -60,10 +60,10 @@ impl ParamsValidator {
     /// `10.0` and `1e3` for integers, and what is counted and forwarded is `10`.
     pub fn check(&self, model: &str, params: &mut Value) -> Result<(), ApiError> {
         // The common case is valid: the cheap check first, errors only on failure.
-        if !self.validator.is_valid(params) {
-            if let Some(err) = self.validator.iter_errors(params).next() {
-                return Err(self.describe(model, &err));
-            }
+        if !self.validator.is_valid(params)
+            && let Some(err) = self.validator.iter_errors(params).next()
+        {
+            return Err(self.describe(model, &err));
         }
         match &self.integers {
             None => Ok(()),
