@@ -362,6 +362,16 @@ impl ApiError {
     }
 
     // The ledger: idempotent submits, quotas, listing.
+    /// A header that must be sent once was sent more than once: which one counts
+    /// would be a guess (proxies and servers disagree), so neither does.
+    pub fn repeated_header(name: &'static str) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            "repeated_header",
+            format!("`{name}` was sent more than once; send it once"),
+        )
+    }
     pub fn invalid_idempotency_key() -> Self {
         Self::new(
             StatusCode::BAD_REQUEST,
@@ -489,6 +499,7 @@ impl ApiError {
             Self::invalid_parameter("…", String::new()),
             Self::unknown_parameter("…", String::new()),
             Self::upstream_invalid_request("…"),
+            Self::repeated_header("…"),
             Self::invalid_idempotency_key(),
             Self::idempotency_key_required(),
             Self::missing_key(),

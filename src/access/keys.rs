@@ -109,11 +109,12 @@ impl KeyRing {
 
     /// The key presented in `Authorization: Bearer <key>`.
     pub fn authenticate(&self, headers: &HeaderMap) -> Result<Arc<ApiKey>, ApiError> {
-        let value = headers
-            .get(AUTHORIZATION)
-            .ok_or_else(ApiError::missing_key)?
-            .to_str()
-            .map_err(|_| ApiError::invalid_key())?;
+        let mut sent = headers.get_all(AUTHORIZATION).iter();
+        let value = sent.next().ok_or_else(ApiError::missing_key)?;
+        if sent.next().is_some() {
+            return Err(ApiError::repeated_header("Authorization"));
+        }
+        let value = value.to_str().map_err(|_| ApiError::invalid_key())?;
         let (scheme, token) = value
             .trim()
             .split_once(' ')

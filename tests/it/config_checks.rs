@@ -1,6 +1,7 @@
 //! Settings that cannot work together are refused at load (and by `mediagate check`),
 //! naming the key: a submit that may outlast the request it belongs to, webhooks that
-//! could not be signed or sent.
+//! could not be signed or sent, a video family that leaves the length of its tasks
+//! unsaid.
 
 use crate::support::{ConfigDir, Routes, family, tasks_provider};
 
@@ -105,5 +106,31 @@ async fn absurdly_large_caps_are_refused_by_name() {
         "webhooks.max_in_flight",
     ] {
         assert!(e.contains(key), "{key} not named in: {e}");
+    }
+}
+
+#[tokio::test]
+async fn a_video_family_must_say_how_long_a_task_without_a_length_is() {
+    let with = |family_block: String| {
+        Routes::new()
+            .provider(tasks_provider("one", "http://127.0.0.1:9", ""))
+            .family(family_block)
+    };
+    let base = family("f", &["one"], &["m1"]).to_string();
+    let e = problems_of(with(base.replace("default_seconds = 5\n", ""))).await;
+    assert!(e.contains("families.f.default_seconds"), "{e}");
+    assert!(e.contains("a video family must say"), "{e}");
+    // A family whose schema requires the length needs none.
+    let required = base.replace(
+        "default_seconds = 5\n",
+        "params.required = [\"prompt\", \"duration\"]\n",
+    );
+    assert_eq!(problems_of(with(required)).await, "");
+    for absurd in ["0", "3601"] {
+        let e = problems_of(with(base.replace("= 5\n", &format!("= {absurd}\n")))).await;
+        assert!(
+            e.contains("families.f.default_seconds: must be from 1 to 3600"),
+            "{e}"
+        );
     }
 }

@@ -446,3 +446,55 @@ async fn assert_still_serving(gw: &Gateway) {
     assert_eq!(r.status, 200);
     gw.assert_no_panic();
 }
+
+#[tokio::test]
+async fn headers_sent_twice_and_signed_numbers_are_refused() {
+    let gw = Gateway::start(shipped_routes()).await;
+    let http = gw.client();
+    let body = json!({"model": "sd_2.0_special", "prompt": "a fox"}).to_string();
+    let json_type = ("content-type", "application/json");
+    // Which of two `Authorization` headers counts would be a guess: neither does.
+    for second in [auth(DEMO), auth(DEMO2), auth("sk-nope")] {
+        let headers = [("authorization", auth(DEMO)), ("authorization", second)];
+        let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let r = http
+            .send(Method::GET, MODEL_CENTER, &headers, Bytes::new())
+            .await;
+        let message = assert_error(&r, 400, "repeated_header", None);
+        assert!(message.contains("`Authorization`"), "{message}");
+    }
+    let demo = auth(DEMO);
+    let twice = [
+        ("authorization", demo.as_str()),
+        json_type,
+        ("idempotency-key", "a"),
+        ("idempotency-key", "b"),
+    ];
+    let r = http
+        .send(Method::POST, MODEL_CENTER, &twice, body.clone())
+        .await;
+    let message = assert_error(&r, 400, "repeated_header", None);
+    assert!(message.contains("`Idempotency-Key`"), "{message}");
+    let once = [
+        ("authorization", demo.as_str()),
+        json_type,
+        ("idempotency-key", "a"),
+    ];
+    let r = http.send(Method::POST, MODEL_CENTER, &once, body).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let id = r.json()["id"].as_str().unwrap_or_default().to_string();
+
+    // `str::parse` takes `+5` (`%2B5`); a query parameter of digits does not.
+    for wait in ["%2B5", "+5", "5.0", "%205"] {
+        let r = http
+            .get(&format!("{MODEL_CENTER}/{id}?wait={wait}"), DEMO)
+            .await;
+        assert_error(&r, 400, "invalid_parameter", Some("wait"));
+    }
+    assert_eq!(
+        http.get(&format!("{MODEL_CENTER}/{id}?wait=0"), DEMO)
+            .await
+            .status,
+        200
+    );
+}

@@ -386,8 +386,15 @@ async fn listing_pages(ledger: &str) {
         .get(&format!("{MODEL_CENTER}?after={}", theirs[0]), DEMO)
         .await;
     assert_error(&r, 400, "invalid_parameter", Some("after"));
-    let r = http.get(&format!("{MODEL_CENTER}?limit=101"), DEMO).await;
-    assert_error(&r, 400, "invalid_parameter", Some("limit"));
+    // A task of the model center is no cursor of the alpha listing.
+    let r = http.get(&format!("{ALPHA}?after={}", mine[0]), DEMO).await;
+    assert_error(&r, 400, "invalid_parameter", Some("after"));
+    for limit in ["101", "%2B5", "+5", "5.0", "0x5", "-1"] {
+        let r = http
+            .get(&format!("{MODEL_CENTER}?limit={limit}"), DEMO)
+            .await;
+        assert_error(&r, 400, "invalid_parameter", Some("limit"));
+    }
     assert_error(
         &http.get(MODEL_CENTER, "sk-nope").await,
         401,

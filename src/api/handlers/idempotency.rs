@@ -15,12 +15,16 @@ const HEADER: &str = "idempotency-key";
 /// The key of a submit: 1 to 255 visible ASCII characters, bare or as a quoted
 /// structured-field string. Required when the client key says so.
 pub(super) fn read(headers: &HeaderMap, key: &ApiKey) -> Result<Option<String>, ApiError> {
-    let Some(value) = headers.get(HEADER) else {
+    let mut sent = headers.get_all(HEADER).iter();
+    let Some(value) = sent.next() else {
         return match key.require_idempotency_key {
             true => Err(ApiError::idempotency_key_required()),
             false => Ok(None),
         };
     };
+    if sent.next().is_some() {
+        return Err(ApiError::repeated_header("Idempotency-Key"));
+    }
     let text = value
         .to_str()
         .map_err(|_| ApiError::invalid_idempotency_key())?

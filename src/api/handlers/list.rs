@@ -80,9 +80,7 @@ fn paging(query: Option<&str>) -> Result<(u32, Option<String>), ApiError> {
     for (k, v) in form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
         match &*k {
             "limit" => {
-                limit = v
-                    .parse()
-                    .ok()
+                limit = super::digits(&v)
                     .filter(|n| (1..=MAX_LIMIT).contains(n))
                     .ok_or_else(|| {
                         let msg = format!("`limit` must be an integer from 1 to {MAX_LIMIT}");

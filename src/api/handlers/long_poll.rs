@@ -35,7 +35,7 @@ impl Wait {
         for (k, v) in form_urlencoded::parse(req.uri.query().unwrap_or_default().as_bytes()) {
             match &*k {
                 "wait" => {
-                    let secs = v.parse::<u64>().ok().filter(|s| *s <= MAX_WAIT.as_secs());
+                    let secs = super::digits::<u64>(&v).filter(|s| *s <= MAX_WAIT.as_secs());
                     let msg = "`wait` must be a whole number of seconds from 0 to 60";
                     let secs =
                         secs.ok_or_else(|| ApiError::invalid_parameter("wait", msg.into()))?;
@@ -86,7 +86,7 @@ fn preferred_wait(req: &Parts) -> Option<Duration> {
         .find_map(|pref| {
             let (name, value) = pref.split_once('=')?;
             (name.trim().eq_ignore_ascii_case("wait"))
-                .then(|| value.trim().trim_matches('"').parse::<u64>().ok())
+                .then(|| super::digits::<u64>(value.trim().trim_matches('"')))
                 .flatten()
         })
         .map(|secs| Duration::from_secs(secs).min(MAX_WAIT))

@@ -112,3 +112,9 @@ where
         }
     }
 }
+
+/// A whole number written with digits only: `str::parse` alone would also take `+5`.
+fn digits<T: std::str::FromStr>(text: &str) -> Option<T> {
+    let plain = !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
+    plain.then(|| text.parse().ok()).flatten()
+}

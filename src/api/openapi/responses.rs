@@ -13,6 +13,7 @@ use crate::error::ApiError;
 /// Refusals of every operation behind a key: authentication, the key's limits, the
 /// request timeout.
 pub(super) const AUTHENTICATED: &[&str] = &[
+    "repeated_header",
     "missing_api_key",
     "invalid_api_key",
     "rate_limited",

@@ -387,6 +387,7 @@ impl Ledger {
                 .bind(after.upstream_id)
                 .bind(owner)
                 .bind(after.task_id)
+                .bind(record::endpoint_name(endpoint))
                 .fetch_optional(pool)
                 .await)?
                 {

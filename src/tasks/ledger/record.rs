@@ -356,9 +356,9 @@ pub(super) const LIST: &str = select!(
 pub(super) const STATUS_OF: &str =
     "SELECT status FROM tasks WHERE provider = $1 AND upstream_id = $2 ORDER BY id DESC LIMIT 1";
 /// The row of a listing's cursor, found by the provider and upstream id its sealed id
-/// carries (`tasks_by_upstream`; sealed ids have no index of their own).
-pub(super) const ROW_OF_TASK: &str =
-    "SELECT id FROM tasks WHERE provider = $1 AND upstream_id = $2 AND owner = $3 AND task_id = $4";
+/// carries (`tasks_by_upstream`; sealed ids have no index of their own); a task of
+/// another endpoint is no cursor of this listing.
+pub(super) const ROW_OF_TASK: &str = "SELECT id FROM tasks WHERE provider = $1 AND upstream_id = $2 AND owner = $3 AND task_id = $4 AND endpoint = $5";
 pub(super) const USED_TODAY: &str = concat!(
     "SELECT COUNT(*), CAST(COALESCE(SUM(",
     counted_seconds!(),
