@@ -1,6 +1,6 @@
 //! Settings that cannot work together are refused at load (and by `mediagate check`),
 //! naming the key: a submit that may outlast the request it belongs to, webhooks that
-//! could not be signed or sent.
+//! could not be signed or sent, caps that do not fit.
 
 use crate::support::{ConfigDir, Routes, family, tasks_provider};
 
@@ -106,4 +106,27 @@ async fn absurdly_large_caps_are_refused_by_name() {
     ] {
         assert!(e.contains(key), "{key} not named in: {e}");
     }
+}
+
+/// A receiver's and a key's share of the webhook attempts are parts of the pool.
+#[tokio::test]
+async fn webhook_shares_must_fit_in_the_pool() {
+    let with = |lines: &str| {
+        Routes::simulated(&["m1"]).top(&format!("[webhooks]\nmax_in_flight = 8\n{lines}"))
+    };
+    let e = problems_of(with(
+        "max_in_flight_per_receiver = 0\nmax_in_flight_per_key = 9",
+    ))
+    .await;
+    for key in [
+        "webhooks.max_in_flight_per_receiver",
+        "webhooks.max_in_flight_per_key",
+    ] {
+        assert!(e.contains(key), "{key} not named in: {e}");
+    }
+    let fine = problems_of(with(
+        "max_in_flight_per_receiver = 8\nmax_in_flight_per_key = 1",
+    ))
+    .await;
+    assert!(fine.is_empty(), "{fine}");
 }
