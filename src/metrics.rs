@@ -48,6 +48,10 @@ pub const WEBHOOK_ATTEMPT_RESULTS: [&str; 6] = [
     "not_sent",
 ];
 
+/// Why a webhook delivery was put back without an attempt.
+pub const WEBHOOK_PUT_BACK_REASONS: [&str; 3] =
+    ["receiver_cooling_down", "receiver_busy", "key_busy"];
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 /// Every metric of the gateway.
@@ -73,6 +77,7 @@ pub struct Metrics {
     pub ledger_errors: Counter,
     webhook_deliveries: Family<ResultLabels, Counter>,
     webhook_attempts: Family<ResultLabels, Counter>,
+    webhook_put_back: Family<ReasonLabels, Counter>,
     /// Webhook deliveries owed, and the age of the oldest.
     pub webhooks_pending: Gauge,
     pub webhook_oldest_pending_seconds: Gauge,
@@ -196,6 +201,12 @@ impl Metrics {
             "Webhook delivery attempts, by result (success, http_error, unreachable, timeout, refused: a private address, not_sent: the key or its secret is gone)",
             webhook_attempts.clone(),
         );
+        let webhook_put_back = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "webhook_put_back",
+            "Webhook deliveries put back untried, by reason (receiver_cooling_down: it did not answer lately, receiver_busy or key_busy: its share of max_in_flight is taken)",
+            webhook_put_back.clone(),
+        );
         let webhooks_pending = Gauge::default();
         registry.register(
             "webhooks_pending",
@@ -213,6 +224,9 @@ impl Metrics {
         }
         for result in WEBHOOK_ATTEMPT_RESULTS {
             let _ = webhook_attempts.get_or_create(&ResultLabels { result });
+        }
+        for reason in WEBHOOK_PUT_BACK_REASONS {
+            let _ = webhook_put_back.get_or_create(&ReasonLabels { reason });
         }
         // Series that exist from the start, so that rates and alerts see a zero.
         for reason in ["rate", "submit"] {
@@ -241,6 +255,7 @@ impl Metrics {
             ledger_unknown_outcome,
             ledger_errors,
             webhook_deliveries,
+            webhook_put_back,
             webhook_attempts,
             webhooks_pending,
             webhook_oldest_pending_seconds,
@@ -297,6 +312,14 @@ impl Metrics {
     pub fn webhook_attempt(&self, result: &'static str) {
         self.webhook_attempts
             .get_or_create(&ResultLabels { result })
+            .inc();
+    }
+
+    /// A webhook delivery put back untried; `reason` is one of
+    /// [`WEBHOOK_PUT_BACK_REASONS`].
+    pub fn webhook_put_back(&self, reason: &'static str) {
+        self.webhook_put_back
+            .get_or_create(&ReasonLabels { reason })
             .inc();
     }
 

@@ -328,6 +328,12 @@ pub struct WebhooksConfig {
     pub retry_for_hours: u64,
     /// Deliveries in progress at once, per replica.
     pub max_in_flight: usize,
+    /// Of those, at most this many to one receiver (a callback URL's scheme, host and
+    /// port); a quarter of `max_in_flight` when not set.
+    pub max_in_flight_per_receiver: Option<usize>,
+    /// Of those, at most this many for one key's tasks; half of `max_in_flight` when
+    /// not set.
+    pub max_in_flight_per_key: Option<usize>,
     /// How much of a receiver's answer is read (the rest is dropped).
     pub max_answer_bytes: usize,
     /// Hosts (as written in the URL) that may be sent callbacks over plain `http://`.
@@ -344,6 +350,8 @@ impl Default for WebhooksConfig {
             max_retry_interval_ms: 3_600_000,
             retry_for_hours: 24,
             max_in_flight: 32,
+            max_in_flight_per_receiver: None,
+            max_in_flight_per_key: None,
             max_answer_bytes: 4_096,
             allow_http_hosts: Vec::new(),
             allow_private_networks: Vec::new(),

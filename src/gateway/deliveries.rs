@@ -7,23 +7,30 @@
 //! replica that dies mid-attempt leaves its lease to expire and the attempt is made
 //! again, with the same `webhook-id`, so receivers drop the duplicate.
 //!
+//! Each receiver (a callback URL's origin) and each key gets a share of the attempts
+//! in flight, and a receiver that does not answer is left alone for a while
+//! (`shares.rs`): a delivery that cannot start for either reason is put back in the
+//! ledger untried, so one key's backlog at a dead receiver does not hold everyone's.
+//!
 //! Connections go only to addresses the callback rule allows, judged on the resolved
 //! address (the providers' guarded connector); redirects are not followed and at most
 //! `max_answer_bytes` of an answer is read.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures_util::future::join_all;
 use http::{Request, header};
 use http_body_util::{BodyExt, Full, Limited};
 use tokio::sync::Semaphore;
 
 use super::Gateway;
+use super::shares::{self, Contact, Held, NotNow, ShareLimits, Shares, receiver_of};
 use crate::config::{Endpoint, WebhooksConfig};
 use crate::providers::{CallError, UpstreamClient};
 use crate::snapshot::Snapshot;
-use crate::tasks::ledger::{Delivery, DeliveryOutcome, TaskRecord, now_ms};
+use crate::tasks::ledger::{Delivery, DeliveryOutcome, Ledger, PutBack, TaskRecord, now_ms};
 use crate::tasks::{MediaKind, TaskStatus, TaskView, recorded_state};
 use crate::webhooks::WebhookSigner;
 
@@ -31,7 +38,7 @@ use crate::webhooks::WebhookSigner;
 const BATCH: i64 = 32;
 /// Pause between looks at the ledger when nothing more is due.
 const TICK: Duration = Duration::from_millis(250);
-/// How often the backlog gauges are refreshed.
+/// How often the backlog gauges are refreshed and idle shares forgotten.
 const BACKLOG_EVERY: Duration = Duration::from_secs(5);
 
 /// Deliver webhooks until the gateway stops.
@@ -39,80 +46,171 @@ pub async fn run(gateway: Arc<Gateway>) {
     let Some(ledger) = gateway.ledger.clone() else {
         return;
     };
-    let me = gateway.replica.clone();
-    let mut client: Option<(Arc<Snapshot>, UpstreamClient)> = None;
-    let (mut slots, mut slots_max) = (Arc::new(Semaphore::new(1)), 1);
-    let mut backlog_due = tokio::time::Instant::now();
+    let mut deliverer = Deliverer::new(gateway.clone(), ledger);
     while !gateway.is_draining() {
         let snapshot = gateway.snapshot();
-        // The callback rule and the limits follow reloads.
-        if client
+        deliverer.follow(&snapshot);
+        deliverer.housekeeping().await;
+        if !deliverer.round(&snapshot).await {
+            tokio::select! {
+                () = tokio::time::sleep(TICK) => {}
+                () = gateway.stopped() => {}
+            }
+        }
+    }
+}
+
+/// The loop's state: the client and pool of the snapshot last seen, and the shares
+/// of the pool that receivers and keys hold.
+struct Deliverer {
+    gateway: Arc<Gateway>,
+    ledger: Arc<Ledger>,
+    client: Option<(Arc<Snapshot>, UpstreamClient)>,
+    slots: Arc<Semaphore>,
+    slots_max: usize,
+    shares: Arc<Mutex<Shares>>,
+    housekeeping_due: tokio::time::Instant,
+}
+
+impl Deliverer {
+    fn new(gateway: Arc<Gateway>, ledger: Arc<Ledger>) -> Self {
+        let limits = ShareLimits::of(&gateway.snapshot().webhooks.settings);
+        Self {
+            gateway,
+            ledger,
+            client: None,
+            slots: Arc::new(Semaphore::new(1)),
+            slots_max: 1,
+            shares: Arc::new(Mutex::new(Shares::new(limits))),
+            housekeeping_due: tokio::time::Instant::now(),
+        }
+    }
+
+    /// The callback rule and the caps follow reloads.
+    fn follow(&mut self, snapshot: &Arc<Snapshot>) {
+        if self
+            .client
             .as_ref()
-            .is_none_or(|(s, _)| !Arc::ptr_eq(s, &snapshot))
+            .is_some_and(|(s, _)| Arc::ptr_eq(s, snapshot))
         {
-            let settings = &snapshot.webhooks.settings;
-            match delivery_client(&snapshot) {
-                Ok(c) => client = Some((snapshot.clone(), c)),
-                Err(e) => tracing::error!(error = %e, "webhooks: cannot build the HTTP client"),
-            }
-            if settings.max_in_flight.max(1) != slots_max {
-                slots_max = settings.max_in_flight.max(1);
-                slots = Arc::new(Semaphore::new(slots_max));
-            }
+            return;
         }
-        if tokio::time::Instant::now() >= backlog_due {
-            backlog_due = tokio::time::Instant::now() + BACKLOG_EVERY;
-            match ledger.delivery_backlog().await {
-                Ok(b) => {
-                    gateway.metrics.webhooks_pending.set(b.pending);
-                    let age = b.oldest_ms.map_or(0, |t| (now_ms() - t).max(0) / 1000);
-                    gateway.metrics.webhook_oldest_pending_seconds.set(age);
-                }
-                Err(e) => tracing::warn!(error = %e, "webhooks: the backlog cannot be read"),
-            }
+        let settings = &snapshot.webhooks.settings;
+        match delivery_client(snapshot) {
+            Ok(c) => self.client = Some((snapshot.clone(), c)),
+            Err(e) => tracing::error!(error = %e, "webhooks: cannot build the HTTP client"),
         }
-        let Some((_, http)) = &client else {
+        if settings.max_in_flight.max(1) != self.slots_max {
+            self.slots_max = settings.max_in_flight.max(1);
+            self.slots = Arc::new(Semaphore::new(self.slots_max));
+        }
+        shares::lock(&self.shares).set_limits(ShareLimits::of(settings));
+    }
+
+    /// Every few seconds: the backlog gauges, and what the shares keep of receivers
+    /// and keys gone quiet dropped.
+    async fn housekeeping(&mut self) {
+        if tokio::time::Instant::now() < self.housekeeping_due {
+            return;
+        }
+        self.housekeeping_due = tokio::time::Instant::now() + BACKLOG_EVERY;
+        shares::lock(&self.shares).forget_idle(now_ms());
+        let metrics = &self.gateway.metrics;
+        match self.ledger.delivery_backlog().await {
+            Ok(b) => {
+                metrics.webhooks_pending.set(b.pending);
+                let age = b.oldest_ms.map_or(0, |t| (now_ms() - t).max(0) / 1000);
+                metrics.webhook_oldest_pending_seconds.set(age);
+            }
+            Err(e) => tracing::warn!(error = %e, "webhooks: the backlog cannot be read"),
+        }
+    }
+
+    /// One look at the ledger: lease what can start now, start each delivery whose
+    /// receiver and key have room, put the others back. Whether as many were leased
+    /// as asked for (then the next look follows at once).
+    async fn round(&self, snapshot: &Snapshot) -> bool {
+        let Some((_, http)) = &self.client else {
             tokio::time::sleep(Duration::from_secs(1)).await;
-            continue;
+            return false;
         };
         let settings = &snapshot.webhooks.settings;
         // Long enough for one attempt and the write of its outcome.
         let lease =
             Duration::from_millis(settings.timeout_ms).saturating_mul(2) + Duration::from_secs(5);
         // Lease only what can start now: a lease runs while its delivery waits.
-        let free = match slots.available_permits() {
+        let free = match self.slots.available_permits() {
             0 => {
-                drop(slots.acquire().await);
-                slots.available_permits()
+                drop(self.slots.acquire().await);
+                self.slots.available_permits()
             }
             n => n,
         };
         let batch = BATCH.min(free as i64).max(1);
-        let due = match ledger.claim_deliveries(&me, lease, batch).await {
+        let me = &self.gateway.replica;
+        let due = match self.ledger.claim_deliveries(me, lease, batch).await {
             Ok(due) => due,
             Err(e) => {
-                gateway.metrics.ledger_errors.inc();
+                self.gateway.metrics.ledger_errors.inc();
                 tracing::warn!(error = %e, "webhooks: the ledger cannot be read");
                 Vec::new()
             }
         };
         let full = due.len() as i64 == batch;
+        let mut not_now = Vec::new();
         for delivery in due {
-            let Ok(slot) = slots.clone().acquire_owned().await else {
-                continue;
-            };
-            let (gateway, me, http) = (gateway.clone(), me.clone(), http.clone());
-            tokio::spawn(async move {
-                attempt(&gateway, &me, &http, delivery).await;
-                drop(slot);
-            });
-        }
-        if !full {
-            tokio::select! {
-                () = tokio::time::sleep(TICK) => {}
-                () = gateway.stopped() => {}
+            let receiver = receiver_of(&delivery.url);
+            match Held::take(&self.shares, &receiver, &delivery.owner, now_ms()) {
+                Ok(held) => self.start(delivery, held, http).await,
+                Err(wait) => not_now.push(put_back(&self.gateway, delivery, wait, settings)),
             }
         }
+        // Together, so that SQLite commits them in one group.
+        join_all(not_now).await;
+        full
+    }
+
+    /// The attempt in a task of its own, holding a place in the pool and its shares.
+    async fn start(&self, delivery: Delivery, held: Held, http: &UpstreamClient) {
+        let Ok(slot) = self.slots.clone().acquire_owned().await else {
+            return;
+        };
+        let (gateway, http) = (self.gateway.clone(), http.clone());
+        tokio::spawn(async move {
+            attempt(&gateway, &http, delivery, held).await;
+            drop(slot);
+        });
+    }
+}
+
+/// Give back a delivery that cannot start now, due again when `wait` says; given up
+/// instead when its time is up (it would be put back past `retry_for_hours`).
+async fn put_back(gateway: &Gateway, delivery: Delivery, wait: NotNow, settings: &WebhooksConfig) {
+    let Some(ledger) = &gateway.ledger else {
+        return;
+    };
+    let give_up_at = give_up_at(&delivery, settings);
+    let put_back = if now_ms() >= give_up_at {
+        gateway.metrics.webhook_delivery("expired");
+        let error = format!("not tried again in time: {}", wait.why.reason());
+        tracing::warn!(
+            row = delivery.task_row,
+            host = delivery_host(&delivery.url),
+            error,
+            attempts = delivery.attempts,
+            "webhook given up"
+        );
+        PutBack::Expired { error }
+    } else {
+        gateway.metrics.webhook_put_back(wait.why.label());
+        PutBack::Until {
+            next_ms: wait.until_ms.min(give_up_at),
+        }
+    };
+    let me = &gateway.replica;
+    if let Err(e) = ledger.delivery_put_back(delivery.id, me, &put_back).await {
+        gateway.metrics.ledger_errors.inc();
+        tracing::warn!(row = delivery.task_row, error = %e, "webhooks: the delivery cannot be put back");
     }
 }
 
@@ -127,7 +225,7 @@ fn delivery_client(snapshot: &Snapshot) -> Result<UpstreamClient, String> {
 }
 
 /// One attempt at one leased delivery, and its outcome written back.
-async fn attempt(gateway: &Gateway, me: &str, http: &UpstreamClient, delivery: Delivery) {
+async fn attempt(gateway: &Gateway, http: &UpstreamClient, delivery: Delivery, held: Held) {
     let Some(ledger) = &gateway.ledger else {
         return;
     };
@@ -142,8 +240,15 @@ async fn attempt(gateway: &Gateway, me: &str, http: &UpstreamClient, delivery: D
         Err(e) => Attempt::failed("not_sent", None, format!("the ledger cannot be read: {e}")),
     };
     gateway.metrics.webhook_attempt(result.label);
-    let outcome = result.outcome(&delivery, settings);
     let host = delivery_host(&delivery.url);
+    if let Some(cooldown_ms) = held.end(result.contact()) {
+        tracing::info!(
+            host,
+            cooldown_ms,
+            "webhook receiver not answering: its deliveries wait"
+        );
+    }
+    let outcome = result.outcome(&delivery, settings);
     match &outcome {
         DeliveryOutcome::Delivered { status } => {
             gateway.metrics.webhook_delivery("delivered");
@@ -178,6 +283,7 @@ async fn attempt(gateway: &Gateway, me: &str, http: &UpstreamClient, delivery: D
             );
         }
     }
+    let me = &gateway.replica;
     if let Err(e) = ledger.delivery_attempted(delivery.id, me, &outcome).await {
         gateway.metrics.ledger_errors.inc();
         tracing::warn!(row = delivery.task_row, error = %e, "webhooks: the outcome cannot be written");
@@ -287,6 +393,15 @@ impl Attempt {
         }
     }
 
+    /// What the attempt says of its receiver: whether it is up.
+    fn contact(&self) -> Contact {
+        match self.label {
+            "success" | "http_error" => Contact::Answered,
+            "timeout" | "unreachable" => Contact::NoAnswer,
+            _ => Contact::Unknown,
+        }
+    }
+
     fn outcome(self, delivery: &Delivery, settings: &WebhooksConfig) -> DeliveryOutcome {
         let Some(error) = self.error else {
             return match self.status {
@@ -297,8 +412,7 @@ impl Attempt {
             };
         };
         let now = now_ms();
-        let give_up_at =
-            delivery.created_ms + (settings.retry_for_hours as i64).saturating_mul(3_600_000);
+        let give_up_at = give_up_at(delivery, settings);
         if now >= give_up_at {
             return DeliveryOutcome::Expired {
                 status: self.status,
@@ -312,6 +426,14 @@ impl Attempt {
             next_ms: (now + wait.as_millis() as i64).min(give_up_at),
         }
     }
+}
+
+/// When a delivery is given up: `retry_for_hours` after its task's outcome.
+fn give_up_at(delivery: &Delivery, settings: &WebhooksConfig) -> i64 {
+    let hours = i64::try_from(settings.retry_for_hours).unwrap_or(i64::MAX);
+    delivery
+        .created_ms
+        .saturating_add(hours.saturating_mul(3_600_000))
 }
 
 /// The wait after the `n`th failed attempt: `first_retry_ms` doubled each time, at

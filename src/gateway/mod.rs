@@ -5,6 +5,7 @@
 
 pub mod deliveries;
 pub mod reload;
+mod shares;
 pub mod sweep;
 pub mod tracker;
 

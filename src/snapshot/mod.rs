@@ -22,7 +22,7 @@ use prometheus_client::metrics::counter::Counter;
 use crate::FastMap;
 use crate::access::{KeyLimits, KeyRing};
 use crate::config::{
-    Endpoint, LedgerConfig, LoadError, Problems, RoutesFile, ServerConfig, SimulatorConfig,
+    Endpoint, LedgerConfig, LoadError, Problems, RoutesFile, Scope, ServerConfig, SimulatorConfig,
     TasksConfig, TrackerConfig, WebhooksConfig, config_dir, read_routes,
 };
 use crate::edge;
@@ -69,6 +69,26 @@ pub struct Snapshot {
 pub struct Webhooks {
     pub settings: WebhooksConfig,
     pub callbacks: CallbackPolicy,
+}
+
+/// The caps on webhook attempts in flight: the pool sizes a semaphore (tokio's has a
+/// maximum), and each share is a part of the pool.
+fn check_webhook_caps(settings: &WebhooksConfig, at: &mut Scope) {
+    if settings.max_in_flight > tokio::sync::Semaphore::MAX_PERMITS {
+        at.push("max_in_flight", "must not be absurdly large");
+    }
+    let pool = settings.max_in_flight.max(1);
+    for (key, share) in [
+        (
+            "max_in_flight_per_receiver",
+            settings.max_in_flight_per_receiver,
+        ),
+        ("max_in_flight_per_key", settings.max_in_flight_per_key),
+    ] {
+        if share.is_some_and(|n| !(1..=pool).contains(&n)) {
+            at.push(key, "must be between 1 and `max_in_flight`");
+        }
+    }
 }
 
 /// What the load needs from the running process.
@@ -119,11 +139,7 @@ impl Snapshot {
             "allow_private_networks",
             CallbackPolicy::new(&file.webhooks),
         );
-        // A semaphore of this size is made for the deliveries; tokio's has a maximum.
-        if file.webhooks.max_in_flight > tokio::sync::Semaphore::MAX_PERMITS {
-            p.at("webhooks")
-                .push("max_in_flight", "must not be absurdly large");
-        }
+        check_webhook_caps(&file.webhooks, &mut p.at("webhooks"));
         let keys = keys::compile(&file, &models, dir, ledger_on, callbacks.as_ref(), p);
         let sealer = tasks::compile(&file.tasks, dir, ctx.secret_file, &mut p.at("tasks"));
         let edge = server::compile(&file.server, dir, &mut p.at("server"));

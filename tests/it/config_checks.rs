@@ -1,7 +1,7 @@
 //! Settings that cannot work together are refused at load (and by `mediagate check`),
 //! naming the key: a submit that may outlast the request it belongs to, webhooks that
-//! could not be signed or sent, a video family that leaves the length of its tasks
-//! unsaid.
+//! could not be signed or sent, caps that do not fit, a video family that leaves the
+//! length of its tasks unsaid.
 
 use crate::support::{ConfigDir, Routes, family, tasks_provider};
 
@@ -133,4 +133,27 @@ async fn a_video_family_must_say_how_long_a_task_without_a_length_is() {
             "{e}"
         );
     }
+}
+
+/// A receiver's and a key's share of the webhook attempts are parts of the pool.
+#[tokio::test]
+async fn webhook_shares_must_fit_in_the_pool() {
+    let with = |lines: &str| {
+        Routes::simulated(&["m1"]).top(&format!("[webhooks]\nmax_in_flight = 8\n{lines}"))
+    };
+    let e = problems_of(with(
+        "max_in_flight_per_receiver = 0\nmax_in_flight_per_key = 9",
+    ))
+    .await;
+    for key in [
+        "webhooks.max_in_flight_per_receiver",
+        "webhooks.max_in_flight_per_key",
+    ] {
+        assert!(e.contains(key), "{key} not named in: {e}");
+    }
+    let fine = problems_of(with(
+        "max_in_flight_per_receiver = 8\nmax_in_flight_per_key = 1",
+    ))
+    .await;
+    assert!(fine.is_empty(), "{fine}");
 }

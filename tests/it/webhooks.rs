@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use crate::support::{
     Answer, ConfigDir, DEMO, DEMO2, Fake, Gateway, MODEL_CENTER, Postgres, Proc, Routes, Seen,
-    assert_error, eventually, operator, replace_once, shipped_routes,
+    assert_error, eventually, operator, replace_once, sha256_hex, shipped_routes,
 };
 
 /// The published demo webhook secret of the shipped routes.toml.
@@ -324,4 +324,151 @@ async fn replicas_sharing_postgres_deliver_every_webhook() {
     assert_eq!(delivered, ids);
     // Leased by one replica at a time: each message arrived once.
     assert_eq!(seen.len(), ids.len());
+}
+
+/// The key whose task goes to a healthy receiver while the demo key's pile up at a
+/// dead one.
+const OTHER: &str = "sk-other";
+
+/// Attempts wait 3 s for an answer; retries are fast. A second key, `other`, signs
+/// with the same secret file as the demo key.
+fn fairness_routes(ledger: &str) -> Routes {
+    let settings = replace_once(WEBHOOKS, "timeout_ms = 2000", "timeout_ms = 3000");
+    let other = format!(
+        "[[keys]]\nname = \"other\"\nsha256 = \"{}\"\nwebhook_secret_file = \"webhook-secret\"\n",
+        sha256_hex(OTHER)
+    );
+    Routes::tracked_simulator()
+        .top(&settings)
+        .top(ledger)
+        .top(&other)
+        .demo_key("webhook_secret_file = \"webhook-secret\"")
+}
+
+/// From a submit by `key` with `callback` to the moment `receiver` is posted that
+/// task; every other request the receiver gets is dropped.
+async fn delivery_latency(gw: &Gateway, key: &str, receiver: &Fake, callback: &str) -> Duration {
+    let started = std::time::Instant::now();
+    let id = gw
+        .client()
+        .submit_id(
+            MODEL_CENTER,
+            key,
+            &json!({"model": "m1", "prompt": "x", "callback_url": callback}),
+        )
+        .await;
+    let deadline = started + Duration::from_secs(15);
+    loop {
+        if receiver
+            .take()
+            .iter()
+            .any(|s| s.json()["id"] == id.as_str())
+        {
+            return started.elapsed();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never delivered: {id}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// One key's 96 deliveries to a receiver that accepts connections but never answers
+/// do not hold up another key's delivery to a healthy receiver: its latency stays
+/// what it is without them, far below one `timeout_ms`.
+async fn a_dead_receiver_does_not_delay_another_keys_webhook(ledger: &str) {
+    let healthy = Fake::start().await;
+    healthy.on("POST /hook", Answer::json(204, json!(null)));
+    let dead = Fake::start().await;
+    let silence = dead.hold("POST /hook", Answer::json(204, json!(null)));
+    let gw = Gateway::start_in(config(&fairness_routes(ledger), SECRET)).await;
+    let (healthy_url, dead_url) = (
+        format!("{}/hook", healthy.url()),
+        format!("{}/hook", dead.url()),
+    );
+    let alone = delivery_latency(&gw, OTHER, &healthy, &healthy_url).await;
+    let http = gw.client();
+    let mut backlog = Vec::new();
+    for _ in 0..96 {
+        let body = json!({"model": "m1", "prompt": "x", "callback_url": dead_url});
+        backlog.push(http.submit_id(MODEL_CENTER, DEMO, &body).await);
+    }
+    // Every one of them owed and due, and attempts at the dead receiver under way.
+    for id in &backlog {
+        http.wait_done(MODEL_CENTER, DEMO, id).await;
+    }
+    silence.arrived(4).await;
+    let beside_dead = delivery_latency(&gw, OTHER, &healthy, &healthy_url).await;
+    assert!(
+        beside_dead < alone + Duration::from_millis(1_500),
+        "{beside_dead:?} beside a dead receiver's backlog, {alone:?} without it"
+    );
+}
+
+#[tokio::test]
+async fn a_dead_receiver_does_not_delay_another_keys_webhook_on_sqlite() {
+    a_dead_receiver_does_not_delay_another_keys_webhook("").await;
+}
+
+#[tokio::test]
+async fn a_dead_receiver_does_not_delay_another_keys_webhook_on_postgres() {
+    let pg = Postgres::start();
+    let ledger = format!("[ledger]\nurl = {:?}", pg.database("fair"));
+    a_dead_receiver_does_not_delay_another_keys_webhook(&ledger).await;
+}
+
+/// A receiver that accepts connections but never answers gets its share of attempts,
+/// then is left alone, longer after each attempt it does not answer, with one attempt
+/// after each cool-down; its other deliveries wait untried (no attempt counted), and
+/// all of them arrive once it answers again.
+#[tokio::test]
+async fn a_receiver_that_never_answers_is_left_alone_until_it_does() {
+    let receiver = Fake::start().await;
+    let silence = receiver.hold("POST /hook", Answer::json(204, json!(null)));
+    let settings = replace_once(
+        WEBHOOKS,
+        "first_retry_ms = 100\nmax_retry_interval_ms = 200\ntimeout_ms = 2000",
+        "first_retry_ms = 600\nmax_retry_interval_ms = 1200\ntimeout_ms = 200\nmax_in_flight_per_receiver = 3",
+    );
+    let routes = Routes::tracked_simulator()
+        .top(&settings)
+        .demo_key("webhook_secret_file = \"webhook-secret\"");
+    let gw = Gateway::start_in(config(&routes, SECRET)).await;
+    let http = gw.client();
+    let callback = format!("{}/hook", receiver.url());
+    let body = json!({"model": "m1", "prompt": "x", "callback_url": callback});
+    let mut ids = Vec::new();
+    for _ in 0..12 {
+        ids.push(http.submit_id(MODEL_CENTER, DEMO, &body).await);
+    }
+    silence.arrived(1).await;
+    // The first failure (after 200 ms) starts a cool-down of 600 ms, then one attempt,
+    // whose failure starts one of 1.2 s: the next attempt comes 2.2 s after the first
+    // at the soonest. In 2 s, the share of 3 and that one attempt.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let tried = receiver.take().len();
+    assert!((2..=4).contains(&tried), "{tried} attempts in 2 s");
+    silence.release();
+    let mut seen = Vec::new();
+    eventually(
+        "every delivery arrives once the receiver answers",
+        async || {
+            seen.extend(receiver.take());
+            by_id(&seen).len() == ids.len()
+        },
+    )
+    .await;
+    // Those that waited were never tried before: one attempt, the one that arrived.
+    let mut once = 0;
+    for id in &ids {
+        let shown = operator(gw.dir(), &["tasks", "show", id]);
+        assert!(shown.contains("webhook: delivered,"), "{shown}");
+        once += usize::from(shown.contains("webhook: delivered, 1 attempts,"));
+    }
+    assert!(
+        once >= ids.len() - tried,
+        "{once} of {} delivered at once",
+        ids.len()
+    );
 }

@@ -3,6 +3,8 @@
 //! migrations/*/0003_deliveries.sql), so no outcome is recorded without its delivery.
 //! Replicas lease due rows like the tracker leases tasks, and write each attempt's
 //! outcome back: delivered, gone (410), expired (retried too long) or the next try.
+//! A leased delivery the deliverer cannot start yet (its receiver's or key's share of
+//! the attempts is taken, or its receiver is cooling down) is put back, not tried.
 
 use std::time::Duration;
 
@@ -20,6 +22,8 @@ pub struct Delivery {
     pub attempts: i64,
     /// When the outcome was recorded (and the delivery first owed).
     pub created_ms: i64,
+    /// The key the task belongs to.
+    pub owner: String,
 }
 
 /// What became of one attempt.
@@ -39,6 +43,15 @@ pub enum DeliveryOutcome {
     },
 }
 
+/// What becomes of a leased delivery that is put back without an attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PutBack {
+    /// Due again at `next_ms`; its attempts so far are unchanged.
+    Until { next_ms: i64 },
+    /// Its time is up before another attempt could start: given up.
+    Expired { error: String },
+}
+
 /// Deliveries still owed, for the metrics.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, sqlx::FromRow)]
 pub struct DeliveryBacklog {
@@ -47,10 +60,13 @@ pub struct DeliveryBacklog {
 }
 
 /// Due deliveries no other replica holds, leased to `$1` until `$2`.
-const CLAIM_SQLITE: &str = "UPDATE deliveries SET lease_owner = $1, lease_until_ms = $2 WHERE id IN (SELECT id FROM deliveries WHERE state = 'pending' AND next_attempt_ms <= $3 AND (lease_until_ms IS NULL OR lease_until_ms < $3) ORDER BY next_attempt_ms LIMIT $4) RETURNING id, task_row, url, attempts, created_ms";
-const CLAIM_POSTGRES: &str = "UPDATE deliveries SET lease_owner = $1, lease_until_ms = $2 WHERE id IN (SELECT id FROM deliveries WHERE state = 'pending' AND next_attempt_ms <= $3 AND (lease_until_ms IS NULL OR lease_until_ms < $3) ORDER BY next_attempt_ms LIMIT $4 FOR UPDATE SKIP LOCKED) RETURNING id, task_row, url, attempts, created_ms";
+const CLAIM_SQLITE: &str = "UPDATE deliveries SET lease_owner = $1, lease_until_ms = $2 WHERE id IN (SELECT id FROM deliveries WHERE state = 'pending' AND next_attempt_ms <= $3 AND (lease_until_ms IS NULL OR lease_until_ms < $3) ORDER BY next_attempt_ms LIMIT $4) RETURNING id, task_row, url, attempts, created_ms, (SELECT owner FROM tasks WHERE tasks.id = deliveries.task_row) AS owner";
+const CLAIM_POSTGRES: &str = "UPDATE deliveries SET lease_owner = $1, lease_until_ms = $2 WHERE id IN (SELECT id FROM deliveries WHERE state = 'pending' AND next_attempt_ms <= $3 AND (lease_until_ms IS NULL OR lease_until_ms < $3) ORDER BY next_attempt_ms LIMIT $4 FOR UPDATE SKIP LOCKED) RETURNING id, task_row, url, attempts, created_ms, (SELECT owner FROM tasks WHERE tasks.id = deliveries.task_row) AS owner";
 const SET_FINISHED: &str = "UPDATE deliveries SET state = $3, attempts = attempts + 1, last_status = $4, last_error = $5, finished_ms = $6, lease_owner = NULL, lease_until_ms = NULL WHERE id = $1 AND lease_owner = $2";
 const SET_RETRY: &str = "UPDATE deliveries SET attempts = attempts + 1, last_status = $3, last_error = $4, next_attempt_ms = $5, lease_owner = NULL, lease_until_ms = NULL WHERE id = $1 AND lease_owner = $2";
+// Neither counts an attempt: none was made.
+const SET_PUT_BACK: &str = "UPDATE deliveries SET next_attempt_ms = $3, lease_owner = NULL, lease_until_ms = NULL WHERE id = $1 AND lease_owner = $2";
+const SET_EXPIRED_UNTRIED: &str = "UPDATE deliveries SET state = 'expired', last_error = $3, finished_ms = $4, lease_owner = NULL, lease_until_ms = NULL WHERE id = $1 AND lease_owner = $2";
 const BACKLOG: &str = "SELECT COUNT(*) AS pending, MIN(created_ms) AS oldest_ms FROM deliveries WHERE state = 'pending'";
 const OF_TASK: &str =
     "SELECT state, attempts, last_status, last_error FROM deliveries WHERE task_row = $1";
@@ -84,6 +100,7 @@ impl Ledger {
                                 url: row.get(2)?,
                                 attempts: row.get(3)?,
                                 created_ms: row.get(4)?,
+                                owner: row.get(5)?,
                             });
                         }
                         Ok(out)
@@ -154,6 +171,27 @@ impl Ledger {
                 status(s),
                 error.as_str(),
                 *next_ms
+            ),
+        }?;
+        Ok(())
+    }
+
+    /// Give back a delivery `owner` leased but did not try: no attempt is counted.
+    pub async fn delivery_put_back(
+        &self,
+        id: i64,
+        owner: &str,
+        put_back: &PutBack,
+    ) -> Result<(), LedgerError> {
+        match put_back {
+            PutBack::Until { next_ms } => exec!(self, SET_PUT_BACK, id, owner, *next_ms),
+            PutBack::Expired { error } => exec!(
+                self,
+                SET_EXPIRED_UNTRIED,
+                id,
+                owner,
+                error.as_str(),
+                now_ms()
             ),
         }?;
         Ok(())

@@ -150,7 +150,7 @@ macro_rules! records {
 
 // Declared after the macros above, which it uses.
 mod deliveries;
-pub use self::deliveries::{Delivery, DeliveryBacklog, DeliveryOutcome};
+pub use self::deliveries::{Delivery, DeliveryBacklog, DeliveryOutcome, PutBack};
 
 /// The two statements every submit writes on SQLite (the write-ahead row, its
 /// completion) and how the row names its endpoint, for the floor measured by
@@ -1436,5 +1436,82 @@ mod tests {
             .unwrap();
         let by_reader = l.row(row).await.unwrap().unwrap();
         assert_eq!(format!("{:?}", by_writer[0]), format!("{by_reader:?}"));
+    }
+
+    /// A task of `a` with a callback URL, created as `up-{n}` and recorded completed:
+    /// its delivery is owed.
+    async fn finished_with_webhook(l: &Ledger, n: u32) -> i64 {
+        let hooked = NewTask {
+            callback_url: Some("https://hooks.example/h"),
+            ..new("a", None, "fp")
+        };
+        let Admission::Fresh(row) = l.admit(&hooked).await.unwrap() else {
+            panic!()
+        };
+        create(l, row, n).await;
+        let done = TaskState {
+            status: TaskStatus::Completed,
+            progress: None,
+            urls: vec![],
+            error: None,
+        };
+        assert!(l.finished("p", &format!("up-{n}"), &done).await.unwrap());
+        row
+    }
+
+    #[tokio::test]
+    async fn a_delivery_put_back_counts_no_attempt_and_is_due_again_when_told() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = ledger(&dir).await;
+        let row = finished_with_webhook(&l, 1).await;
+        let lease = Duration::from_secs(30);
+        let claimed = l.claim_deliveries("me", lease, 10).await.unwrap();
+        assert_eq!(claimed.len(), 1);
+        let (id, ours) = (claimed[0].id, &claimed[0]);
+        assert_eq!(
+            (ours.task_row, ours.owner.as_str(), ours.attempts),
+            (row, "a", 0)
+        );
+        let due_now = PutBack::Until {
+            next_ms: now_ms() - 1,
+        };
+        // Another replica cannot give back what this one holds.
+        l.delivery_put_back(id, "them", &due_now).await.unwrap();
+        assert!(
+            l.claim_deliveries("me", lease, 10)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        l.delivery_put_back(id, "me", &due_now).await.unwrap();
+        let again = l.claim_deliveries("me", lease, 10).await.unwrap();
+        assert_eq!((again.len(), again[0].attempts), (1, 0));
+        let later = PutBack::Until {
+            next_ms: now_ms() + 60_000,
+        };
+        l.delivery_put_back(id, "me", &later).await.unwrap();
+        assert!(
+            l.claim_deliveries("me", lease, 10)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        let shown = l.delivery_of(row).await.unwrap().unwrap();
+        assert_eq!(shown, ("pending".into(), 0, None, None));
+        // Given up without an attempt: expired, still none counted.
+        let row = finished_with_webhook(&l, 2).await;
+        let claimed = l.claim_deliveries("me", lease, 10).await.unwrap();
+        assert_eq!(claimed.len(), 1);
+        let expired = PutBack::Expired {
+            error: "cooling down".into(),
+        };
+        l.delivery_put_back(claimed[0].id, "me", &expired)
+            .await
+            .unwrap();
+        let shown = l.delivery_of(row).await.unwrap().unwrap();
+        assert_eq!(
+            shown,
+            ("expired".into(), 0, None, Some("cooling down".into()))
+        );
     }
 }
