@@ -36,6 +36,7 @@ pub mod config;
 pub mod edge;
 mod error;
 pub mod gateway;
+pub mod lifecycle;
 pub mod log_format;
 pub mod log_output;
 mod metrics;

@@ -149,7 +149,7 @@ impl Running {
     /// Submits already sent upstream run to their end (each bounded by its provider's
     /// submit timeout), so the ledger learns their outcome before the process exits.
     async fn finish_submits(&self) {
-        let submits = &self.gateway.submits;
+        let submits = self.gateway.tasks.submits();
         submits.close();
         if !submits.is_empty() {
             tracing::info!(submits = submits.len(), "waiting for submits in flight");

@@ -5,18 +5,8 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::models::Model;
-pub use crate::tasks::TaskView;
-use crate::tasks::{MediaKind, TaskStatus};
-
-/// Answer to a successful submit.
-#[derive(Debug, Serialize)]
-pub struct SubmitResponse<'a> {
-    pub id: &'a str,
-    pub object: MediaKind,
-    pub model: &'a str,
-    pub status: TaskStatus,
-    pub created: u64,
-}
+use crate::tasks::MediaKind;
+pub use crate::tasks::{SubmitResponse, TaskView};
 
 /// A page of a collection (`object` is `"list"`): `after=last_id` asks for the next.
 #[derive(Debug, Serialize)]

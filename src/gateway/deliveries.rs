@@ -28,10 +28,11 @@ use tokio::sync::Semaphore;
 use super::Gateway;
 use super::shares::{self, Contact, Held, NotNow, ShareLimits, Shares, receiver_of};
 use crate::config::{Endpoint, WebhooksConfig};
+use crate::lifecycle::links;
 use crate::providers::{CallError, UpstreamClient};
 use crate::snapshot::Snapshot;
 use crate::tasks::ledger::{Delivery, DeliveryOutcome, Ledger, PutBack, TaskRecord, now_ms};
-use crate::tasks::{MediaKind, TaskStatus, TaskView, recorded_state};
+use crate::tasks::{MediaKind, TaskView, recorded_state};
 use crate::webhooks::WebhookSigner;
 
 /// Deliveries leased at once; when there were as many, the next batch follows at once.
@@ -43,10 +44,12 @@ const BACKLOG_EVERY: Duration = Duration::from_secs(5);
 
 /// Deliver webhooks until the gateway stops.
 pub async fn run(gateway: Arc<Gateway>) {
-    let Some(ledger) = gateway.ledger.clone() else {
+    let Some(ledger) = gateway.tasks.ledger().cloned() else {
         return;
     };
     let mut deliverer = Deliverer::new(gateway.clone(), ledger);
+    // A task that finished here owes its webhook now: no need to wait for the tick.
+    let mut finished = gateway.tasks.subscribe();
     while !gateway.is_draining() {
         let snapshot = gateway.snapshot();
         deliverer.follow(&snapshot);
@@ -54,8 +57,11 @@ pub async fn run(gateway: Arc<Gateway>) {
         if !deliverer.round(&snapshot).await {
             tokio::select! {
                 () = tokio::time::sleep(TICK) => {}
+                _ = finished.recv() => {}
                 () = gateway.stopped() => {}
             }
+            // A burst of finished tasks is one look at the ledger.
+            while finished.try_recv().is_ok() {}
         }
     }
 }
@@ -186,7 +192,7 @@ impl Deliverer {
 /// Give back a delivery that cannot start now, due again when `wait` says; given up
 /// instead when its time is up (it would be put back past `retry_for_hours`).
 async fn put_back(gateway: &Gateway, delivery: Delivery, wait: NotNow, settings: &WebhooksConfig) {
-    let Some(ledger) = &gateway.ledger else {
+    let Some(ledger) = gateway.tasks.ledger() else {
         return;
     };
     let give_up_at = give_up_at(&delivery, settings);
@@ -226,7 +232,7 @@ fn delivery_client(snapshot: &Snapshot) -> Result<UpstreamClient, String> {
 
 /// One attempt at one leased delivery, and its outcome written back.
 async fn attempt(gateway: &Gateway, http: &UpstreamClient, delivery: Delivery, held: Held) {
-    let Some(ledger) = &gateway.ledger else {
+    let Some(ledger) = gateway.tasks.ledger() else {
         return;
     };
     let snapshot = gateway.snapshot();
@@ -343,7 +349,7 @@ fn message_id(row: &TaskRecord) -> String {
 /// The task as `GET …/{id}` answers it once finished.
 fn task_body(row: &TaskRecord, snapshot: &Snapshot) -> Option<Vec<u8>> {
     let id = row.task_id.as_deref()?;
-    let mut state = recorded_state(row)?;
+    let mut state = Arc::new(recorded_state(row)?);
     let endpoint = match row.endpoint.as_str() {
         "alpha-videos" => Endpoint::AlphaVideos,
         _ => Endpoint::ModelCenter,
@@ -360,19 +366,13 @@ fn task_body(row: &TaskRecord, snapshot: &Snapshot) -> Option<Vec<u8>> {
             (kind, row.model.clone(), (row.created_ms / 1000) as u64)
         }
     };
-    let content = row
+    let provider = row
         .provider
         .as_deref()
-        .and_then(|p| snapshot.providers.get(p))
-        .and_then(|p| p.content_url_base());
-    if state.status == TaskStatus::Completed
-        && let Some(configured) = content
-    {
-        // With no public base URL configured, the path alone: there is no request
-        // whose Host could complete it.
-        let base = configured.unwrap_or_default();
-        state.urls = vec![format!("{base}{}/{id}/content", endpoint.path())];
-    }
+        .and_then(|p| snapshot.providers.get(p));
+    // No request whose Host could complete a content link: the path alone, unless
+    // the provider names a public base URL.
+    links::make_public(&mut state, provider.map(|p| &**p), endpoint, id, || None);
     serde_json::to_vec(&TaskView::new(id, kind, &model, created, &state)).ok()
 }
 

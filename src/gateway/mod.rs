@@ -1,7 +1,8 @@
 //! The gateway: the state every connection shares (the current configuration
-//! snapshot, the results cache, the metrics, whether it is draining), and how it is
-//! reloaded ([`reload`]). It knows nothing of HTTP: `api` serves requests with it and
-//! `edge` runs connections for it.
+//! snapshot, the task service, the metrics, whether it is draining), how it is
+//! reloaded ([`reload`]), and the background jobs that go through the task service
+//! (the tracker, the webhook deliverer, the ledger sweep). It knows nothing of HTTP:
+//! `api` serves requests with it and `edge` runs connections for it.
 
 pub mod deliveries;
 pub mod reload;
@@ -9,46 +10,37 @@ mod shares;
 pub mod sweep;
 pub mod tracker;
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use tokio::sync::watch;
-use tokio_util::task::TaskTracker;
 
 use crate::config::{LoadError, read_routes};
 use crate::edge;
+use crate::lifecycle::TaskService;
 use crate::metrics::Metrics;
 use crate::simulator;
 use crate::snapshot::{LoadContext, SIMULATOR_URL, SecretFileMode, Snapshot};
 use crate::tasks::ledger::Ledger;
-use crate::tasks::{CacheStats, TaskCache, TaskState};
+use crate::tasks::{CacheStats, TaskCache};
 
-/// State shared by every connection: the current config snapshot, the results cache,
+/// State shared by every connection: the current config snapshot, the task service,
 /// the metrics, and whether the gateway is draining.
 pub struct Gateway {
     config_path: PathBuf,
     snapshot: ArcSwap<Snapshot>,
-    pub cache: TaskCache,
+    /// Every task's lifecycle: submit, lookup, the terminal event, the ledger.
+    pub tasks: TaskService,
     pub metrics: Metrics,
     /// True once a stop was requested: `/readyz` answers 503, long-polls return.
     stopping: watch::Sender<bool>,
-    /// Clients long-polling a task, by its cache key: each state seen of the task is
-    /// sent to them.
-    watchers: Mutex<HashMap<Arc<str>, watch::Sender<Arc<TaskState>>>>,
     simulator_addr: Option<SocketAddr>,
     /// SIGHUP and the file watch may fire together; one reload at a time, so that
     /// limiter state inherited by one is not dropped by the other.
     reloading: std::sync::Mutex<()>,
-    /// The task ledger, opened once at start; `None` when `[ledger] url = "none"`.
-    pub ledger: Option<Arc<Ledger>>,
-    /// Submits that run to their end even when their client is gone; a graceful stop
-    /// waits for them.
-    pub submits: TaskTracker,
     /// This replica's name on the ledger leases it takes (tracker, webhooks).
     pub replica: String,
 }
@@ -99,17 +91,15 @@ impl Gateway {
                 problems.push("ledger.url", e);
                 problems.into_error(config_path)
             })?;
+        let tasks = TaskService::new(cache, ledger.map(Arc::new), metrics.ledger_errors.clone());
         Ok(Arc::new(Self {
             config_path: config_path.to_path_buf(),
             snapshot: ArcSwap::from_pointee(snapshot),
-            cache,
+            tasks,
             metrics,
             stopping: watch::Sender::new(false),
-            watchers: Mutex::default(),
             simulator_addr,
             reloading: std::sync::Mutex::new(()),
-            ledger: ledger.map(Arc::new),
-            submits: TaskTracker::new(),
             replica: replica_name(),
         }))
     }
@@ -168,7 +158,7 @@ impl Gateway {
         self.snapshot.store(Arc::new(next));
         // Cached results were read by the old providers' programs; a fixed
         // status_map or urls program must show at once, not in an hour.
-        self.cache.invalidate_all();
+        self.tasks.cache().invalidate_all();
         Ok(())
     }
 
@@ -189,38 +179,6 @@ impl Gateway {
     pub async fn stopped(&self) {
         let mut stopping = self.stopping.subscribe();
         let _ = stopping.wait_for(|stop| *stop).await;
-    }
-
-    /// A state of a task just read from its provider (by a client query or the
-    /// tracker): long-polling clients of the task get it.
-    pub fn observe(&self, key: &Arc<str>, state: &Arc<TaskState>) {
-        let mut watchers = self.watchers.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(watch) = watchers.get(key) {
-            if watch.receiver_count() == 0 {
-                watchers.remove(key);
-            } else {
-                watch.send_replace(state.clone());
-            }
-        }
-    }
-
-    /// Follow a task's states from `current` on.
-    pub fn watch(&self, key: Arc<str>, current: Arc<TaskState>) -> watch::Receiver<Arc<TaskState>> {
-        let mut watchers = self.watchers.lock().unwrap_or_else(PoisonError::into_inner);
-        watchers
-            .entry(key)
-            .or_insert_with(|| watch::Sender::new(current))
-            .subscribe()
-    }
-
-    /// A finished task goes into the ledger once, when first seen (by a client query
-    /// or the tracker).
-    pub async fn record_finished(&self, provider: &str, upstream_id: &str, state: &TaskState) {
-        let Some(ledger) = &self.ledger else { return };
-        if let Err(e) = ledger.finished(provider, upstream_id, state).await {
-            self.metrics.ledger_errors.inc();
-            tracing::warn!(provider, error = %e, "ledger update of a finished task failed");
-        }
     }
 }
 

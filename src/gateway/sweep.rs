@@ -10,7 +10,7 @@ use super::Gateway;
 /// Sweep now, then again as often as a submit can go stale (between 1 and 30
 /// seconds), for as long as the gateway runs.
 pub async fn run(gateway: Arc<Gateway>) {
-    if gateway.ledger.is_none() {
+    if gateway.tasks.ledger().is_none() {
         return;
     }
     loop {
@@ -35,7 +35,7 @@ fn stale_after(gateway: &Gateway) -> Duration {
 
 /// One sweep.
 pub async fn once(gateway: &Gateway) {
-    let Some(ledger) = &gateway.ledger else {
+    let Some(ledger) = gateway.tasks.ledger() else {
         return;
     };
     let hours = gateway.snapshot().ledger.idempotency_ttl_hours;

@@ -1,26 +1,25 @@
 //! The background tracker: it follows every unfinished task in the ledger until it is
-//! completed or failed, so that long-polling clients (and, next, webhooks) learn the
-//! outcome without anybody polling.
+//! completed or failed, so that long-polling clients and webhooks learn the outcome
+//! without anybody polling.
 //!
 //! Each task is asked about at its provider's `poll_interval_ms`, growing by half at
 //! each unchanged answer up to `[tracker] max_interval_ms`, with at most
-//! `poll_max_in_flight` status requests to one provider at a time. It goes through the
-//! results cache like a client query, so a task is never asked about twice within the
-//! poll cache interval. Replicas sharing a PostgreSQL ledger lease the tasks they
+//! `poll_max_in_flight` status requests to one provider at a time. It looks a task up
+//! through the task service like a client query, so a task is never asked about twice
+//! within the poll cache interval, and what it learns wakes waiting clients and
+//! announces finished tasks. Replicas sharing a PostgreSQL ledger lease the tasks they
 //! poll (`FOR UPDATE SKIP LOCKED`); a replica that dies leaves its leases to expire.
 
 use std::collections::HashMap;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::Semaphore;
 
 use super::Gateway;
-use crate::error::ApiError;
-use crate::providers::{Call, Provider};
-use crate::snapshot::Snapshot;
+use crate::lifecycle::TaskRef;
 use crate::tasks::ledger::{TaskRecord, now_ms};
-use crate::tasks::{MediaKind, TaskCache, TaskError, TaskState, TaskStatus};
+use crate::tasks::{MediaKind, TaskError, TaskState, TaskStatus};
 
 /// Rows leased at once; when there were as many, the next batch follows at once.
 const BATCH: i64 = 64;
@@ -29,7 +28,7 @@ const TICK: Duration = Duration::from_millis(250);
 
 /// Follow unfinished tasks until the gateway stops.
 pub async fn run(gateway: Arc<Gateway>) {
-    let Some(ledger) = gateway.ledger.clone() else {
+    let Some(ledger) = gateway.tasks.ledger().cloned() else {
         return;
     };
     let me = gateway.replica.clone();
@@ -80,21 +79,19 @@ pub async fn run(gateway: Arc<Gateway>) {
 
 /// Ask about one leased task and write down what was learned.
 async fn poll(gateway: &Gateway, me: &str, row: TaskRecord) {
-    let Some(ledger) = &gateway.ledger else {
+    let Some(ledger) = gateway.tasks.ledger() else {
         return;
     };
     let (Some(provider_name), Some(upstream_id)) = (&row.provider, &row.upstream_id) else {
         return;
     };
     let snapshot = gateway.snapshot();
-    let key = TaskCache::key(provider_name, upstream_id);
     let max_age = Duration::from_secs(snapshot.tracker.max_age_hours.saturating_mul(3600));
     if now_ms() - row.created_ms > max_age.as_millis() as i64 {
-        let expired = Arc::new(expired());
         gateway
-            .record_finished(provider_name, upstream_id, &expired)
+            .tasks
+            .give_up(provider_name, upstream_id, expired())
             .await;
-        gateway.observe(&key, &expired);
         return;
     }
     let Some(provider) = snapshot.providers.get(provider_name) else {
@@ -103,9 +100,18 @@ async fn poll(gateway: &Gateway, me: &str, row: TaskRecord) {
         let _ = ledger.polled(row.id, me, last_status(&row), later).await;
         return;
     };
-    let status = match ask(gateway, &snapshot, provider, &row, upstream_id).await {
-        Ok(state) if state.status.is_terminal() => return,
-        Ok(state) => state.status,
+    let task = TaskRef {
+        provider: provider_name,
+        upstream_id,
+        model: &row.model,
+        kind: match row.kind.as_str() {
+            "image" => MediaKind::Image,
+            _ => MediaKind::Video,
+        },
+    };
+    let status = match gateway.tasks.lookup(&snapshot, task).await {
+        Ok(found) if found.state.status.is_terminal() => return,
+        Ok(found) => found.state.status,
         Err(e) => {
             tracing::debug!(provider = %provider_name, code = e.code, "tracker: status request failed");
             last_status(&row)
@@ -116,49 +122,6 @@ async fn poll(gateway: &Gateway, me: &str, row: TaskRecord) {
         gateway.metrics.ledger_errors.inc();
         tracing::warn!(row = row.id, error = %e, "tracker: the ledger cannot be written");
     }
-}
-
-/// The task's state, through the results cache like a client query; a fresh answer
-/// wakes long-polling clients, and a finished task goes into the ledger.
-async fn ask(
-    gateway: &Gateway,
-    snapshot: &Snapshot,
-    provider: &Provider,
-    row: &TaskRecord,
-    upstream_id: &str,
-) -> Result<Arc<TaskState>, ApiError> {
-    let upstream_model = snapshot
-        .models
-        .get(&row.model)
-        .map_or(row.model.as_str(), |m| m.upstream_model.as_str());
-    let kind = match row.kind.as_str() {
-        "image" => MediaKind::Image,
-        _ => MediaKind::Video,
-    };
-    let call = Call {
-        model: &row.model,
-        upstream_model,
-        kind,
-    };
-    let key = TaskCache::key(&provider.name, upstream_id);
-    let fetched = OnceLock::new();
-    let state = gateway
-        .cache
-        .get_or_fetch(key.clone(), || async {
-            let (state, _) = provider.query(call, upstream_id).await?;
-            let _ = fetched.set(());
-            if state.status.is_terminal() {
-                gateway
-                    .record_finished(&provider.name, upstream_id, &state)
-                    .await;
-            }
-            Ok(state)
-        })
-        .await?;
-    if fetched.get().is_some() {
-        gateway.observe(&key, &state);
-    }
-    Ok(state)
 }
 
 /// The provider's interval again after a change; otherwise half as long again, up to

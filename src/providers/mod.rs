@@ -165,6 +165,12 @@ impl Provider {
         self.poll_max_in_flight
     }
 
+    /// An upstream word (a task id, a status) as the log may show it: cleaned of what
+    /// identifies the provider and cut short.
+    pub fn for_log(&self, word: &str) -> String {
+        self.redactor.for_log(word)
+    }
+
     /// `e` with its message cleaned by the provider's redactor: for errors whose message
     /// carries what a program made of an upstream answer.
     fn cleaned(&self, mut e: crate::error::ApiError) -> crate::error::ApiError {

@@ -221,15 +221,6 @@ impl Provider {
             .and_then(to_text)
             .filter(|id| !id.is_empty())
             .ok_or_else(|| bad("it has no task id".into()))?;
-        if id.len() > crate::tasks::id::MAX_FIELDS_LEN {
-            // The task exists upstream but cannot be sealed: logged (cut) for recovery.
-            tracing::error!(
-                provider = %self.name,
-                upstream_id = %self.redactor.for_log(&id),
-                "upstream task id too long to seal; the task was created upstream"
-            );
-            return Err(bad("its task id is too long".into()));
-        }
         Ok((id, self.first_status(&body, vars)))
     }
 

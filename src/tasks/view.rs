@@ -5,6 +5,17 @@ use serde::Serialize;
 use super::ledger::TaskRecord;
 use super::{MediaKind, TaskError, TaskState, TaskStatus};
 
+/// Answer to a successful submit (kept by the ledger for a retry with the same
+/// idempotency key, so it lives here, below the API, as the task's shape does).
+#[derive(Debug, Serialize)]
+pub struct SubmitResponse<'a> {
+    pub id: &'a str,
+    pub object: MediaKind,
+    pub model: &'a str,
+    pub status: TaskStatus,
+    pub created: u64,
+}
+
 /// A task as a query answers it, a listing lists it and a webhook posts it.
 #[derive(Debug, Serialize)]
 pub struct TaskView<'a> {

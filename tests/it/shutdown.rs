@@ -85,7 +85,8 @@ async fn sigterm_drains_in_flight_requests_then_exits_0() {
 #[tokio::test]
 async fn grace_period_bounds_the_wait() {
     let fake = Fake::start().await;
-    // Without a ledger nothing outlives its request.
+    // Without a ledger too, a submit the provider received runs to its end: the
+    // client is cut at the end of the grace period, the process waits for the submit.
     let (mut gw, held) = held_gateway(
         &fake,
         "shutdown_grace_ms = 300\nrequest_timeout_ms = 120000",
@@ -95,13 +96,15 @@ async fn grace_period_bounds_the_wait() {
     let in_flight = submit_in_background(&gw.client());
     held.arrived(1).await;
     gw.signal("TERM").await;
-    let status = gw.wait_exit(PATIENCE).await;
-    assert_eq!(status.code(), Some(0), "{}", gw.log());
-    assert!(gw.log().contains("grace period over"), "{}", gw.log());
     // The request that outlived the grace period was cut, not answered.
     let cut = in_flight.await.unwrap();
     assert!(cut.is_err(), "{cut:?}");
-    drop(held);
+    gw.wait_for_log("waiting for submits in flight", 1).await;
+    assert!(gw.log().contains("grace period over"), "{}", gw.log());
+    held.release();
+    let status = gw.wait_exit(PATIENCE).await;
+    assert_eq!(status.code(), Some(0), "{}", gw.log());
+    assert_eq!(fake.take().len(), 1, "submitted once");
 }
 
 #[tokio::test]

@@ -10,6 +10,7 @@ use crate::api::context::RequestContext;
 use crate::config::Endpoint;
 use crate::error::ApiError;
 use crate::gateway::Gateway;
+use crate::lifecycle::TaskRef;
 use crate::response::ResponseBody;
 use crate::tasks::TaskStatus;
 
@@ -38,9 +39,10 @@ pub(super) async fn content(
     if state.status != TaskStatus::Completed {
         return Err(ApiError::content_not_ready());
     }
+    let call = TaskRef::from(&open.task).call(&ctx.snapshot);
     let upstream = open
         .provider
-        .content(open.call(), &open.task.upstream_id, &state.urls, range)
+        .content(call, &open.task.upstream_id, &state.urls, range)
         .await?;
     let (parts, body) = upstream.into_parts();
     let mut resp = Response::new(BodyExt::boxed(body));

@@ -1,14 +1,12 @@
-//! `Idempotency-Key` (the IETF httpapi draft): the header read, a retry waiting for
-//! the first request with its key, and a kept answer given again.
-
-use std::time::Duration;
+//! `Idempotency-Key` (the IETF httpapi draft): the header read, and a kept answer
+//! given again (the task service waits for the first request's answer).
 
 use http::{HeaderMap, HeaderValue, Response, StatusCode, header};
 
 use crate::access::ApiKey;
 use crate::error::ApiError;
 use crate::response::{ResponseBody, full};
-use crate::tasks::ledger::{Answer, Ledger, State};
+use crate::tasks::ledger::Answer;
 
 const HEADER: &str = "idempotency-key";
 
@@ -51,38 +49,6 @@ pub(super) fn replay(answer: &Answer) -> Response<ResponseBody> {
     );
     h.insert("idempotent-replayed", HeaderValue::from_static("true"));
     resp
-}
-
-/// The first request with this key is still being submitted: wait for its answer
-/// (polling its row) up to `wait`, else 409.
-pub(super) async fn wait_for_first(
-    ledger: &Ledger,
-    row: i64,
-    wait: Duration,
-) -> Result<Response<ResponseBody>, ApiError> {
-    let deadline = tokio::time::Instant::now() + wait;
-    loop {
-        let seen = ledger.row(row).await.map_err(|e| {
-            tracing::warn!(error = %e, "ledger read failed");
-            ApiError::ledger_unavailable()
-        })?;
-        let Some(seen) = seen else {
-            return Err(ApiError::idempotency_key_in_use());
-        };
-        if let Some(answer) = seen.answer() {
-            return Ok(replay(&answer));
-        }
-        match State::parse(&seen.state) {
-            Some(State::Submitting) => {}
-            Some(State::UnknownOutcome) => return Err(ApiError::submit_outcome_unknown()),
-            // Refused and released: the client may try again as a new request.
-            _ => return Err(ApiError::idempotency_key_in_use()),
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return Err(ApiError::idempotency_key_in_use());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 #[cfg(test)]

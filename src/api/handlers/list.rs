@@ -14,9 +14,10 @@ use crate::api::shapes::{TaskList, TaskView};
 use crate::config::Endpoint;
 use crate::error::ApiError;
 use crate::gateway::Gateway;
+use crate::lifecycle::links;
 use crate::response::{ResponseBody, json};
 use crate::tasks::ledger::{Cursor, TaskRecord};
-use crate::tasks::{MediaKind, TaskCache, TaskState, TaskStatus, recorded_state};
+use crate::tasks::{MediaKind, TaskState, recorded_state};
 
 const DEFAULT_LIMIT: u32 = 20;
 const MAX_LIMIT: u32 = 100;
@@ -28,7 +29,7 @@ pub(super) async fn list(
     req: &Parts,
 ) -> Result<Response<ResponseBody>, ApiError> {
     let key = ctx.key()?;
-    let Some(ledger) = &gateway.ledger else {
+    let Some(ledger) = gateway.tasks.ledger() else {
         return Err(ApiError::ledger_off());
     };
     let (limit, after) = paging(req.uri.query())?;
@@ -117,20 +118,16 @@ impl Item {
         let mut state = match recorded_state(row) {
             Some(state) if state.status.is_terminal() => Arc::new(state),
             recorded => {
-                let key = TaskCache::key(&task.provider, &task.upstream_id);
-                match gateway.cache.peek(&key).await {
+                let cached = gateway.tasks.cached(&task.provider, &task.upstream_id);
+                match cached.await {
                     Some(cached) => cached,
                     None => Arc::new(recorded?),
                 }
             }
         };
-        let provider = ctx.snapshot.providers.get(&task.provider);
-        if state.status == TaskStatus::Completed
-            && let Some(configured) = provider.and_then(|p| p.content_url_base())
-        {
-            let url = PublicBase::of(req).content_url(configured, endpoint, &id);
-            Arc::make_mut(&mut state).urls = vec![url];
-        }
+        let provider = ctx.snapshot.providers.get(&task.provider).map(|p| &**p);
+        let client_base = || PublicBase::of(req).as_seen_by_client();
+        links::make_public(&mut state, provider, endpoint, &id, client_base);
         Some(Self {
             id,
             kind: task.kind,

@@ -1,19 +1,18 @@
 //! Long-poll: `GET {collection}/{id}?wait=N` (or `Prefer: wait=N`, RFC 7240) answers
 //! as soon as the task's status differs from the one the client last saw (`?status=`,
-//! or the current one), or when N seconds (at most 60) have passed. Waiting costs no
-//! status requests: the background tracker asks the provider, and its answers reach
-//! waiting clients through the gateway's watchers.
+//! or the current one), or when N seconds (at most 60) have passed. Here what the
+//! client asked for is read; the waiting itself is the task service's
+//! (`TaskService::changed`): it costs no status requests, since the background tracker
+//! asks the provider and its answers wake the waiting clients.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use http::request::Parts;
 use http::{HeaderValue, Response};
 
 use crate::error::ApiError;
-use crate::gateway::Gateway;
 use crate::response::ResponseBody;
-use crate::tasks::{TaskCache, TaskId, TaskState, TaskStatus};
+use crate::tasks::TaskStatus;
 
 /// Longest wait a client may ask for.
 pub(super) const MAX_WAIT: Duration = Duration::from_secs(60);
@@ -90,70 +89,6 @@ fn preferred_wait(req: &Parts) -> Option<Duration> {
                 .flatten()
         })
         .map(|secs| Duration::from_secs(secs).min(MAX_WAIT))
-}
-
-/// How often a waiting client's replica looks at the ledger, where the tracker of
-/// another replica records what it learns.
-const LEDGER_LOOK: Duration = Duration::from_millis(500);
-
-/// Why a wait ended.
-pub(super) enum Woken {
-    /// This replica saw the task's state (changed, or as it is when the wait is over).
-    State(Arc<TaskState>),
-    /// Another replica recorded a change in the ledger: the state is to be read again.
-    Elsewhere,
-}
-
-/// Wait until the task's state differs from `seen`, `wait` has passed, or the gateway
-/// is stopping. A state this replica reads (its tracker, a query) wakes the wait at
-/// once; a change another replica recorded in the ledger within [`LEDGER_LOOK`].
-pub(super) async fn changed(
-    gateway: &Gateway,
-    task: &TaskId,
-    current: Arc<TaskState>,
-    seen: TaskStatus,
-    wait: Duration,
-) -> Woken {
-    if current.status != seen || current.status.is_terminal() || wait.is_zero() {
-        return Woken::State(current);
-    }
-    let key = TaskCache::key(&task.provider, &task.upstream_id);
-    let mut states = gateway.watch(key, current);
-    let recorded_elsewhere = async {
-        let Some(ledger) = &gateway.ledger else {
-            return std::future::pending().await;
-        };
-        loop {
-            tokio::time::sleep(LEDGER_LOOK).await;
-            let status = ledger.status_of(&task.provider, &task.upstream_id).await;
-            // Only a later status: the ledger may lag behind what this client saw.
-            if let Ok(Some(status)) = status
-                && stage(&status) > stage(seen.as_str())
-            {
-                return;
-            }
-        }
-    };
-    tokio::select! {
-        changed = states.wait_for(|s| s.status != seen) => {
-            if let Ok(state) = changed {
-                return Woken::State(state.clone());
-            }
-        }
-        () = recorded_elsewhere => return Woken::Elsewhere,
-        () = tokio::time::sleep(wait) => {}
-        () = gateway.stopped() => {}
-    }
-    Woken::State(states.borrow().clone())
-}
-
-/// How far along a task is: queued, processing, then finished.
-fn stage(status: &str) -> u8 {
-    match status {
-        "queued" => 0,
-        "processing" => 1,
-        _ => 2,
-    }
 }
 
 #[cfg(test)]

@@ -8,8 +8,6 @@
 use http::request::Parts;
 use http::{HeaderMap, header};
 
-use crate::config::Endpoint;
-
 pub(super) struct PublicBase<'r> {
     headers: &'r HeaderMap,
     authority: Option<&'r http::uri::Authority>,
@@ -29,21 +27,9 @@ impl<'r> PublicBase<'r> {
         }
     }
 
-    /// `{base}{collection}/{id}/content`; relative when nothing names the gateway.
-    pub(super) fn content_url(
-        &self,
-        configured: Option<&str>,
-        endpoint: Endpoint,
-        id: &str,
-    ) -> String {
-        let base = match configured {
-            Some(base) => base.to_string(),
-            None => self.as_seen_by_client().unwrap_or_default(),
-        };
-        format!("{base}{}/{id}/content", endpoint.path())
-    }
-
-    fn as_seen_by_client(&self) -> Option<String> {
+    /// `scheme://host` as the client reached the gateway; `None` when nothing names
+    /// it (the content link is then the path alone).
+    pub(super) fn as_seen_by_client(&self) -> Option<String> {
         let proto = match self
             .headers
             .get("x-forwarded-proto")
@@ -71,6 +57,7 @@ impl<'r> PublicBase<'r> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Endpoint;
 
     fn url(headers: &[(&str, &str)], configured: Option<&str>) -> String {
         url_on(false, headers, configured)
@@ -87,7 +74,8 @@ mod tests {
             tls,
             client: [127, 0, 0, 1].into(),
         });
-        PublicBase::of(&parts).content_url(configured, Endpoint::AlphaVideos, "t")
+        let client_base = || PublicBase::of(&parts).as_seen_by_client();
+        crate::lifecycle::links::content_link(configured, client_base, Endpoint::AlphaVideos, "t")
     }
 
     #[test]

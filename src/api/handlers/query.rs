@@ -1,12 +1,10 @@
 //! `GET {collection}/{id}`: open the id (owner checked) → cached or upstream state →
 //! (long-poll: wait for a change) → the public task shape.
 
-use std::sync::Arc;
-
 use http::request::Parts;
 use http::{Response, StatusCode};
 
-use super::long_poll::{self, Wait, Woken};
+use super::long_poll::Wait;
 use super::public_url::PublicBase;
 use super::task_ref::OpenTask;
 use crate::api::context::RequestContext;
@@ -14,8 +12,8 @@ use crate::api::shapes::TaskView;
 use crate::config::Endpoint;
 use crate::error::ApiError;
 use crate::gateway::Gateway;
+use crate::lifecycle::{Woken, links};
 use crate::response::{ResponseBody, json};
-use crate::tasks::TaskStatus;
 
 pub(super) async fn query(
     gateway: &Gateway,
@@ -28,21 +26,20 @@ pub(super) async fn query(
     let open = OpenTask::open(ctx, endpoint, id)?;
     let mut state = open.state(gateway, ctx).await?;
     // Without the tracker nobody would wake a waiting client: answer at once.
-    let wait = wait.filter(|_| gateway.ledger.is_some() && ctx.snapshot.tracker.enabled);
+    let wait = wait.filter(|_| gateway.tasks.ledger().is_some() && ctx.snapshot.tracker.enabled);
     if let Some(w) = &wait {
         let seen = w.seen.unwrap_or(state.status);
-        state = match long_poll::changed(gateway, &open.task, state, seen, w.wait).await {
+        let tasks = &gateway.tasks;
+        state = match tasks
+            .changed(&open.task, state, seen, w.wait, gateway.stopped())
+            .await
+        {
             Woken::State(state) => state,
             Woken::Elsewhere => open.state(gateway, ctx).await?,
         };
     }
-    // A result only the upstream key can download is served by our content route.
-    if state.status == TaskStatus::Completed
-        && let Some(configured) = open.provider.content_url_base()
-    {
-        let url = PublicBase::of(req).content_url(configured, endpoint, id);
-        Arc::make_mut(&mut state).urls = vec![url];
-    }
+    let client_base = || PublicBase::of(req).as_seen_by_client();
+    links::make_public(&mut state, Some(open.provider), endpoint, id, client_base);
     let task = &open.task;
     let mut resp = json(
         StatusCode::OK,

@@ -1,21 +1,19 @@
 //! A task id in a query or content path: opened for its owner, with the provider
-//! sealed in it, and its state from the results cache or the provider.
+//! sealed in it, and its state from the task service.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use crate::api::context::RequestContext;
 use crate::config::Endpoint;
 use crate::error::ApiError;
 use crate::gateway::Gateway;
-use crate::providers::{Call, Provider};
-use crate::tasks::{TaskCache, TaskId, TaskState};
+use crate::providers::Provider;
+use crate::tasks::{TaskId, TaskState};
 
 /// A task id opened for its owner, with the provider sealed in it.
 pub(super) struct OpenTask<'s> {
     pub task: TaskId,
     pub provider: &'s Arc<Provider>,
-    /// `None` when the model is no longer configured: its own id is used.
-    upstream_model: Option<&'s str>,
 }
 
 impl<'s> OpenTask<'s> {
@@ -42,57 +40,23 @@ impl<'s> OpenTask<'s> {
             tracing::warn!(provider = %task.provider, "task of a provider that is no longer configured");
             ApiError::no_provider("the task's provider is no longer configured")
         })?;
-        let upstream_model = snapshot
-            .models
-            .get(&task.model)
-            .map(|m| m.upstream_model.as_str());
-        Ok(Self {
-            task,
-            provider,
-            upstream_model,
-        })
+        Ok(Self { task, provider })
     }
 
-    pub fn call(&self) -> Call<'_> {
-        Call {
-            model: &self.task.model,
-            upstream_model: self.upstream_model.unwrap_or(&self.task.model),
-            kind: self.task.kind,
-        }
-    }
-
-    /// The task's state: from the cache, or queried from its provider (concurrent
-    /// queries of one task share one upstream call).
+    /// The task's state, through the task service; the upstream time goes to the
+    /// access log.
     pub async fn state(
         &self,
         gateway: &Gateway,
         ctx: &RequestContext,
     ) -> Result<Arc<TaskState>, ApiError> {
-        let task = &self.task;
-        let upstream_time = OnceLock::new();
-        let key = self.cache_key();
-        let state = gateway
-            .cache
-            .get_or_fetch(key.clone(), || async {
-                let (state, took) = self.provider.query(self.call(), &task.upstream_id).await?;
-                let _ = upstream_time.set(took);
-                if state.status.is_terminal() {
-                    gateway
-                        .record_finished(&task.provider, &task.upstream_id, &state)
-                        .await;
-                }
-                Ok(state)
-            })
+        let found = gateway
+            .tasks
+            .lookup(&ctx.snapshot, (&self.task).into())
             .await?;
-        if let Some(took) = upstream_time.get() {
-            ctx.note(|f| f.upstream = Some(*took));
-            gateway.observe(&key, &state);
+        if let Some(took) = found.upstream_time {
+            ctx.note(|f| f.upstream = Some(took));
         }
-        Ok(state)
-    }
-
-    /// The task's key in the results cache (and among long-polls).
-    pub fn cache_key(&self) -> Arc<str> {
-        TaskCache::key(&self.task.provider, &self.task.upstream_id)
+        Ok(found.state)
     }
 }

@@ -1,0 +1,101 @@
+//! A task's state: the results cache, else its provider; a finished task recorded
+//! and announced once, and its waiting clients woken.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use super::TaskService;
+use crate::error::ApiError;
+use crate::providers::Call;
+use crate::snapshot::Snapshot;
+use crate::tasks::{MediaKind, TaskCache, TaskId, TaskState};
+
+/// What a lookup needs of a task: where it lives upstream, and the model and kind its
+/// provider's programs see.
+#[derive(Debug, Clone, Copy)]
+pub struct TaskRef<'a> {
+    pub provider: &'a str,
+    pub upstream_id: &'a str,
+    pub model: &'a str,
+    pub kind: MediaKind,
+}
+
+impl<'a> From<&'a TaskId> for TaskRef<'a> {
+    fn from(task: &'a TaskId) -> Self {
+        Self {
+            provider: &task.provider,
+            upstream_id: &task.upstream_id,
+            model: &task.model,
+            kind: task.kind,
+        }
+    }
+}
+
+impl<'a> TaskRef<'a> {
+    /// The task as its provider's programs see it. A model no longer configured is
+    /// asked about by its own id.
+    pub fn call<'s>(&self, snapshot: &'s Snapshot) -> Call<'s>
+    where
+        'a: 's,
+    {
+        let upstream_model = snapshot
+            .models
+            .get(self.model)
+            .map_or(self.model, |m| m.upstream_model.as_str());
+        Call {
+            model: self.model,
+            upstream_model,
+            kind: self.kind,
+        }
+    }
+}
+
+/// A task's state, and how long its provider took when it was asked.
+#[derive(Debug)]
+pub struct Lookup {
+    pub state: Arc<TaskState>,
+    /// `None` when the state came from the results cache.
+    pub upstream_time: Option<Duration>,
+}
+
+impl TaskService {
+    /// The task's state: from the cache, or asked of its provider (concurrent lookups
+    /// of one task share one upstream call). A state learned from the provider wakes
+    /// the task's waiting clients; a terminal one is recorded and announced first.
+    pub async fn lookup(&self, snapshot: &Snapshot, task: TaskRef<'_>) -> Result<Lookup, ApiError> {
+        let provider = snapshot.providers.get(task.provider).ok_or_else(|| {
+            tracing::warn!(provider = %task.provider, "task of a provider that is no longer configured");
+            ApiError::no_provider("the task's provider is no longer configured")
+        })?;
+        let call = task.call(snapshot);
+        let key = TaskCache::key(task.provider, task.upstream_id);
+        let upstream_time = OnceLock::new();
+        let state = self
+            .cache
+            .get_or_fetch(key.clone(), || async {
+                let (state, took) = provider.query(call, task.upstream_id).await?;
+                let _ = upstream_time.set(took);
+                if state.status.is_terminal() {
+                    self.finished(task.provider, task.upstream_id, &key, &state)
+                        .await;
+                }
+                Ok(state)
+            })
+            .await?;
+        let upstream_time = upstream_time.get().copied();
+        if upstream_time.is_some() {
+            self.waiters.wake(&key, &state);
+        }
+        Ok(Lookup {
+            state,
+            upstream_time,
+        })
+    }
+
+    /// The state the results cache holds of a task, without asking anybody.
+    pub async fn cached(&self, provider: &str, upstream_id: &str) -> Option<Arc<TaskState>> {
+        self.cache
+            .peek(&TaskCache::key(provider, upstream_id))
+            .await
+    }
+}

@@ -1,0 +1,132 @@
+//! The task service: one lifecycle for every task, whoever touches it.
+//!
+//! - [`TaskService::submit`]: admit (the ledger's idempotency key, quota and
+//!   write-ahead row) → the model's providers in failover order → sealed id → the row
+//!   completed. Once admitted, a submit runs to its end in a task of its own, with or
+//!   without a ledger: a client that leaves or a request timeout never cancels paid
+//!   work half-way.
+//! - [`TaskService::lookup`]: the results cache, else the task's provider (concurrent
+//!   lookups of one task share one upstream call) → a finished task recorded once →
+//!   the clients waiting for it woken.
+//! - [`TaskService::subscribe`]: a task that reached a terminal state is announced,
+//!   for the background jobs that act on it.
+//!
+//! Endpoints (`api`) and background jobs (`gateway`: the tracker, the deliverer) reach
+//! tasks only through it; the public links of a completed task are formed in one
+//! place ([`links`]).
+
+pub mod links;
+mod lookup;
+mod submit;
+mod waiters;
+
+use std::sync::Arc;
+
+use prometheus_client::metrics::counter::Counter;
+use tokio::sync::{broadcast, watch};
+use tokio_util::task::TaskTracker;
+
+pub use self::lookup::{Lookup, TaskRef};
+pub use self::submit::{Attempted, Created, SubmitOrder, Submitted};
+use self::waiters::Waiters;
+pub use self::waiters::Woken;
+use crate::tasks::ledger::Ledger;
+use crate::tasks::{TaskCache, TaskState, TaskStatus};
+
+/// How many terminal events a slow subscriber may fall behind before it misses some
+/// (it is told so, and looks at the ledger instead).
+const EVENTS_KEPT: usize = 1024;
+
+/// A task that reached a terminal state. With a ledger it is announced once in the
+/// fleet, by the replica whose write recorded it first; without one, each time this
+/// replica learns it (at most once per results-cache lifetime of the task).
+#[derive(Debug, Clone)]
+pub struct Finished {
+    /// The task's key in the results cache: its provider and upstream id.
+    pub key: Arc<str>,
+    pub status: TaskStatus,
+}
+
+/// The task service; see the module documentation.
+pub struct TaskService {
+    cache: TaskCache,
+    ledger: Option<Arc<Ledger>>,
+    waiters: Waiters,
+    submits: TaskTracker,
+    finished: broadcast::Sender<Finished>,
+    ledger_errors: Counter,
+}
+
+impl TaskService {
+    /// `ledger` is `None` when `[ledger] url = "none"`; `ledger_errors` counts the
+    /// ledger's failures seen here.
+    pub fn new(cache: TaskCache, ledger: Option<Arc<Ledger>>, ledger_errors: Counter) -> Self {
+        Self {
+            cache,
+            ledger,
+            waiters: Waiters::default(),
+            submits: TaskTracker::new(),
+            finished: broadcast::Sender::new(EVENTS_KEPT),
+            ledger_errors,
+        }
+    }
+
+    /// The task ledger, when the gateway keeps one.
+    pub fn ledger(&self) -> Option<&Arc<Ledger>> {
+        self.ledger.as_ref()
+    }
+
+    /// The results cache (its size for the metrics; emptied by a reload).
+    pub fn cache(&self) -> &TaskCache {
+        &self.cache
+    }
+
+    /// Submits running to their end; a graceful stop waits for them.
+    pub fn submits(&self) -> &TaskTracker {
+        &self.submits
+    }
+
+    /// Tasks reaching a terminal state from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<Finished> {
+        self.finished.subscribe()
+    }
+
+    /// Follow a task's states from `current` on (a long-polling client).
+    pub fn watch(&self, key: Arc<str>, current: Arc<TaskState>) -> watch::Receiver<Arc<TaskState>> {
+        self.waiters.watch(key, current)
+    }
+
+    /// A task the tracker stopped following: it ends `failed` with `state`'s error,
+    /// recorded, announced and told to its waiting clients as if its provider had
+    /// said so.
+    pub async fn give_up(&self, provider: &str, upstream_id: &str, state: TaskState) {
+        let key = TaskCache::key(provider, upstream_id);
+        let state = Arc::new(state);
+        self.finished(provider, upstream_id, &key, &state).await;
+        self.waiters.wake(&key, &state);
+    }
+
+    /// A terminal state just learned: into the ledger once (the ledger ignores a
+    /// second write), and announced by whoever recorded it.
+    async fn finished(&self, provider: &str, upstream_id: &str, key: &Arc<str>, state: &TaskState) {
+        let first = match &self.ledger {
+            None => true,
+            Some(ledger) => ledger
+                .finished(provider, upstream_id, state)
+                .await
+                .unwrap_or_else(|e| {
+                    self.ledger_errors.inc();
+                    tracing::warn!(provider, error = %e, "ledger update of a finished task failed");
+                    false
+                }),
+        };
+        if first {
+            let event = Finished {
+                key: key.clone(),
+                status: state.status,
+            };
+            // No subscriber is no error: nothing needs to act.
+            let _ = self.finished.send(event);
+        }
+    }
+}

@@ -1,0 +1,359 @@
+//! A submit, from admission to its recorded outcome: the ledger's admission
+//! (idempotency key, quota, the write-ahead row) → the model's providers in failover
+//! order → the sealed id → the row completed. Once admitted, it runs in a task of its
+//! own to its end (bounded by the providers' submit timeouts), so the ledger always
+//! learns what the provider answered and paid work is never cancelled half-way.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+
+use super::TaskService;
+use crate::config::{Endpoint, QuotaConfig};
+use crate::error::ApiError;
+use crate::models::Model;
+use crate::providers::{Provider, SubmitError, Submitted as UpstreamCreated};
+use crate::snapshot::Snapshot;
+use crate::tasks::ledger::{self, Admission, Answer, Ledger, NewTask, State, fingerprint};
+use crate::tasks::{SubmitResponse, TaskId, TaskStatus};
+
+/// How often a retry with the same idempotency key looks whether the first request
+/// has its answer.
+const FIRST_REQUEST_LOOK: Duration = Duration::from_millis(50);
+
+/// A submit the API has parsed and validated: what the service needs to run it.
+pub struct SubmitOrder {
+    pub snapshot: Arc<Snapshot>,
+    /// The key's name: the task's owner.
+    pub owner: Arc<str>,
+    pub quota: Option<QuotaConfig>,
+    pub endpoint: Endpoint,
+    pub model: Arc<Model>,
+    /// Validated, integers normalised.
+    pub params: Value,
+    /// What the task counts toward usage and quotas.
+    pub video_seconds: i64,
+    pub idempotency_key: Option<String>,
+    /// Where the outcome is posted: the request's `callback_url` or the key's own.
+    pub callback_url: Option<String>,
+    /// Whether the request named the callback URL: then it is part of what makes a
+    /// retry the same request (the key's own URL is the operator's, not the client's).
+    pub callback_in_request: bool,
+}
+
+/// What a submit came to.
+pub enum Submitted {
+    /// A task the provider created.
+    Created(Created),
+    /// The answer the first request with this idempotency key was given.
+    Replayed(Answer),
+}
+
+/// A task the provider created, with its sealed id.
+pub struct Created {
+    pub task: TaskId,
+    pub id: String,
+    pub status: TaskStatus,
+    /// When the tracker first asks about it.
+    first_poll: Duration,
+}
+
+impl Created {
+    /// The client's answer.
+    pub fn body(&self) -> SubmitResponse<'_> {
+        SubmitResponse {
+            id: &self.id,
+            object: self.task.kind,
+            model: &self.task.model,
+            status: self.status,
+            created: self.task.created,
+        }
+    }
+
+    /// The same answer as text, kept for a retry with the same idempotency key.
+    fn answer(&self) -> Answer {
+        Answer {
+            status: 200,
+            body: serde_json::to_string(&self.body()).unwrap_or_default(),
+        }
+    }
+}
+
+/// Which provider a submit went to last, and how long it took to create the task:
+/// for the access log, also when the submit failed.
+#[derive(Debug, Default, Clone)]
+pub struct Attempted {
+    pub provider: Option<String>,
+    pub upstream_time: Option<Duration>,
+}
+
+/// A submit that created no task, or may have.
+enum Failure {
+    /// Every provider declined: nothing exists upstream; the same request may be
+    /// tried again.
+    Refused(ApiError),
+    /// The request itself was refused: nothing exists upstream; retrying is futile.
+    Rejected(ApiError),
+    /// It may exist upstream (at the named provider): never submitted again.
+    Unknown(Box<(ApiError, String)>),
+}
+
+impl Failure {
+    fn into_error(self) -> ApiError {
+        match self {
+            Self::Refused(e) | Self::Rejected(e) => e,
+            Self::Unknown(unknown) => unknown.0,
+        }
+    }
+}
+
+impl TaskService {
+    /// Run a submit (see the module documentation). The answer comes as soon as the
+    /// outcome is known; the recording of it goes on if the caller goes away.
+    pub async fn submit(&self, order: SubmitOrder) -> (Result<Submitted, ApiError>, Attempted) {
+        let attempted = Arc::new(Mutex::new(Attempted::default()));
+        let result = self.admit_and_forward(order, attempted.clone()).await;
+        let attempted = attempted
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        (result, attempted)
+    }
+
+    async fn admit_and_forward(
+        &self,
+        order: SubmitOrder,
+        attempted: Arc<Mutex<Attempted>>,
+    ) -> Result<Submitted, ApiError> {
+        let row = match &self.ledger {
+            None => None,
+            Some(ledger) => match self.admit(ledger, &order).await? {
+                Admission::Fresh(row) => Some((ledger.clone(), row)),
+                other => return self.admitted_before(ledger, &order, other).await,
+            },
+        };
+        let job = run_to_end(order, row, attempted);
+        match self.submits.spawn(job).await {
+            Ok(outcome) => outcome.map(Submitted::Created),
+            Err(_) => Err(ApiError::submit_outcome_unknown()),
+        }
+    }
+
+    /// The ledger's admission: one transaction for the idempotency key, the quota
+    /// and the write-ahead row.
+    async fn admit(&self, ledger: &Ledger, order: &SubmitOrder) -> Result<Admission, ApiError> {
+        let callback = order
+            .callback_url
+            .as_deref()
+            .filter(|_| order.callback_in_request);
+        let new = NewTask {
+            owner: &order.owner,
+            endpoint: order.endpoint,
+            model: &order.model.id,
+            kind: order.model.kind,
+            fingerprint: fingerprint(order.endpoint, &order.model.id, &order.params, callback),
+            idempotency_key: order.idempotency_key.as_deref(),
+            video_seconds: order.video_seconds,
+            quota: order.quota,
+            provider: order.model.providers.first().map(|p| p.name.as_str()),
+            callback_url: order.callback_url.as_deref(),
+        };
+        ledger.admit(&new).await.map_err(|e| {
+            self.ledger_errors.inc();
+            tracing::error!(error = %e, "ledger write failed; submit refused before the provider");
+            ApiError::ledger_unavailable()
+        })
+    }
+
+    /// What an admission that is not a fresh row means for the request.
+    async fn admitted_before(
+        &self,
+        ledger: &Ledger,
+        order: &SubmitOrder,
+        admission: Admission,
+    ) -> Result<Submitted, ApiError> {
+        match admission {
+            Admission::Fresh(_) => Err(ApiError::submit_outcome_unknown()),
+            Admission::Replay(answer) => Ok(Submitted::Replayed(answer)),
+            Admission::InFlight(row) => {
+                let wait = Duration::from_millis(order.snapshot.ledger.idempotency_wait_ms);
+                first_answer(ledger, row, wait)
+                    .await
+                    .map(Submitted::Replayed)
+            }
+            Admission::Mismatch => Err(ApiError::idempotency_key_reused()),
+            Admission::OutcomeUnknown => Err(ApiError::submit_outcome_unknown()),
+            Admission::QuotaExceeded { what, resets_ms } => Err(quota_exceeded(what, resets_ms)),
+        }
+    }
+}
+
+/// The submit from the first provider on, in its own task: forwarded, and its outcome
+/// written to the row.
+async fn run_to_end(
+    order: SubmitOrder,
+    row: Option<(Arc<Ledger>, i64)>,
+    attempted: Arc<Mutex<Attempted>>,
+) -> Result<Created, ApiError> {
+    let ledger = row.as_ref().map(|(l, row)| (&**l, *row));
+    let outcome = forward(&order, ledger, &attempted).await;
+    if let Some((ledger, row)) = ledger {
+        record(ledger, row, &outcome).await;
+    }
+    outcome.map_err(Failure::into_error)
+}
+
+/// The outcome on the submit's row.
+async fn record(ledger: &Ledger, row: i64, outcome: &Result<Created, Failure>) {
+    let written = match outcome {
+        Ok(created) => {
+            let answer = created.answer();
+            let done = ledger::Created {
+                provider: &created.task.provider,
+                upstream_id: &created.task.upstream_id,
+                task_id: &created.id,
+                status: created.status,
+                answer: &answer,
+                first_poll: created.first_poll,
+            };
+            ledger.created(row, &done).await
+        }
+        Err(Failure::Refused(_)) => ledger.refused(row, None).await,
+        Err(Failure::Rejected(e)) => ledger.refused(row, Some(&error_answer(e))).await,
+        Err(Failure::Unknown(unknown)) => ledger.outcome_unknown(row, &unknown.1).await,
+    };
+    if let Err(e) = written {
+        let upstream_id = outcome.as_ref().ok().map(|c| c.task.upstream_id.as_str());
+        tracing::error!(row, upstream_id, error = %e, "ledger update failed after the submit");
+    }
+}
+
+/// Submit to the model's providers in order; the next is tried only when one proves
+/// it created no task. Each attempt is named on the ledger row first.
+async fn forward(
+    order: &SubmitOrder,
+    ledger: Option<(&Ledger, i64)>,
+    attempted: &Mutex<Attempted>,
+) -> Result<Created, Failure> {
+    let model = &order.model;
+    let mut refusal = None;
+    for (n, provider) in model.providers.iter().enumerate() {
+        attempted
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .provider = Some(provider.name.clone());
+        // The row names the first provider from the start; each next one is noted.
+        if n > 0
+            && let Some((ledger, row)) = ledger
+            && let Err(e) = ledger.attempt(row, &provider.name).await
+        {
+            tracing::warn!(row, error = %e, "ledger update failed before a provider attempt");
+        }
+        match provider.submit(model.call(), &order.params).await {
+            Ok(created) => {
+                attempted
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .upstream_time = Some(created.upstream_time);
+                return seal(order, provider, created);
+            }
+            Err(SubmitError::Refused(e)) => {
+                tracing::warn!(provider = %provider.name, code = e.code, "provider refused the submit; trying the next one");
+                refusal = Some(e);
+            }
+            Err(SubmitError::Rejected(e)) => return Err(Failure::Rejected(e)),
+            Err(SubmitError::Unknown(e)) => {
+                return Err(Failure::Unknown(Box::new((e, provider.name.clone()))));
+            }
+        }
+    }
+    let e = refusal.unwrap_or_else(|| ApiError::no_provider("the model has no usable provider"));
+    Err(Failure::Refused(e))
+}
+
+/// The created task's sealed id.
+fn seal(
+    order: &SubmitOrder,
+    provider: &Provider,
+    created: UpstreamCreated,
+) -> Result<Created, Failure> {
+    let task = TaskId {
+        provider: provider.name.clone(),
+        upstream_id: created.upstream_id,
+        model: order.model.id.clone(),
+        kind: order.model.kind,
+        owner: order.owner.to_string(),
+        created: unix_now(),
+    };
+    match order.snapshot.sealer.seal(&task) {
+        Ok(id) => Ok(Created {
+            task,
+            id,
+            status: created.status,
+            first_poll: provider.poll_interval(),
+        }),
+        Err(_) => {
+            // The task exists upstream: its id is logged so that it can be recovered.
+            tracing::error!(
+                provider = %provider.name,
+                upstream_id = %provider.for_log(&task.upstream_id),
+                "upstream task id too long to seal; the task was created upstream"
+            );
+            let e = ApiError::upstream_bad_answer("submit", "its task id is too long");
+            Err(Failure::Unknown(Box::new((e, provider.name.clone()))))
+        }
+    }
+}
+
+/// The first request with this idempotency key is still being submitted: its answer
+/// once it has one (polling its row) within `wait`, else 409.
+async fn first_answer(ledger: &Ledger, row: i64, wait: Duration) -> Result<Answer, ApiError> {
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        let seen = ledger.row(row).await.map_err(|e| {
+            tracing::warn!(error = %e, "ledger read failed");
+            ApiError::ledger_unavailable()
+        })?;
+        let Some(seen) = seen else {
+            return Err(ApiError::idempotency_key_in_use());
+        };
+        if let Some(answer) = seen.answer() {
+            return Ok(answer);
+        }
+        match State::parse(&seen.state) {
+            Some(State::Submitting) => {}
+            Some(State::UnknownOutcome) => return Err(ApiError::submit_outcome_unknown()),
+            // Refused and released: the client may try again as a new request.
+            _ => return Err(ApiError::idempotency_key_in_use()),
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(ApiError::idempotency_key_in_use());
+        }
+        tokio::time::sleep(FIRST_REQUEST_LOOK).await;
+    }
+}
+
+fn quota_exceeded(what: &str, resets_ms: i64) -> ApiError {
+    let now = ledger::now_ms();
+    let resets_in = Duration::from_millis(u64::try_from(resets_ms - now).unwrap_or(0));
+    ApiError::quota_exceeded(
+        what,
+        resets_in,
+        u64::try_from(resets_ms / 1000).unwrap_or(0),
+    )
+}
+
+/// An error answer as the ledger keeps it.
+fn error_answer(e: &ApiError) -> Answer {
+    Answer {
+        status: e.status.as_u16(),
+        body: e.body_text(),
+    }
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
