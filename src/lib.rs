@@ -7,17 +7,19 @@
 //!
 //! - [`response`], [`error`] (the error catalogue), [`metrics`], [`workers`] (the
 //!   serving threads), [`log_output`] (log lines written in batches): the foundation;
+//! - [`config`]: the routes.toml types, the problems collector, the secret reader;
 //! - [`tasks`]: task state and its public shape, sealed task ids, the results cache,
 //!   the ledger;
-//! - [`config`]: the routes.toml types, the problems collector, the secret reader;
 //! - [`providers`]: upstream APIs described by jq programs, the pooled client;
 //! - [`webhooks`]: which callback URLs are accepted, and Standard Webhooks signing;
 //! - [`access`]: client keys and their limits;
 //! - [`models`]: the served models and their parameter schemas;
 //! - [`edge`]: listeners, TLS, connection hardening, request body bounds;
 //! - [`snapshot`]: routes.toml compiled, section by section, into one immutable value;
-//! - [`gateway`]: the shared state (current snapshot, cache, metrics), reload, and the
-//!   background loops (sweep, tracker, webhook deliveries);
+//! - [`lifecycle`]: the task service: submit, lookup, the terminal event — the only
+//!   way to a task;
+//! - [`gateway`]: the shared state (current snapshot, task service, metrics), reload,
+//!   and the background loops (sweep, tracker, webhook deliveries);
 //! - [`api`]: the tower stack: request context, auth, limits, one handler per endpoint;
 //! - [`start`]: the gateway running in this process, as `mediagate serve` runs it;
 //!   [`operator`]: the `usage` and `tasks` commands over the ledger.

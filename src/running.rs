@@ -9,9 +9,10 @@ use std::sync::Arc;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use crate::config::LoadError;
+use crate::config::{LoadError, RoutesFile, read_routes};
 use crate::edge::{Listeners, Services};
 use crate::gateway::Gateway;
+use crate::snapshot::SIMULATOR_URL;
 use crate::workers::Workers;
 
 /// Why the gateway did not start.
@@ -56,7 +57,13 @@ pub struct Running {
 /// Load `config`, bind every listener and serve until stopped. The listening
 /// addresses are logged (the plain one last: once it is, every listener is up).
 pub async fn start(config: &Path) -> Result<Running, StartError> {
-    let gateway = Gateway::start(config).await.map_err(StartError::Config)?;
+    let file = read_routes(config).map_err(StartError::Config)?;
+    let simulator_addr = start_simulator(config, &file)
+        .await
+        .map_err(StartError::Config)?;
+    let gateway = Gateway::start(config, file, simulator_addr)
+        .await
+        .map_err(StartError::Config)?;
     let snapshot = gateway.snapshot();
     for name in &snapshot.demo_keys {
         tracing::warn!(
@@ -173,4 +180,25 @@ impl Drop for Running {
     fn drop(&mut self) {
         self.served.abort();
     }
+}
+
+/// The built-in simulated provider, when a provider of the file uses it: started once
+/// per process, on loopback (a reload cannot start it).
+async fn start_simulator(
+    config: &Path,
+    file: &RoutesFile,
+) -> Result<Option<SocketAddr>, LoadError> {
+    if !file.providers.values().any(|p| p.base_url == SIMULATOR_URL) {
+        return Ok(None);
+    }
+    let addr = crate::simulator::start(&file.simulator)
+        .await
+        .map_err(|e| {
+            let mut problems = crate::config::Problems::default();
+            let msg = format!("cannot start the simulated provider: {e}");
+            problems.push("simulator.listen", msg);
+            problems.into_error(config)
+        })?;
+    tracing::info!(%addr, "built-in simulated provider listening");
+    Ok(Some(addr))
 }

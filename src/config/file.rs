@@ -4,10 +4,9 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::provider::ProviderConfig;
-use crate::tasks::MediaKind;
 
 /// The whole routes file.
 #[derive(Debug, Deserialize)]
@@ -459,6 +458,49 @@ pub struct FamilyConfig {
 
 fn default_endpoints() -> Vec<Endpoint> {
     vec![Endpoint::ModelCenter]
+}
+
+/// The only four statuses a client ever sees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TaskStatus {
+    Queued,
+    Processing,
+    Completed,
+    Failed,
+}
+
+impl TaskStatus {
+    /// Completed and failed tasks never change again, so they can be cached for long.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Completed | Self::Failed)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Queued => "queued",
+            Self::Processing => "processing",
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+        }
+    }
+}
+
+/// What a model produces; decides `object` and `video_url` versus `image_url`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MediaKind {
+    Video,
+    Image,
+}
+
+impl MediaKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Video => "video",
+            Self::Image => "image",
+        }
+    }
 }
 
 /// A submission family of the service interface: the collection a model is served on.

@@ -158,7 +158,7 @@ pub struct QueryConfig {
     /// jq extracting the upstream status word.
     pub status: String,
     /// Every upstream status word, exactly as written, mapped to one of ours.
-    pub status_map: BTreeMap<String, crate::tasks::TaskStatus>,
+    pub status_map: BTreeMap<String, super::TaskStatus>,
     /// jq extracting progress (0–100), if the upstream reports one.
     #[serde(default)]
     pub progress: Option<String>,

@@ -18,11 +18,10 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use tokio::sync::watch;
 
-use crate::config::{LoadError, read_routes};
+use crate::config::{LoadError, RoutesFile};
 use crate::edge;
 use crate::lifecycle::TaskService;
 use crate::metrics::Metrics;
-use crate::simulator;
 use crate::snapshot::{LoadContext, SIMULATOR_URL, SecretFileMode, Snapshot};
 use crate::tasks::ledger::Ledger;
 use crate::tasks::{CacheStats, TaskCache};
@@ -46,24 +45,14 @@ pub struct Gateway {
 }
 
 impl Gateway {
-    /// Load the routes file, start the simulator if a provider uses it, and build
-    /// the gateway. Errors name the file, the key and the problem.
-    pub async fn start(config_path: &Path) -> Result<Arc<Self>, LoadError> {
-        let file = read_routes(config_path)?;
-        let simulator_addr = if file.providers.values().any(|p| p.base_url == SIMULATOR_URL) {
-            let addr = simulator::start(&file.simulator).await.map_err(|e| {
-                let mut problems = crate::config::Problems::default();
-                problems.push(
-                    "simulator.listen",
-                    format!("cannot start the simulated provider: {e}"),
-                );
-                problems.into_error(config_path)
-            })?;
-            tracing::info!(%addr, "built-in simulated provider listening");
-            Some(addr)
-        } else {
-            None
-        };
+    /// Build the gateway from the routes `file` read from `config_path`;
+    /// `simulator_addr` is where the built-in simulated provider listens, when the
+    /// process started it. Errors name the file, the key and the problem.
+    pub async fn start(
+        config_path: &Path,
+        file: RoutesFile,
+        simulator_addr: Option<SocketAddr>,
+    ) -> Result<Arc<Self>, LoadError> {
         let metrics = Metrics::new();
         let ctx = LoadContext {
             simulator_addr,

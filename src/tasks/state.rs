@@ -2,50 +2,14 @@
 //! normalised upstream answer. The public response shapes built from it are in
 //! `api::shapes`.
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-/// The only four statuses a client ever sees.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum TaskStatus {
-    Queued,
-    Processing,
-    Completed,
-    Failed,
-}
+/// The only four statuses a client ever sees: the words a provider's `status_map`
+/// maps to, so they are configuration vocabulary, below this room.
+pub use crate::config::TaskStatus;
 
-impl TaskStatus {
-    /// Completed and failed tasks never change again, so they can be cached for long.
-    pub fn is_terminal(self) -> bool {
-        matches!(self, Self::Completed | Self::Failed)
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Queued => "queued",
-            Self::Processing => "processing",
-            Self::Completed => "completed",
-            Self::Failed => "failed",
-        }
-    }
-}
-
-/// What a model produces; decides `object` and `video_url` versus `image_url`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum MediaKind {
-    Video,
-    Image,
-}
-
-impl MediaKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Video => "video",
-            Self::Image => "image",
-        }
-    }
-}
+/// What a model produces: a family's `kind` in the configuration.
+pub use crate::config::MediaKind;
 
 /// Why a task failed, cleaned of anything naming the upstream.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -1,5 +1,6 @@
-//! The documentation's examples work: the provider guide's ready-made blocks
-//! (docs/providers.md) pass `mediagate check`.
+//! The documentation holds: the provider guide's ready-made blocks
+//! (docs/providers.md) pass `mediagate check`, and the rooms of docs/architecture.md
+//! depend only on the rooms listed before them.
 
 use crate::support::{Routes, check, family};
 
@@ -50,4 +51,108 @@ fn every_block_of_the_provider_guide_passes_check() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("8 providers"));
+}
+
+/// The rooms of `src/`, in the order of docs/architecture.md's table (the foundation's
+/// files and the process layer named by file).
+fn rooms() -> Vec<(String, Vec<String>)> {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/architecture.md"))
+        .expect("docs/architecture.md");
+    doc.lines()
+        .filter_map(|l| l.strip_prefix("| "))
+        .filter_map(|l| l.split_once(" | "))
+        .filter(|(room, _)| *room != "room" && !room.starts_with("---"))
+        .map(|(room, files)| {
+            let room = room.trim_matches('`').trim_end_matches('/').to_string();
+            // A room of single files (foundation, process) is its files' modules.
+            let modules = match room.as_str() {
+                "foundation" | "process" => files
+                    .split('`')
+                    .skip(1)
+                    .step_by(2)
+                    .filter_map(|f| f.strip_suffix(".rs"))
+                    .map(str::to_string)
+                    .collect(),
+                _ => vec![room.clone()],
+            };
+            (room, modules)
+        })
+        .collect()
+}
+
+/// Each `crate::module` a source file names outside comments and its tests.
+fn modules_used(source: &str) -> Vec<String> {
+    let code = source
+        .split("#[cfg(test)]\nmod tests")
+        .next()
+        .unwrap_or(source);
+    code.lines()
+        .map(|l| l.split("//").next().unwrap_or(l))
+        .flat_map(|l| l.match_indices("crate::").map(move |(at, _)| &l[at + 7..]))
+        .map(|rest| {
+            rest.split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                .next()
+                .unwrap_or("")
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn each_room_uses_only_the_rooms_listed_before_it() {
+    let rooms = rooms();
+    let names: Vec<&str> = rooms.iter().map(|(r, _)| r.as_str()).collect();
+    assert!(
+        names.starts_with(&["foundation", "config", "tasks"]),
+        "{names:?}"
+    );
+    let room_of = |module: &str| {
+        rooms
+            .iter()
+            .position(|(_, m)| m.iter().any(|m| m == module))
+    };
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/src");
+    let mut wrong = Vec::new();
+    let mut files = vec![std::path::PathBuf::from(src)];
+    while let Some(path) = files.pop() {
+        if path.is_dir() {
+            files.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+            continue;
+        }
+        let rel = path
+            .strip_prefix(src)
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        let top = rel
+            .split('/')
+            .next()
+            .unwrap_or("")
+            .trim_end_matches(".rs")
+            .to_string();
+        if ["lib", "main"].contains(&top.as_str()) {
+            continue;
+        }
+        let Some(own) = room_of(&top) else {
+            wrong.push(format!("{rel}: in no room of docs/architecture.md"));
+            continue;
+        };
+        for used in modules_used(&std::fs::read_to_string(&path).unwrap()) {
+            if let Some(theirs) = room_of(&used)
+                && theirs > own
+            {
+                wrong.push(format!(
+                    "{rel} ({}) uses {used} ({})",
+                    names[own], names[theirs]
+                ));
+            }
+        }
+    }
+    wrong.sort();
+    wrong.dedup();
+    assert!(
+        wrong.is_empty(),
+        "arrows that run the wrong way:\n{}",
+        wrong.join("\n")
+    );
 }
