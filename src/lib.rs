@@ -10,7 +10,9 @@
 //! - [`config`]: the routes.toml types, the problems collector, the secret reader;
 //! - [`tasks`]: task state and its public shape, sealed task ids, the results cache,
 //!   the ledger;
-//! - [`providers`]: upstream APIs described by jq programs, the pooled client;
+//! - [`outbound`]: the requests the gateway makes: the guarded, pooled HTTP client and
+//!   where its requests may lead;
+//! - [`providers`]: upstream APIs described by jq programs;
 //! - [`webhooks`]: which callback URLs are accepted, and Standard Webhooks signing;
 //! - [`access`]: client keys and their limits;
 //! - [`models`]: the served models and their parameter schemas;
@@ -44,6 +46,7 @@ pub mod log_output;
 mod metrics;
 mod models;
 pub mod operator;
+pub mod outbound;
 pub mod providers;
 mod response;
 mod running;

@@ -13,7 +13,7 @@
 //! ledger untried, so one key's backlog at a dead receiver does not hold everyone's.
 //!
 //! Connections go only to addresses the callback rule allows, judged on the resolved
-//! address (the providers' guarded connector); redirects are not followed and at most
+//! address (the guarded connector of `outbound`); redirects are not followed and at most
 //! `max_answer_bytes` of an answer is read.
 
 use std::sync::{Arc, Mutex};
@@ -29,7 +29,7 @@ use super::Gateway;
 use super::shares::{self, Contact, Held, NotNow, ShareLimits, Shares, receiver_of};
 use crate::config::{Endpoint, WebhooksConfig};
 use crate::lifecycle::links;
-use crate::providers::{CallError, UpstreamClient};
+use crate::outbound::{CallError, UpstreamClient};
 use crate::snapshot::Snapshot;
 use crate::tasks::ledger::{Delivery, DeliveryOutcome, Ledger, PutBack, TaskRecord, now_ms};
 use crate::tasks::{MediaKind, TaskView, recorded_state};

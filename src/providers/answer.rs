@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use http::{HeaderMap, StatusCode};
 
-use super::client::CallError;
 use crate::error::ApiError;
+use crate::outbound::client::CallError;
 
 /// The call a provider was answering.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -11,9 +11,10 @@ use http_body_util::Full;
 use super::answer::{Refusal, Step};
 use super::jq::from_json;
 use super::plan::RequestPlan;
-use super::{Call, Provider, client};
+use super::{Call, Provider};
 use crate::config::{ContentConfig, Scope};
 use crate::error::ApiError;
+use crate::outbound::client;
 
 /// The content request that needs our key: `.` is `{"urls": […]}`, `$id` the upstream id.
 pub(super) struct ContentPlan {

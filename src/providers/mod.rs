@@ -11,22 +11,18 @@
 
 mod answer;
 mod by_model;
-mod client;
 mod content;
 pub mod document;
 pub mod jq;
-mod origin;
 mod plan;
-mod pool;
 mod query;
 pub mod redact;
 pub mod status;
 mod submit;
 
 pub use self::answer::{Refusal, Step};
-pub use self::client::{Answer as UpstreamAnswer, CallError, UpstreamClient};
-pub use self::origin::Reach;
 pub use self::submit::{SubmitError, Submitted};
+pub use crate::outbound::{Answer as UpstreamAnswer, CallError, UpstreamClient};
 
 use std::path::Path;
 use std::time::Duration;
@@ -37,11 +33,11 @@ use prometheus_client::metrics::counter::Counter;
 
 use self::content::ContentPlan;
 use self::jq::JqVars;
-use self::origin::Origin;
 use self::query::{QueryPlan, ResultPlan};
 use self::redact::Redactor;
 use self::submit::SubmitPlan;
 use crate::config::{AuthConfig, ProviderConfig, Scope, SecretSource};
+use crate::outbound::Origin;
 use crate::tasks::MediaKind;
 
 /// Which model a call is for, as the jq programs see it.
@@ -191,7 +187,7 @@ impl Provider {
 }
 
 /// The listed private networks; each one that does not parse is a problem.
-fn private_networks(at: &mut Scope, listed: &[String]) -> Vec<origin::Network> {
+fn private_networks(at: &mut Scope, listed: &[String]) -> Vec<crate::config::Network> {
     listed
         .iter()
         .filter_map(|n| at.check("allow_private_networks", n.parse()))

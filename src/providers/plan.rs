@@ -11,9 +11,9 @@ use serde_json::Value;
 use super::answer::Step;
 use super::by_model::ByModel;
 use super::jq::{Jq, JqVars};
-use super::origin::Origin;
 use crate::config::Scope;
 use crate::error::ApiError;
+use crate::outbound::origin::Origin;
 
 /// Method, path and query programs of one step, and its own static headers.
 pub struct RequestPlan {

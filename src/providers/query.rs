@@ -10,7 +10,6 @@ use jaq_json::Val;
 use prometheus_client::metrics::counter::Counter;
 
 use super::answer::{Refusal, Step};
-use super::client::Answer;
 use super::document::Document;
 use super::jq::{Jq, parse};
 use super::plan::RequestPlan;
@@ -18,6 +17,7 @@ use super::status::{StatusReader, urls_from};
 use super::{Call, Provider};
 use crate::config::{QueryConfig, ResultConfig, Scope};
 use crate::error::ApiError;
+use crate::outbound::client::Answer;
 use crate::tasks::{TaskState, TaskStatus};
 
 /// The status request and how its answer is read.

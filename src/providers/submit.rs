@@ -8,13 +8,13 @@ use jaq_json::Val;
 use serde_json::Value;
 
 use super::answer::{Refusal, Step};
-use super::client::Answer;
 use super::document::Document;
 use super::jq::{Jq, JqVars, from_json, to_text, write_json};
 use super::plan::RequestPlan;
 use super::{Call, Provider, header_map};
 use crate::config::{Scope, SubmitConfig};
 use crate::error::ApiError;
+use crate::outbound::client::Answer;
 use crate::tasks::TaskStatus;
 
 /// Tried when a provider names no `error_message` program: the usual places.

@@ -11,7 +11,7 @@ use std::time::Duration;
 use http::Uri;
 
 use crate::config::{Network, WebhooksConfig};
-use crate::providers::Reach;
+use crate::outbound::Reach;
 
 /// Longest callback URL accepted.
 pub const MAX_URL_LEN: usize = 2_048;

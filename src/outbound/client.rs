@@ -17,8 +17,8 @@ use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioIo;
 
-use super::origin::Reach;
-use super::pool::{Pool, SendError};
+use crate::outbound::origin::Reach;
+use crate::outbound::pool::{Pool, SendError};
 
 type Pooled = Pool<BoundedConnect<HttpsConnector<Guarded>>>;
 
