@@ -102,163 +102,155 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("mediagate");
-        let requests = Family::<RequestLabels, Counter>::default();
+        let mut metrics = Self {
+            registry: Registry::with_prefix("mediagate"),
+            requests: Family::<RequestLabels, Counter>::default(),
+            upstream: Family::new_with_constructor(upstream_histogram),
+            // 25 µs … ~0.4 s: the gateway's own share of a request.
+            overhead: Histogram::new(exponential_buckets(0.000_025, 2.0, 15)),
+            rate_limited: Family::<ReasonLabels, Counter>::default(),
+            shed: Family::<ReasonLabels, Counter>::default(),
+            reloads: Family::<ResultLabels, Counter>::default(),
+            connections_open: Gauge::default(),
+            connections_refused: Counter::default(),
+            tls_handshake_failures: Counter::default(),
+            cache_hits: Counter::default(),
+            cache_misses: Counter::default(),
+            unmapped_statuses: Counter::default(),
+            ledger_unknown_outcome: Gauge::default(),
+            ledger_errors: Counter::default(),
+            webhook_deliveries: Family::<ResultLabels, Counter>::default(),
+            webhook_attempts: Family::<ResultLabels, Counter>::default(),
+            webhook_put_back: Family::<ReasonLabels, Counter>::default(),
+            webhooks_pending: Gauge::default(),
+            webhook_oldest_pending_seconds: Gauge::default(),
+        };
+        metrics.register_serving();
+        metrics.register_tasks();
+        metrics.register_webhooks();
+        metrics.create_series();
+        metrics
+    }
+
+    /// Requests, their upstream and own time, refusals, reloads and connections.
+    fn register_serving(&mut self) {
+        let registry = &mut self.registry;
         registry.register(
             "requests",
             "Requests answered, by route template, HTTP status and model",
-            requests.clone(),
+            self.requests.clone(),
         );
-        let upstream: HistogramFamily<ProviderLabels> =
-            Family::new_with_constructor(upstream_histogram);
         registry.register(
             "upstream_duration_seconds",
             "Time spent waiting for providers within a request, by provider",
-            upstream.clone(),
+            self.upstream.clone(),
         );
-        // 25 µs … ~0.4 s: the gateway's own share of a request.
-        let overhead = Histogram::new(exponential_buckets(0.000_025, 2.0, 15));
         registry.register(
             "overhead_duration_seconds",
             "Request time spent in the gateway itself (total minus upstream)",
-            overhead.clone(),
+            self.overhead.clone(),
         );
-        let rate_limited = Family::<ReasonLabels, Counter>::default();
         registry.register(
             "rate_limited",
             "Requests refused with 429 by a per-key limit (reason: rate or submit)",
-            rate_limited.clone(),
+            self.rate_limited.clone(),
         );
-        let shed = Family::<ReasonLabels, Counter>::default();
         registry.register(
             "load_shed",
             "Requests refused with 503 because a concurrency cap was reached",
-            shed.clone(),
+            self.shed.clone(),
         );
-        let reloads = Family::<ResultLabels, Counter>::default();
         registry.register(
             "config_reloads",
             "Configuration reloads, by result (success or failure)",
-            reloads.clone(),
+            self.reloads.clone(),
         );
-        let connections_open = Gauge::default();
         registry.register(
             "connections_open",
             "Client connections currently open",
-            connections_open.clone(),
+            self.connections_open.clone(),
         );
-        let connections_refused = Counter::default();
         registry.register(
             "connections_refused",
             "Client connections closed at once because max_connections was reached",
-            connections_refused.clone(),
+            self.connections_refused.clone(),
         );
-        let tls_handshake_failures = Counter::default();
         registry.register(
             "tls_handshake_failures",
             "TLS handshakes that failed or timed out",
-            tls_handshake_failures.clone(),
+            self.tls_handshake_failures.clone(),
         );
-        let cache_hits = Counter::default();
+    }
+
+    /// The results cache, upstream status words and the ledger.
+    fn register_tasks(&mut self) {
+        let registry = &mut self.registry;
         registry.register(
             "cache_hits",
             "Task queries answered from the results cache",
-            cache_hits.clone(),
+            self.cache_hits.clone(),
         );
-        let cache_misses = Counter::default();
         registry.register(
             "cache_misses",
             "Task queries that needed the provider",
-            cache_misses.clone(),
+            self.cache_misses.clone(),
         );
-        let unmapped_statuses = Counter::default();
         registry.register(
             "unmapped_upstream_statuses",
             "Upstream status words missing from a provider's status_map (reported as processing)",
-            unmapped_statuses.clone(),
+            self.unmapped_statuses.clone(),
         );
-        let ledger_unknown_outcome = Gauge::default();
-        registry.register(
-            "ledger_unknown_outcome_tasks",
-            "Ledger rows whose submit outcome is unknown (to reconcile: `mediagate tasks --state unknown_outcome`)",
-            ledger_unknown_outcome.clone(),
-        );
-        let ledger_errors = Counter::default();
+        registry.register("ledger_unknown_outcome_tasks", "Ledger rows whose submit outcome is unknown (to reconcile: `mediagate tasks --state unknown_outcome`)", self.ledger_unknown_outcome.clone());
         registry.register(
             "ledger_errors",
             "Ledger statements that failed",
-            ledger_errors.clone(),
+            self.ledger_errors.clone(),
         );
-        let webhook_deliveries = Family::<ResultLabels, Counter>::default();
-        registry.register(
-            "webhook_deliveries",
-            "Webhook deliveries ended, by result (delivered, gone: the receiver answered 410, expired: retried too long)",
-            webhook_deliveries.clone(),
-        );
-        let webhook_attempts = Family::<ResultLabels, Counter>::default();
-        registry.register(
-            "webhook_attempts",
-            "Webhook delivery attempts, by result (success, http_error, unreachable, timeout, refused: a private address, not_sent: the key or its secret is gone)",
-            webhook_attempts.clone(),
-        );
-        let webhook_put_back = Family::<ReasonLabels, Counter>::default();
-        registry.register(
-            "webhook_put_back",
-            "Webhook deliveries put back untried, by reason (receiver_cooling_down: it did not answer lately, receiver_busy or key_busy: its share of max_in_flight is taken)",
-            webhook_put_back.clone(),
-        );
-        let webhooks_pending = Gauge::default();
+    }
+
+    /// Webhook deliveries and their backlog.
+    fn register_webhooks(&mut self) {
+        let registry = &mut self.registry;
+        registry.register("webhook_deliveries", "Webhook deliveries ended, by result (delivered, gone: the receiver answered 410, expired: retried too long)", self.webhook_deliveries.clone());
+        registry.register("webhook_attempts", "Webhook delivery attempts, by result (success, http_error, unreachable, timeout, refused: a private address, not_sent: the key or its secret is gone)", self.webhook_attempts.clone());
+        registry.register("webhook_put_back", "Webhook deliveries put back untried, by reason (receiver_cooling_down: it did not answer lately, receiver_busy or key_busy: its share of max_in_flight is taken)", self.webhook_put_back.clone());
         registry.register(
             "webhooks_pending",
             "Webhook deliveries owed (in the ledger, shared by replicas)",
-            webhooks_pending.clone(),
+            self.webhooks_pending.clone(),
         );
-        let webhook_oldest_pending_seconds = Gauge::default();
         registry.register(
             "webhook_oldest_pending_seconds",
             "Age of the oldest webhook delivery owed (0 when none is)",
-            webhook_oldest_pending_seconds.clone(),
+            self.webhook_oldest_pending_seconds.clone(),
         );
+    }
+
+    /// Series that exist from the start, so that rates and alerts see a zero.
+    fn create_series(&self) {
         for result in ["delivered", "gone", "expired"] {
-            let _ = webhook_deliveries.get_or_create(&ResultLabels { result });
+            let _ = self
+                .webhook_deliveries
+                .get_or_create(&ResultLabels { result });
         }
         for result in WEBHOOK_ATTEMPT_RESULTS {
-            let _ = webhook_attempts.get_or_create(&ResultLabels { result });
+            let _ = self
+                .webhook_attempts
+                .get_or_create(&ResultLabels { result });
         }
         for reason in WEBHOOK_PUT_BACK_REASONS {
-            let _ = webhook_put_back.get_or_create(&ReasonLabels { reason });
+            let _ = self
+                .webhook_put_back
+                .get_or_create(&ReasonLabels { reason });
         }
-        // Series that exist from the start, so that rates and alerts see a zero.
         for reason in ["rate", "submit"] {
-            let _ = rate_limited.get_or_create(&ReasonLabels { reason });
+            let _ = self.rate_limited.get_or_create(&ReasonLabels { reason });
         }
-        let _ = shed.get_or_create(&ReasonLabels {
+        let _ = self.shed.get_or_create(&ReasonLabels {
             reason: "key_concurrency",
         });
         for result in ["success", "failure"] {
-            let _ = reloads.get_or_create(&ResultLabels { result });
-        }
-        Self {
-            registry,
-            requests,
-            upstream,
-            overhead,
-            rate_limited,
-            shed,
-            reloads,
-            connections_open,
-            connections_refused,
-            tls_handshake_failures,
-            cache_hits,
-            cache_misses,
-            unmapped_statuses,
-            ledger_unknown_outcome,
-            ledger_errors,
-            webhook_deliveries,
-            webhook_put_back,
-            webhook_attempts,
-            webhooks_pending,
-            webhook_oldest_pending_seconds,
+            let _ = self.reloads.get_or_create(&ResultLabels { result });
         }
     }
 

@@ -293,31 +293,13 @@ fn spawn_connection<H: Host, S: HttpService, A: HttpService>(
     match kind {
         Kind::Plain => {
             let svc = conn.service(services.main.clone(), wrap(false));
-            shared.connections.spawn_on(
-                async move {
-                    if let Some(stream) = adopt(stream, peer)
-                        && let Some(protocol) = sniff(&stream, conn.first_byte).await
-                    {
-                        conn.run(stream, protocol, svc).await;
-                    }
-                    drop(slot);
-                },
-                worker,
-            );
+            let served = serve_plain(conn, svc, stream, slot);
+            shared.connections.spawn_on(served, worker);
         }
         Kind::Admin => {
             let svc = conn.service(services.admin.clone(), wrap(false));
-            shared.connections.spawn_on(
-                async move {
-                    if let Some(stream) = adopt(stream, peer)
-                        && let Some(protocol) = sniff(&stream, conn.first_byte).await
-                    {
-                        conn.run(stream, protocol, svc).await;
-                    }
-                    drop(slot);
-                },
-                worker,
-            );
+            let served = serve_plain(conn, svc, stream, slot);
+            shared.connections.spawn_on(served, worker);
         }
         Kind::Tls => {
             let Some((tls, timeout)) = settings.tls.clone() else {
@@ -347,6 +329,22 @@ fn spawn_connection<H: Host, S: HttpService, A: HttpService>(
             );
         }
     }
+}
+
+/// A plain-text connection on its worker: the protocol told by the first bytes, then
+/// served; its slot is given back when it ends.
+async fn serve_plain<S: HttpService>(
+    conn: Conn,
+    svc: ConnService<S>,
+    stream: std::net::TcpStream,
+    slot: Slot,
+) {
+    if let Some(stream) = adopt(stream, conn.peer)
+        && let Some(protocol) = sniff(&stream, conn.first_byte).await
+    {
+        conn.run(stream, protocol, svc).await;
+    }
+    drop(slot);
 }
 
 /// The accepted socket registered with the runtime this runs on (a worker's).

@@ -111,33 +111,17 @@ fn each_room_uses_only_the_rooms_listed_before_it() {
             .iter()
             .position(|(_, m)| m.iter().any(|m| m == module))
     };
-    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/src");
     let mut wrong = Vec::new();
-    let mut files = vec![std::path::PathBuf::from(src)];
-    while let Some(path) = files.pop() {
-        if path.is_dir() {
-            files.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+    for (rel, source) in sources() {
+        let top = rel.split('/').next().unwrap_or("").trim_end_matches(".rs");
+        if ["lib", "main"].contains(&top) {
             continue;
         }
-        let rel = path
-            .strip_prefix(src)
-            .unwrap()
-            .to_string_lossy()
-            .into_owned();
-        let top = rel
-            .split('/')
-            .next()
-            .unwrap_or("")
-            .trim_end_matches(".rs")
-            .to_string();
-        if ["lib", "main"].contains(&top.as_str()) {
-            continue;
-        }
-        let Some(own) = room_of(&top) else {
+        let Some(own) = room_of(top) else {
             wrong.push(format!("{rel}: in no room of docs/architecture.md"));
             continue;
         };
-        for used in modules_used(&std::fs::read_to_string(&path).unwrap()) {
+        for used in modules_used(&source) {
             if let Some(theirs) = room_of(&used)
                 && theirs > own
             {
@@ -154,5 +138,83 @@ fn each_room_uses_only_the_rooms_listed_before_it() {
         wrong.is_empty(),
         "arrows that run the wrong way:\n{}",
         wrong.join("\n")
+    );
+}
+
+/// Every `.rs` file under `src/`, with its path relative to `src/`.
+fn sources() -> Vec<(String, String)> {
+    let src = std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/src"));
+    let mut found = Vec::new();
+    let mut paths = vec![src.clone()];
+    while let Some(path) = paths.pop() {
+        if path.is_dir() {
+            paths.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            let rel = path
+                .strip_prefix(&src)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            found.push((rel, std::fs::read_to_string(&path).unwrap()));
+        }
+    }
+    found
+}
+
+/// Functions outside tests whose body is longer than 80 lines: `file name lines`.
+fn long_functions(file: &str, source: &str) -> Vec<String> {
+    let lines: Vec<&str> = source.lines().collect();
+    let end = lines
+        .windows(2)
+        .position(|w| w[0].starts_with("#[cfg(test)]") && w[1].starts_with("mod tests"))
+        .unwrap_or(lines.len());
+    let mut long = Vec::new();
+    let mut at = 0;
+    while at < end {
+        let line = lines[at];
+        let code = line.trim_start();
+        let indent = line.len() - code.len();
+        let head = [
+            "pub fn ",
+            "pub(super) fn ",
+            "pub(crate) fn ",
+            "fn ",
+            "async fn ",
+            "pub async fn ",
+            "pub(super) async fn ",
+            "pub(crate) async fn ",
+        ];
+        let Some(name) = head.iter().find_map(|h| code.strip_prefix(h)) else {
+            at += 1;
+            continue;
+        };
+        let name = name.split(['(', '<']).next().unwrap_or("").to_string();
+        let open =
+            (at..end).find(|&i| lines[i].contains('{') || lines[i].trim_end().ends_with(';'));
+        let Some(open) = open.filter(|&i| !lines[i].trim_end().ends_with(';')) else {
+            at += 1;
+            continue;
+        };
+        let close = (open + 1..end)
+            .find(|&i| lines[i].starts_with(&format!("{}}}", " ".repeat(indent))))
+            .unwrap_or(end);
+        if close - at + 1 > 80 {
+            long.push(format!("{file} {name} {}", close - at + 1));
+        }
+        at = close + 1;
+    }
+    long
+}
+
+#[test]
+fn no_function_outside_tests_is_longer_than_80_lines() {
+    let long: Vec<String> = sources()
+        .iter()
+        .flat_map(|(file, source)| long_functions(file, source))
+        .collect();
+    assert!(
+        long.is_empty(),
+        "functions over 80 lines:\n{}",
+        long.join("\n")
     );
 }

@@ -16,11 +16,24 @@ pub(super) fn reference(name: &str) -> Value {
 
 /// The schemas of the answers, by component name.
 pub(super) fn answers() -> BTreeMap<String, Value> {
-    let kind = json!({"type": "string", "enum": ["video", "image"]});
+    task_answers()
+        .into_iter()
+        .chain(other_answers())
+        .map(|(name, s)| (name.to_string(), s))
+        .collect()
+}
+
+fn kind() -> Value {
+    json!({"type": "string", "enum": ["video", "image"]})
+}
+
+/// What submit, query and listing answer.
+fn task_answers() -> [(&'static str, Value); 4] {
+    let kind = kind();
     let status = json!({"type": "string", "enum": ["queued", "processing", "completed", "failed"]});
     let id = json!({"type": "string", "description": "The task id: store it to query the task."});
     let created = json!({"type": "integer", "minimum": 0, "description": "Unix seconds."});
-    let schemas = [
+    [
         (
             "Submitted",
             closed(
@@ -59,6 +72,13 @@ pub(super) fn answers() -> BTreeMap<String, Value> {
             ),
         ),
         ("TaskList", list("Task")),
+    ]
+}
+
+/// The model list, the error body, health and readiness.
+fn other_answers() -> [(&'static str, Value); 5] {
+    let kind = kind();
+    [
         (
             "Model",
             closed(
@@ -95,11 +115,7 @@ pub(super) fn answers() -> BTreeMap<String, Value> {
             "Ready",
             closed(&["status"], json!({"status": {"const": "ready"}})),
         ),
-    ];
-    schemas
-        .into_iter()
-        .map(|(name, s)| (name.to_string(), s))
-        .collect()
+    ]
 }
 
 /// An object with exactly these properties, `required` of them always present.
