@@ -3,8 +3,8 @@
 //! most every [`GATHER`]. A line wakes that thread only when it was asleep (nothing
 //! queued since its last write): under load the threads that log make no system call
 //! for a line and never wait for each other, and the writing thread wakes about a
-//! hundred times a second. (A queue read line by line, as before, woke it for most
-//! lines and made it spin between them.) Nothing is dropped: past [`MAX_LINES`]
+//! hundred times a second (a queue read line by line would wake it for most lines and
+//! make it spin between them). Nothing is dropped: past [`MAX_LINES`]
 //! queued (standard error blocked), a thread that logs waits for room; at exit the
 //! guard waits for what is queued, up to [`FLUSH_AT_EXIT`].
 

@@ -111,7 +111,7 @@ impl std::fmt::Debug for KeyLimiter {
 }
 
 /// Why a request was refused.
-pub enum Refusal {
+pub enum LimitExceeded {
     /// 429, with the bucket's headers.
     Rate {
         which: &'static str,
@@ -201,13 +201,13 @@ impl KeyLimiter {
     pub fn admit(
         &self,
         is_submit: bool,
-    ) -> Result<(Option<RateHeaders>, Option<OwnedSemaphorePermit>), Refusal> {
+    ) -> Result<(Option<RateHeaders>, Option<OwnedSemaphorePermit>), LimitExceeded> {
         let mut shown = None;
         if let Some(bucket) = &self.all {
             match bucket.take() {
                 Ok(h) => shown = Some(h),
                 Err((headers, wait)) => {
-                    return Err(Refusal::Rate {
+                    return Err(LimitExceeded::Rate {
                         which: "rate",
                         headers,
                         wait,
@@ -224,7 +224,7 @@ impl KeyLimiter {
                     }
                 }
                 Err((headers, wait)) => {
-                    return Err(Refusal::Rate {
+                    return Err(LimitExceeded::Rate {
                         which: "submit",
                         headers,
                         wait,
@@ -235,7 +235,7 @@ impl KeyLimiter {
         let permit = match &self.in_progress {
             Some(sem) => match sem.clone().try_acquire_owned() {
                 Ok(p) => Some(p),
-                Err(_) => return Err(Refusal::Busy(self.settings.max_concurrent_requests)),
+                Err(_) => return Err(LimitExceeded::Busy(self.settings.max_concurrent_requests)),
             },
             None => None,
         };
@@ -299,7 +299,7 @@ mod tests {
             assert_eq!((h.limit, h.remaining), (3, left));
         }
         match l.admit(false) {
-            Err(Refusal::Rate { headers, wait, .. }) => {
+            Err(LimitExceeded::Rate { headers, wait, .. }) => {
                 assert_eq!(headers.remaining, 0);
                 assert!(wait > Duration::ZERO && wait <= Duration::from_secs(100));
                 assert!(headers.reset >= wait);
@@ -326,7 +326,7 @@ mod tests {
         }
         let l = KeyLimiter::new(settings(1e-6, 1));
         assert!(l.admit(false).is_ok());
-        assert!(matches!(l.admit(false), Err(Refusal::Rate { .. })));
+        assert!(matches!(l.admit(false), Err(LimitExceeded::Rate { .. })));
     }
 
     #[test]
@@ -338,7 +338,7 @@ mod tests {
         assert!(l.admit(true).is_ok());
         assert!(matches!(
             l.admit(true),
-            Err(Refusal::Rate {
+            Err(LimitExceeded::Rate {
                 which: "submit",
                 ..
             })
@@ -352,7 +352,7 @@ mod tests {
         s.max_concurrent_requests = 1;
         let l = KeyLimiter::new(s);
         let held = l.admit(false).ok().unwrap();
-        assert!(matches!(l.admit(false), Err(Refusal::Busy(1))));
+        assert!(matches!(l.admit(false), Err(LimitExceeded::Busy(1))));
         drop(held);
         assert!(l.admit(false).is_ok());
     }

@@ -5,4 +5,4 @@ pub mod keys;
 pub mod limits;
 
 pub use self::keys::{ApiKey, KeyRing, key_digest};
-pub use self::limits::{KeyLimiter, KeyLimits, RateHeaders, Refusal};
+pub use self::limits::{KeyLimiter, KeyLimits, LimitExceeded, RateHeaders};

@@ -8,14 +8,14 @@ use subtle::ConstantTimeEq;
 
 use super::context::Ctx;
 use super::routing::Route;
-use super::stack::{Next, Step};
+use super::stack::{Next, Phase};
 use crate::error::ApiError;
 use crate::response::ResponseFuture;
 
 #[derive(Clone, Default)]
 pub struct Authenticate;
 
-impl Step for Authenticate {
+impl Phase for Authenticate {
     fn call<S: Next<B>, B: Send + 'static>(
         &self,
         ctx: Ctx,

@@ -12,8 +12,8 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use super::context::Ctx;
 use super::routing::Route;
-use super::stack::{Next, Step};
-use crate::access::Refusal;
+use super::stack::{Next, Phase};
+use crate::access::LimitExceeded;
 use crate::error::ApiError;
 use crate::gateway::Gateway;
 use crate::response::{BoxError, ResponseBody, ResponseFuture};
@@ -29,7 +29,7 @@ impl KeyLimit {
     }
 }
 
-impl Step for KeyLimit {
+impl Phase for KeyLimit {
     fn call<S: Next<B>, B: Send + 'static>(
         &self,
         ctx: Ctx,
@@ -57,7 +57,7 @@ impl Step for KeyLimit {
                     None => resp,
                 })
             }),
-            Err(Refusal::Rate {
+            Err(LimitExceeded::Rate {
                 which,
                 headers,
                 wait,
@@ -67,7 +67,7 @@ impl Step for KeyLimit {
                 headers.write(resp.headers_mut());
                 Box::pin(async move { Ok(resp) })
             }
-            Err(Refusal::Busy(max)) => {
+            Err(LimitExceeded::Busy(max)) => {
                 metrics.shed("key_concurrency");
                 let resp = ApiError::key_overloaded(max).into_response();
                 Box::pin(async move { Ok(resp) })

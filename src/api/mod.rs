@@ -33,7 +33,7 @@ use self::auth::Authenticate;
 use self::handlers::Dispatch;
 use self::limits::KeyLimit;
 use self::request_log::RequestLogLayer;
-use self::stack::StepLayer;
+use self::stack::PhaseLayer;
 use crate::error::ApiError;
 use crate::gateway::Gateway;
 use crate::response::ResponseBody;
@@ -55,8 +55,8 @@ where
 {
     ServiceBuilder::new()
         .layer(RequestLogLayer::new(gateway.clone()))
-        .layer(StepLayer(Authenticate))
-        .layer(StepLayer(KeyLimit::new(gateway.clone())))
+        .layer(PhaseLayer(Authenticate))
+        .layer(PhaseLayer(KeyLimit::new(gateway.clone())))
         .service(Dispatch::new(gateway))
 }
 

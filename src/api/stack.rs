@@ -1,4 +1,4 @@
-//! The tower plumbing every layer of the stack shares. A layer is a [`Step`]: it sees
+//! The tower plumbing every layer of the stack shares. A layer is a [`Phase`]: it sees
 //! the request with its [`RequestContext`](super::context::RequestContext) and the rest
 //! of the stack ([`Next`]), and returns the response. Errors never escape
 //! (`Infallible`): a refusal is already an error response.
@@ -12,7 +12,7 @@ use tower::{Layer, Service};
 use super::context::Ctx;
 use crate::response::{ResponseBody, ResponseFuture};
 
-/// The rest of the stack, as a step sees it.
+/// The rest of the stack, as a phase sees it.
 pub trait Next<B>:
     Service<(Ctx, Request<B>), Response = Response<ResponseBody>, Error = Infallible, Future: Send>
     + Clone
@@ -33,8 +33,8 @@ impl<T, B> Next<B> for T where
 {
 }
 
-/// One step of the request path.
-pub trait Step: Clone + Send + 'static {
+/// One phase of the request path.
+pub trait Phase: Clone + Send + 'static {
     fn call<S: Next<B>, B: Send + 'static>(
         &self,
         ctx: Ctx,
@@ -43,29 +43,29 @@ pub trait Step: Clone + Send + 'static {
     ) -> ResponseFuture;
 }
 
-/// A step as a tower layer.
+/// A phase as a tower layer.
 #[derive(Clone)]
-pub struct StepLayer<T>(pub T);
+pub struct PhaseLayer<T>(pub T);
 
-impl<T: Clone, S> Layer<S> for StepLayer<T> {
-    type Service = Stepped<T, S>;
+impl<T: Clone, S> Layer<S> for PhaseLayer<T> {
+    type Service = Phased<T, S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        Stepped {
-            step: self.0.clone(),
+        Phased {
+            phase: self.0.clone(),
             inner,
         }
     }
 }
 
-/// A step in front of the rest of the stack.
+/// A phase in front of the rest of the stack.
 #[derive(Clone)]
-pub struct Stepped<T, S> {
-    step: T,
+pub struct Phased<T, S> {
+    phase: T,
     inner: S,
 }
 
-impl<T: Step, S: Next<B>, B: Send + 'static> Service<(Ctx, Request<B>)> for Stepped<T, S> {
+impl<T: Phase, S: Next<B>, B: Send + 'static> Service<(Ctx, Request<B>)> for Phased<T, S> {
     type Response = Response<ResponseBody>;
     type Error = Infallible;
     type Future = ResponseFuture;
@@ -78,6 +78,6 @@ impl<T: Step, S: Next<B>, B: Send + 'static> Service<(Ctx, Request<B>)> for Step
         // Hand on the service that was driven to readiness; keep a fresh clone.
         let clone = self.inner.clone();
         let ready = std::mem::replace(&mut self.inner, clone);
-        self.step.call(ctx, req, ready)
+        self.phase.call(ctx, req, ready)
     }
 }

@@ -35,7 +35,7 @@ pub fn is_json(headers: &HeaderMap) -> bool {
 /// After a refusal for size, at most this much more of the body is read and dropped
 /// (and for at most [`DRAIN_TIME`]) before the 413 goes out. A client that is still
 /// sending would otherwise find the connection closed under it and never read the
-/// answer; a body larger than this gets the connection closed as before.
+/// answer; past this, the connection is closed without reading more.
 const DRAIN_BYTES: u64 = 1024 * 1024;
 const DRAIN_TIME: Duration = Duration::from_secs(2);
 

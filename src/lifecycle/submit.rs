@@ -13,7 +13,7 @@ use super::TaskService;
 use crate::config::{Endpoint, QuotaConfig};
 use crate::error::ApiError;
 use crate::models::Model;
-use crate::providers::{Provider, SubmitError, Submitted as UpstreamCreated};
+use crate::providers::{Accepted, Provider, SubmitError};
 use crate::snapshot::Snapshot;
 use crate::tasks::ledger::{self, Admission, Answer, Ledger, NewTask, State, fingerprint};
 use crate::tasks::{SubmitResponse, TaskId, TaskStatus};
@@ -251,12 +251,12 @@ async fn forward(
             tracing::warn!(row, error = %e, "ledger update failed before a provider attempt");
         }
         match provider.submit(model.call(), &order.params).await {
-            Ok(created) => {
+            Ok(accepted) => {
                 attempted
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
-                    .upstream_time = Some(created.upstream_time);
-                return seal(order, provider, created);
+                    .upstream_time = Some(accepted.upstream_time);
+                return seal(order, provider, accepted);
             }
             Err(SubmitError::Refused(e)) => {
                 tracing::warn!(provider = %provider.name, code = e.code, "provider refused the submit; trying the next one");
@@ -273,14 +273,10 @@ async fn forward(
 }
 
 /// The created task's sealed id.
-fn seal(
-    order: &SubmitOrder,
-    provider: &Provider,
-    created: UpstreamCreated,
-) -> Result<Created, Failure> {
+fn seal(order: &SubmitOrder, provider: &Provider, accepted: Accepted) -> Result<Created, Failure> {
     let task = TaskId {
         provider: provider.name.clone(),
-        upstream_id: created.upstream_id,
+        upstream_id: accepted.upstream_id,
         model: order.model.id.clone(),
         kind: order.model.kind,
         owner: order.owner.to_string(),
@@ -290,7 +286,7 @@ fn seal(
         Ok(id) => Ok(Created {
             task,
             id,
-            status: created.status,
+            status: accepted.status,
             first_poll: provider.poll_interval(),
         }),
         Err(_) => {

@@ -45,7 +45,7 @@ impl std::fmt::Debug for UpstreamClient {
 
 /// A complete upstream answer.
 #[derive(Debug)]
-pub struct Answer {
+pub struct Reply {
     pub status: StatusCode,
     pub headers: HeaderMap,
     pub body: Bytes,
@@ -256,7 +256,7 @@ impl UpstreamClient {
         &self,
         request: Request<Full<Bytes>>,
         timeout: Duration,
-    ) -> Result<Answer, CallError> {
+    ) -> Result<Reply, CallError> {
         let exchange = async {
             let (response, lease) = self.pool.send(request).await.map_err(call_error)?;
             let (parts, body) = response.into_parts();
@@ -268,7 +268,7 @@ impl UpstreamClient {
             if let Some(lease) = lease {
                 self.pool.give_back(lease);
             }
-            Ok(Answer {
+            Ok(Reply {
                 status: parts.status,
                 headers: parts.headers,
                 body,

@@ -8,5 +8,5 @@ pub mod client;
 pub mod origin;
 pub mod pool;
 
-pub use self::client::{Answer, CallError, UpstreamClient};
+pub use self::client::{CallError, Reply, UpstreamClient};
 pub use self::origin::{Origin, Reach};

@@ -21,8 +21,8 @@ pub mod status;
 mod submit;
 
 pub use self::answer::{Refusal, Step};
-pub use self::submit::{SubmitError, Submitted};
-pub use crate::outbound::{Answer as UpstreamAnswer, CallError, UpstreamClient};
+pub use self::submit::{Accepted, SubmitError};
+pub use crate::outbound::{CallError, UpstreamClient};
 
 use std::path::Path;
 use std::time::Duration;

@@ -17,7 +17,7 @@ use super::status::{StatusReader, urls_from};
 use super::{Call, Provider};
 use crate::config::{QueryConfig, ResultConfig, Scope};
 use crate::error::ApiError;
-use crate::outbound::client::Answer;
+use crate::outbound::Reply;
 use crate::tasks::{TaskState, TaskStatus};
 
 /// The status request and how its answer is read.
@@ -106,11 +106,7 @@ impl Provider {
 
     /// One complete exchange of a query or result step: a successful answer, or its
     /// catalogue error.
-    async fn exchange(
-        &self,
-        step: Step,
-        request: Request<Full<Bytes>>,
-    ) -> Result<Answer, ApiError> {
+    async fn exchange(&self, step: Step, request: Request<Full<Bytes>>) -> Result<Reply, ApiError> {
         let answer = self.client.call(request, self.query_timeout).await.map_err(|e| {
             tracing::warn!(provider = %self.name, step = step.as_str(), error = %e, "upstream call failed");
             Refusal::of_call(&e).into_error(&self.name, step, None)

@@ -14,15 +14,15 @@ use super::plan::RequestPlan;
 use super::{Call, Provider, header_map};
 use crate::config::{Scope, SubmitConfig};
 use crate::error::ApiError;
-use crate::outbound::client::Answer;
+use crate::outbound::Reply;
 use crate::tasks::TaskStatus;
 
 /// Tried when a provider names no `error_message` program: the usual places.
 const DEFAULT_ERROR_MESSAGE: &str = r#"if type == "object" then (.error.message? // .message? // .msg? // .detail? // .error? // .base_resp.status_msg?) else null end | if type == "string" then . else null end"#;
 
-/// A created upstream task.
+/// A task the upstream accepted: its id, the status it first gave, and how long it took.
 #[derive(Debug)]
-pub struct Submitted {
+pub struct Accepted {
     pub upstream_id: String,
     pub status: TaskStatus,
     pub upstream_time: Duration,
@@ -89,7 +89,7 @@ impl SubmitPlan {
 
 impl Provider {
     /// Create a task upstream.
-    pub async fn submit(&self, call: Call<'_>, params: &Value) -> Result<Submitted, SubmitError> {
+    pub async fn submit(&self, call: Call<'_>, params: &Value) -> Result<Accepted, SubmitError> {
         let request = self
             .build_submit(call, params)
             .map_err(SubmitError::Refused)?;
@@ -101,7 +101,7 @@ impl Provider {
             self.refused(Refusal::of_call(&e), None)
         })?;
         let (upstream_id, status) = self.read_submit_answer(answer, &call.vars(None))?;
-        Ok(Submitted {
+        Ok(Accepted {
             upstream_id,
             status,
             upstream_time,
@@ -186,7 +186,7 @@ impl Provider {
 
     fn read_submit_answer(
         &self,
-        answer: Answer,
+        answer: Reply,
         vars: &JqVars,
     ) -> Result<(String, TaskStatus), SubmitError> {
         let body = Document::new(&answer.body);
