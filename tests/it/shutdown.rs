@@ -82,21 +82,20 @@ async fn sigterm_drains_in_flight_requests_then_exits_0() {
     drop(idle);
 }
 
-#[tokio::test]
-async fn grace_period_bounds_the_wait() {
+/// A stop while a submit is held at the provider: the client is cut at the end of
+/// the grace period, but the submit goes on, and the process exits once the provider
+/// answered (submitted once). `top` sets the ledger.
+async fn a_stop_finishes_a_held_submit(top: &str) -> Proc {
     let fake = Fake::start().await;
-    // Without a ledger too, a submit the provider received runs to its end: the
-    // client is cut at the end of the grace period, the process waits for the submit.
     let (mut gw, held) = held_gateway(
         &fake,
         "shutdown_grace_ms = 300\nrequest_timeout_ms = 120000",
-        "[ledger]\nurl = \"none\"",
+        top,
     )
     .await;
     let in_flight = submit_in_background(&gw.client());
     held.arrived(1).await;
     gw.signal("TERM").await;
-    // The request that outlived the grace period was cut, not answered.
     let cut = in_flight.await.unwrap();
     assert!(cut.is_err(), "{cut:?}");
     gw.wait_for_log("waiting for submits in flight", 1).await;
@@ -105,28 +104,18 @@ async fn grace_period_bounds_the_wait() {
     let status = gw.wait_exit(PATIENCE).await;
     assert_eq!(status.code(), Some(0), "{}", gw.log());
     assert_eq!(fake.take().len(), 1, "submitted once");
+    gw
+}
+
+#[tokio::test]
+async fn grace_period_bounds_the_wait_and_a_submit_runs_to_its_end_without_a_ledger() {
+    a_stop_finishes_a_held_submit("[ledger]\nurl = \"none\"").await;
 }
 
 #[tokio::test]
 async fn a_stop_waits_for_submits_the_provider_received() {
-    let fake = Fake::start().await;
-    let (mut gw, held) = held_gateway(
-        &fake,
-        "shutdown_grace_ms = 300\nrequest_timeout_ms = 120000",
-        "",
-    )
-    .await;
-    let in_flight = submit_in_background(&gw.client());
-    held.arrived(1).await;
-    gw.signal("TERM").await;
-    // The client is cut at the end of the grace period, but the submit goes on…
-    let cut = in_flight.await.unwrap();
-    assert!(cut.is_err(), "{cut:?}");
-    gw.wait_for_log("waiting for submits in flight", 1).await;
-    // …until the provider answers; then the process exits, the task in its ledger.
-    held.release();
-    let status = gw.wait_exit(PATIENCE).await;
-    assert_eq!(status.code(), Some(0), "{}", gw.log());
+    let gw = a_stop_finishes_a_held_submit("").await;
+    // The task is in the ledger.
     let tasks = operator(gw.dir(), &["tasks"]);
     let row = tasks.lines().nth(1).unwrap_or_default();
     assert!(
