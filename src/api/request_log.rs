@@ -16,7 +16,7 @@ use tracing::Instrument;
 use super::context::{Ctx, RequestContext};
 use super::routing::{Optional, route};
 use super::stack::Next;
-use crate::error::ErrorCode;
+use crate::error::{ApiError, ErrorCode};
 use crate::gateway::Gateway;
 use crate::response::{ResponseBody, ResponseFuture};
 
@@ -119,18 +119,14 @@ impl<S: Next<B>, B: Send + 'static> Service<Request<B>> for RequestLog<S> {
             metrics: snapshot.metrics_on_main_listeners(),
             openapi: snapshot.server.openapi,
         };
-        let mut route = route(req.method(), req.uri().path(), optional);
-        if req
-            .extensions()
-            .get::<crate::edge::conn::OverCap>()
-            .is_some()
-        {
-            let error = crate::edge::conn::OverCap::error();
-            route = super::routing::Route::Refused {
-                error,
+        let over_cap = req.extensions().get::<crate::edge::conn::OverCap>();
+        let route = match over_cap {
+            None => route(req.method(), req.uri().path(), optional),
+            Some(_) => super::routing::Route::Refused {
+                error: ApiError::too_many_connections(),
                 public: true,
-            };
-        }
+            },
+        };
         let ctx: Ctx = Arc::new(RequestContext::new(id, route, snapshot));
         let method = req.method().clone();
         let gateway = self.layer.gateway.clone();

@@ -28,7 +28,6 @@ use hyper::body::Incoming;
 use tower::Service;
 
 use crate::config::Network;
-use crate::error::ApiError;
 use crate::response::{BoxError, ResponseBody, ResponseFuture};
 
 /// What a request's connection was, in its extensions.
@@ -43,16 +42,10 @@ pub struct Connection {
     pub client: IpAddr,
 }
 
-/// In a request's extensions when its client address is over its cap: the API answers
-/// it with [`ApiError::too_many_connections`].
+/// In a request's extensions when its client address is over its cap: the API refuses
+/// it (with its request id and access-log line), the edge only marks it.
 #[derive(Debug, Clone, Copy)]
 pub struct OverCap;
-
-impl OverCap {
-    pub fn error() -> ApiError {
-        ApiError::too_many_connections()
-    }
-}
 
 /// The per-client-address settings from `[server]`.
 #[derive(Debug, Clone, Default)]
