@@ -195,7 +195,7 @@ fn cache(c: &mut Criterion) {
     let key = TaskCache::key("simulator", "sim-1763700000000-vo-0123456789ab");
     runtime.block_on(async {
         cache
-            .get_or_fetch(key.clone(), || async { Ok(completed()) })
+            .get_or_fetch(key.clone(), || async { Ok::<_, String>(completed()) })
             .await
             .unwrap()
     });
@@ -204,7 +204,7 @@ fn cache(c: &mut Criterion) {
             runtime.block_on(async {
                 let key = TaskCache::key("simulator", "sim-1763700000000-vo-0123456789ab");
                 let state: Arc<TaskState> = cache
-                    .get_or_fetch(key, || async { unreachable!("cached") })
+                    .get_or_fetch::<_, _, String>(key, || async { unreachable!("cached") })
                     .await
                     .unwrap();
                 state

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::TaskService;
 use crate::error::ApiError;
-use crate::providers::Call;
+use crate::providers::{Call, UpstreamError};
 use crate::snapshot::Snapshot;
 use crate::tasks::{MediaKind, TaskCache, TaskId, TaskState};
 
@@ -79,7 +79,7 @@ impl TaskService {
                     self.finished(task.provider, task.upstream_id, &key, &state)
                         .await;
                 }
-                Ok(state)
+                Ok::<_, UpstreamError>(state)
             })
             .await?;
         let upstream_time = upstream_time.get().copied();

@@ -17,6 +17,7 @@
 
 pub mod links;
 mod lookup;
+mod refusals;
 mod submit;
 mod waiters;
 

@@ -259,12 +259,16 @@ async fn forward(
                 return seal(order, provider, accepted);
             }
             Err(SubmitError::Refused(e)) => {
+                let e = ApiError::from(e);
                 tracing::warn!(provider = %provider.name, code = e.code, "provider refused the submit; trying the next one");
                 refusal = Some(e);
             }
-            Err(SubmitError::Rejected(e)) => return Err(Failure::Rejected(e)),
+            Err(SubmitError::Rejected(e)) => return Err(Failure::Rejected(e.into())),
             Err(SubmitError::Unknown(e)) => {
-                return Err(Failure::Unknown(Box::new((e, provider.name.clone()))));
+                return Err(Failure::Unknown(Box::new((
+                    e.into(),
+                    provider.name.clone(),
+                ))));
             }
         }
     }

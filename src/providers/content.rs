@@ -8,12 +8,12 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Request, StatusCode};
 use http_body_util::Full;
 
+use super::UpstreamError;
 use super::answer::{Refusal, Step};
 use super::jq::from_json;
 use super::plan::RequestPlan;
 use super::{Call, Provider};
 use crate::config::{ContentConfig, Scope};
-use crate::error::ApiError;
 use crate::outbound::client;
 
 /// The content request that needs our key: `.` is `{"urls": […]}`, `$id` the upstream id.
@@ -67,9 +67,9 @@ impl Provider {
         upstream_id: &str,
         urls: &[String],
         range: Option<HeaderValue>,
-    ) -> Result<http::Response<client::IdleTimeout<hyper::body::Incoming>>, ApiError> {
+    ) -> Result<http::Response<client::IdleTimeout<hyper::body::Incoming>>, UpstreamError> {
         let Some(plan) = &self.content else {
-            return Err(ApiError::task_not_found());
+            return Err(UpstreamError::TaskGone);
         };
         let mut request = {
             let vars = call.vars(Some(upstream_id));
@@ -95,11 +95,11 @@ impl Provider {
             let status = response.status();
             if status.is_redirection() && status != StatusCode::NOT_MODIFIED {
                 let next = redirect_target(&at, response.headers()).ok_or_else(|| {
-                    ApiError::upstream_failed("content", "redirected without a usable Location")
+                    UpstreamError::failed("content", "redirected without a usable Location")
                 })?;
                 if !self.origin.may_reach(&next) {
                     tracing::warn!(provider = %self.name, to = %self.redactor.for_log(&next.to_string()), "content redirect into a private network refused");
-                    return Err(ApiError::upstream_failed(
+                    return Err(UpstreamError::failed(
                         "content",
                         "redirected into a private network; refused",
                     ));
@@ -108,7 +108,7 @@ impl Provider {
                 continue;
             }
             if status == StatusCode::RANGE_NOT_SATISFIABLE {
-                return Err(ApiError::range_not_satisfiable());
+                return Err(UpstreamError::RangeNotSatisfiable);
             }
             if let Some(refusal) = Refusal::of_status(Step::Content, status, response.headers()) {
                 return Err(refusal.into_error(&self.name, Step::Content, None));
@@ -116,7 +116,7 @@ impl Provider {
             let idle = plan.timeout;
             return Ok(response.map(|body| client::IdleTimeout::new(body, idle)));
         }
-        Err(ApiError::upstream_failed("content", "too many redirects"))
+        Err(UpstreamError::failed("content", "too many redirects"))
     }
 
     /// A GET to where a content request was redirected; our headers only when it

@@ -13,6 +13,7 @@ mod answer;
 mod by_model;
 mod content;
 pub mod document;
+mod error;
 pub mod jq;
 mod plan;
 mod query;
@@ -21,6 +22,7 @@ pub mod status;
 mod submit;
 
 pub use self::answer::{Refusal, Step};
+pub use self::error::UpstreamError;
 pub use self::submit::{Accepted, SubmitError};
 pub use crate::outbound::{CallError, UpstreamClient};
 
@@ -167,11 +169,10 @@ impl Provider {
         self.redactor.for_log(word)
     }
 
-    /// `e` with its message cleaned by the provider's redactor: for errors whose message
-    /// carries what a program made of an upstream answer.
-    fn cleaned(&self, mut e: crate::error::ApiError) -> crate::error::ApiError {
-        e.message = self.redactor.clean(&e.message).into();
-        e
+    /// `e` with its text cleaned by the provider's redactor: for errors that carry what
+    /// a program made of an upstream answer.
+    fn cleaned(&self, e: UpstreamError) -> UpstreamError {
+        e.cleaned(|text| self.redactor.clean(text))
     }
 
     /// How long a submit may take: after that, its outcome is unknown.

@@ -8,11 +8,11 @@ use http_body_util::Full;
 use jaq_json::Val;
 use serde_json::Value;
 
+use super::UpstreamError;
 use super::answer::Step;
 use super::by_model::ByModel;
 use super::jq::{Jq, JqVars};
 use crate::config::Scope;
-use crate::error::ApiError;
 use crate::outbound::origin::Origin;
 
 /// Method, path and query programs of one step, and its own static headers.
@@ -70,7 +70,7 @@ impl RequestPlan {
         input: &Val,
         vars: &JqVars,
         body: Option<Vec<u8>>,
-    ) -> Result<Request<Full<Bytes>>, ApiError> {
+    ) -> Result<Request<Full<Bytes>>, UpstreamError> {
         let (target, absolute) = self.target(vars, || self.build_target(origin, input, vars))?;
         self.request(origin, target, absolute, body)
     }
@@ -84,7 +84,7 @@ impl RequestPlan {
         model_vars: &JqVars,
         inputs: impl FnOnce() -> (Val, JqVars),
         body: Option<Vec<u8>>,
-    ) -> Result<Request<Full<Bytes>>, ApiError> {
+    ) -> Result<Request<Full<Bytes>>, UpstreamError> {
         let (target, absolute) = self.target(model_vars, || {
             let (input, vars) = inputs();
             self.build_target(origin, &input, &vars)
@@ -98,7 +98,7 @@ impl RequestPlan {
         target: Uri,
         absolute: bool,
         body: Option<Vec<u8>>,
-    ) -> Result<Request<Full<Bytes>>, ApiError> {
+    ) -> Result<Request<Full<Bytes>>, UpstreamError> {
         let mut builder = Request::builder()
             .method(self.method.clone())
             .uri(target.clone());
@@ -122,8 +122,8 @@ impl RequestPlan {
     fn target(
         &self,
         vars: &JqVars,
-        build: impl FnOnce() -> Result<(Uri, bool), ApiError>,
-    ) -> Result<(Uri, bool), ApiError> {
+        build: impl FnOnce() -> Result<(Uri, bool), UpstreamError>,
+    ) -> Result<(Uri, bool), UpstreamError> {
         let Some((built, model)) = self.built.as_ref().zip(vars.model_values()) else {
             return build();
         };
@@ -140,7 +140,7 @@ impl RequestPlan {
         origin: &Origin,
         input: &Val,
         vars: &JqVars,
-    ) -> Result<(Uri, bool), ApiError> {
+    ) -> Result<(Uri, bool), UpstreamError> {
         let path = match self.path.json(input.clone(), vars) {
             Ok(Value::String(p)) => p,
             Ok(other) => {
@@ -180,9 +180,9 @@ impl RequestPlan {
     }
 
     /// A request the configuration could not build: the operator's to fix.
-    fn broken(&self, key: &str, what: impl std::fmt::Display) -> ApiError {
+    fn broken(&self, key: &str, what: impl std::fmt::Display) -> UpstreamError {
         let step = self.step.as_str();
-        ApiError::upstream_failed(step, format!("`{step}.{key}` {what}"))
+        UpstreamError::failed(step, format!("`{step}.{key}` {what}"))
     }
 }
 
@@ -241,7 +241,7 @@ mod tests {
     }
 
     /// A GET whose path is the jq program `code`.
-    fn get(code: &str) -> Result<Request<Full<Bytes>>, ApiError> {
+    fn get(code: &str) -> Result<Request<Full<Bytes>>, UpstreamError> {
         let mut problems = Problems::default();
         let plan = RequestPlan::compile(
             Step::Query,
@@ -336,10 +336,12 @@ mod tests {
                 "gave {\"a\":\"…\"}",
             ),
         ] {
-            let e = get(code).unwrap_err();
-            assert_eq!(e.status, http::StatusCode::BAD_GATEWAY, "{code}");
-            assert!(e.message.contains(says), "{code}: {}", e.message);
-            assert!(e.message.contains("`query.path`"), "{code}: {}", e.message);
+            let UpstreamError::Failed { step, what } = get(code).unwrap_err() else {
+                panic!("{code}: not a failed step");
+            };
+            assert_eq!(step, "query", "{code}");
+            assert!(what.contains(says), "{code}: {what}");
+            assert!(what.contains("`query.path`"), "{code}: {what}");
         }
     }
 

@@ -9,6 +9,7 @@ use http_body_util::Full;
 use jaq_json::Val;
 use prometheus_client::metrics::counter::Counter;
 
+use super::UpstreamError;
 use super::answer::{Refusal, Step};
 use super::document::Document;
 use super::jq::{Jq, parse};
@@ -16,7 +17,6 @@ use super::plan::RequestPlan;
 use super::status::{StatusReader, urls_from};
 use super::{Call, Provider};
 use crate::config::{QueryConfig, ResultConfig, Scope};
-use crate::error::ApiError;
 use crate::outbound::Reply;
 use crate::tasks::{TaskState, TaskStatus};
 
@@ -61,7 +61,7 @@ impl Provider {
         &self,
         call: Call<'_>,
         upstream_id: &str,
-    ) -> Result<(TaskState, Duration), ApiError> {
+    ) -> Result<(TaskState, Duration), UpstreamError> {
         let request = {
             let vars = call.vars(Some(upstream_id));
             self.query
@@ -77,7 +77,7 @@ impl Provider {
             let vars = call.vars(Some(upstream_id));
             let not_json = |e: String| {
                 let e = self.redactor.clean(&e);
-                ApiError::upstream_bad_answer("query", format!("not JSON ({e})"))
+                UpstreamError::bad_answer("query", format!("not JSON ({e})"))
             };
             let body = Document::new(&answer.body);
             body.check().map_err(not_json)?;
@@ -85,7 +85,7 @@ impl Provider {
                 .query
                 .reader
                 .read(&self.name, &body, &vars, &self.redactor)
-                .map_err(|e| ApiError::upstream_bad_answer("query", e.0))?;
+                .map_err(|e| UpstreamError::bad_answer("query", e.0))?;
             let result_request = match &self.result {
                 Some(plan) if state.status == TaskStatus::Completed => {
                     let body = body.value().map_err(not_json)?;
@@ -106,7 +106,11 @@ impl Provider {
 
     /// One complete exchange of a query or result step: a successful answer, or its
     /// catalogue error.
-    async fn exchange(&self, step: Step, request: Request<Full<Bytes>>) -> Result<Reply, ApiError> {
+    async fn exchange(
+        &self,
+        step: Step,
+        request: Request<Full<Bytes>>,
+    ) -> Result<Reply, UpstreamError> {
         let answer = self.client.call(request, self.query_timeout).await.map_err(|e| {
             tracing::warn!(provider = %self.name, step = step.as_str(), error = %e, "upstream call failed");
             Refusal::of_call(&e).into_error(&self.name, step, None)
@@ -124,10 +128,9 @@ impl Provider {
         request: Request<Full<Bytes>>,
         call: Call<'_>,
         upstream_id: &str,
-    ) -> Result<Vec<String>, ApiError> {
+    ) -> Result<Vec<String>, UpstreamError> {
         let answer = self.exchange(Step::Result, request).await?;
-        let bad =
-            |what: String| ApiError::upstream_bad_answer("result", self.redactor.clean(&what));
+        let bad = |what: String| UpstreamError::bad_answer("result", self.redactor.clean(&what));
         let vars = call.vars(Some(upstream_id));
         let body = parse(&answer.body).map_err(|e| bad(format!("not JSON ({e})")))?;
         let urls = match plan.urls.json(body, &vars) {

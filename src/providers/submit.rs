@@ -7,13 +7,13 @@ use std::time::{Duration, Instant};
 use jaq_json::Val;
 use serde_json::Value;
 
+use super::UpstreamError;
 use super::answer::{Refusal, Step};
 use super::document::Document;
 use super::jq::{Jq, JqVars, from_json, to_text, write_json};
 use super::plan::RequestPlan;
 use super::{Call, Provider, header_map};
 use crate::config::{Scope, SubmitConfig};
-use crate::error::ApiError;
 use crate::outbound::Reply;
 use crate::tasks::TaskStatus;
 
@@ -33,17 +33,17 @@ pub struct Accepted {
 pub enum SubmitError {
     /// The upstream declined and certainly created no task: the next provider may be
     /// tried.
-    Refused(ApiError),
+    Refused(UpstreamError),
     /// The upstream refused the request itself (it is invalid): no task, and no other
     /// provider would take it either.
-    Rejected(ApiError),
+    Rejected(UpstreamError),
     /// The request was sent, but what became of it is unknown (no answer, an
     /// unreadable one, a server error): it may exist upstream. Never retried elsewhere.
-    Unknown(ApiError),
+    Unknown(UpstreamError),
 }
 
 impl SubmitError {
-    pub fn error(&self) -> &ApiError {
+    pub fn error(&self) -> &UpstreamError {
         match self {
             Self::Refused(e) | Self::Rejected(e) | Self::Unknown(e) => e,
         }
@@ -112,7 +112,7 @@ impl Provider {
         &self,
         call: Call<'_>,
         params: &Value,
-    ) -> Result<http::Request<http_body_util::Full<bytes::Bytes>>, ApiError> {
+    ) -> Result<http::Request<http_body_util::Full<bytes::Bytes>>, UpstreamError> {
         // `.` and `$params` of the programs: made only if one of them needs them (the
         // usual body `{model: $upstream_model} + .` and a path built once per model
         // do not).
@@ -146,7 +146,7 @@ impl Provider {
                 Err(e) => {
                     let e = self.redactor.clean(&e);
                     let msg = format!("`submit.body` failed: {e}");
-                    return Err(ApiError::upstream_failed("submit", msg));
+                    return Err(UpstreamError::failed("submit", msg));
                 }
             },
             None => {
@@ -201,7 +201,7 @@ impl Provider {
         // From here the upstream may have created a task: every failure is `Unknown`.
         let bad = |what: String| {
             let what = self.redactor.clean(&what);
-            SubmitError::Unknown(ApiError::upstream_bad_answer("submit", what))
+            SubmitError::Unknown(UpstreamError::bad_answer("submit", what))
         };
         parsed.map_err(|e| bad(format!("not JSON ({e})")))?;
         if let Some(success) = &self.submit.success {
