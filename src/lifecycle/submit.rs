@@ -4,7 +4,7 @@
 //! own to its end (bounded by the providers' submit timeouts), so the ledger always
 //! learns what the provider answered and paid work is never cancelled half-way.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
@@ -112,31 +112,25 @@ impl TaskService {
     /// Run a submit (see the module documentation). The answer comes as soon as the
     /// outcome is known; the recording of it goes on if the caller goes away.
     pub async fn submit(&self, order: SubmitOrder) -> (Result<Submitted, ApiError>, Attempted) {
-        let attempted = Arc::new(Mutex::new(Attempted::default()));
-        let result = self.admit_and_forward(order, attempted.clone()).await;
-        let attempted = attempted
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        (result, attempted)
-    }
-
-    async fn admit_and_forward(
-        &self,
-        order: SubmitOrder,
-        attempted: Arc<Mutex<Attempted>>,
-    ) -> Result<Submitted, ApiError> {
         let row = match &self.ledger {
             None => None,
-            Some(ledger) => match self.admit(ledger, &order).await? {
-                Admission::Fresh(row) => Some((ledger.clone(), row)),
-                other => return self.admitted_before(ledger, &order, other).await,
+            Some(ledger) => match self.admit(ledger, &order).await {
+                Ok(Admission::Fresh(row)) => Some((ledger.clone(), row)),
+                Ok(other) => {
+                    return (
+                        admitted_before(ledger, &order, other).await,
+                        Attempted::default(),
+                    );
+                }
+                Err(e) => return (Err(e), Attempted::default()),
             },
         };
-        let job = run_to_end(order, row, attempted);
-        match self.submits.spawn(job).await {
-            Ok(outcome) => outcome.map(Submitted::Created),
-            Err(_) => Err(ApiError::submit_outcome_unknown()),
+        match self.submits.spawn(run_to_end(order, row)).await {
+            Ok((outcome, attempted)) => (outcome.map(Submitted::Created), attempted),
+            Err(_) => (
+                Err(ApiError::submit_outcome_unknown()),
+                Attempted::default(),
+            ),
         }
     }
 
@@ -165,27 +159,27 @@ impl TaskService {
             ApiError::ledger_unavailable()
         })
     }
+}
 
-    /// What an admission that is not a fresh row means for the request.
-    async fn admitted_before(
-        &self,
-        ledger: &Ledger,
-        order: &SubmitOrder,
-        admission: Admission,
-    ) -> Result<Submitted, ApiError> {
-        match admission {
-            Admission::Fresh(_) => Err(ApiError::submit_outcome_unknown()),
-            Admission::Replay(answer) => Ok(Submitted::Replayed(answer)),
-            Admission::InFlight(row) => {
-                let wait = Duration::from_millis(order.snapshot.ledger.idempotency_wait_ms);
-                first_answer(ledger, row, wait)
-                    .await
-                    .map(Submitted::Replayed)
-            }
-            Admission::Mismatch => Err(ApiError::idempotency_key_reused()),
-            Admission::OutcomeUnknown => Err(ApiError::submit_outcome_unknown()),
-            Admission::QuotaExceeded { what, resets_ms } => Err(quota_exceeded(what, resets_ms)),
+/// What an admission that is not a fresh row means for the request.
+async fn admitted_before(
+    ledger: &Ledger,
+    order: &SubmitOrder,
+    admission: Admission,
+) -> Result<Submitted, ApiError> {
+    match admission {
+        // Not before: a fresh row is submitted, not answered from here.
+        Admission::Fresh(_) => Err(ApiError::submit_outcome_unknown()),
+        Admission::Replay(answer) => Ok(Submitted::Replayed(answer)),
+        Admission::InFlight(row) => {
+            let wait = Duration::from_millis(order.snapshot.ledger.idempotency_wait_ms);
+            first_answer(ledger, row, wait)
+                .await
+                .map(Submitted::Replayed)
         }
+        Admission::Mismatch => Err(ApiError::idempotency_key_reused()),
+        Admission::OutcomeUnknown => Err(ApiError::submit_outcome_unknown()),
+        Admission::QuotaExceeded { what, resets_ms } => Err(quota_exceeded(what, resets_ms)),
     }
 }
 
@@ -194,14 +188,14 @@ impl TaskService {
 async fn run_to_end(
     order: SubmitOrder,
     row: Option<(Arc<Ledger>, i64)>,
-    attempted: Arc<Mutex<Attempted>>,
-) -> Result<Created, ApiError> {
+) -> (Result<Created, ApiError>, Attempted) {
     let ledger = row.as_ref().map(|(l, row)| (&**l, *row));
-    let outcome = forward(&order, ledger, &attempted).await;
+    let mut attempted = Attempted::default();
+    let outcome = forward(&order, ledger, &mut attempted).await;
     if let Some((ledger, row)) = ledger {
         record(ledger, row, &outcome).await;
     }
-    outcome.map_err(Failure::into_error)
+    (outcome.map_err(Failure::into_error), attempted)
 }
 
 /// The outcome on the submit's row.
@@ -234,15 +228,12 @@ async fn record(ledger: &Ledger, row: i64, outcome: &Result<Created, Failure>) {
 async fn forward(
     order: &SubmitOrder,
     ledger: Option<(&Ledger, i64)>,
-    attempted: &Mutex<Attempted>,
+    attempted: &mut Attempted,
 ) -> Result<Created, Failure> {
     let model = &order.model;
     let mut refusal = None;
     for (n, provider) in model.providers.iter().enumerate() {
-        attempted
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .provider = Some(provider.name.clone());
+        attempted.provider = Some(provider.name.clone());
         // The row names the first provider from the start; each next one is noted.
         if n > 0
             && let Some((ledger, row)) = ledger
@@ -252,10 +243,7 @@ async fn forward(
         }
         match provider.submit(model.call(), &order.params).await {
             Ok(accepted) => {
-                attempted
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .upstream_time = Some(accepted.upstream_time);
+                attempted.upstream_time = Some(accepted.upstream_time);
                 return seal(order, provider, accepted);
             }
             Err(SubmitError::Refused(e)) => {
