@@ -26,6 +26,7 @@ use http_body_util::{BodyExt, Full, Limited};
 use tokio::sync::Semaphore;
 
 use super::Gateway;
+use super::rounds::Rounds;
 use super::shares::{self, Contact, Held, NotNow, ShareLimits, Shares, receiver_of};
 use crate::config::{Endpoint, WebhooksConfig};
 use crate::lifecycle::links;
@@ -37,8 +38,6 @@ use crate::webhooks::WebhookSigner;
 
 /// Deliveries leased at once; when there were as many, the next batch follows at once.
 const BATCH: i64 = 32;
-/// Pause between looks at the ledger when nothing more is due.
-const TICK: Duration = Duration::from_millis(250);
 /// How often the backlog gauges are refreshed and idle shares forgotten.
 const BACKLOG_EVERY: Duration = Duration::from_secs(5);
 
@@ -49,21 +48,8 @@ pub async fn run(gateway: Arc<Gateway>) {
     };
     let mut deliverer = Deliverer::new(gateway.clone(), ledger);
     // A task that finished here owes its webhook now: no need to wait for the tick.
-    let mut finished = gateway.tasks.subscribe();
-    while !gateway.is_draining() {
-        let snapshot = gateway.snapshot();
-        deliverer.follow(&snapshot);
-        deliverer.housekeeping().await;
-        if !deliverer.round(&snapshot).await {
-            tokio::select! {
-                () = tokio::time::sleep(TICK) => {}
-                _ = finished.recv() => {}
-                () = gateway.stopped() => {}
-            }
-            // A burst of finished tasks is one look at the ledger.
-            while finished.try_recv().is_ok() {}
-        }
-    }
+    let finished = Some(gateway.tasks.subscribe());
+    super::rounds::until_stopped(&gateway, finished, &mut deliverer).await;
 }
 
 /// The loop's state: the client and pool of the snapshot last seen, and the shares
@@ -76,6 +62,17 @@ struct Deliverer {
     slots_max: usize,
     shares: Arc<Mutex<Shares>>,
     housekeeping_due: tokio::time::Instant,
+}
+
+impl Rounds for Deliverer {
+    /// The snapshot's settings followed, the gauges refreshed now and then, then one
+    /// look at the ledger.
+    async fn round(&mut self) -> bool {
+        let snapshot = self.gateway.snapshot();
+        self.follow(&snapshot);
+        self.housekeeping().await;
+        self.lease_and_start(&snapshot).await
+    }
 }
 
 impl Deliverer {
@@ -135,7 +132,7 @@ impl Deliverer {
     /// One look at the ledger: lease what can start now, start each delivery whose
     /// receiver and key have room, put the others back. Whether as many were leased
     /// as asked for (then the next look follows at once).
-    async fn round(&self, snapshot: &Snapshot) -> bool {
+    async fn lease_and_start(&self, snapshot: &Snapshot) -> bool {
         let Some((_, http)) = &self.client else {
             tokio::time::sleep(Duration::from_secs(1)).await;
             return false;

@@ -6,6 +6,7 @@
 
 pub mod deliveries;
 pub mod reload;
+mod rounds;
 mod shares;
 pub mod sweep;
 pub mod tracker;

@@ -17,30 +17,48 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 
 use super::Gateway;
+use super::rounds::Rounds;
 use crate::lifecycle::TaskRef;
-use crate::tasks::ledger::{TaskRecord, now_ms};
+use crate::tasks::ledger::{Ledger, TaskRecord, now_ms};
 use crate::tasks::{MediaKind, TaskError, TaskState, TaskStatus};
 
 /// Rows leased at once; when there were as many, the next batch follows at once.
 const BATCH: i64 = 64;
-/// Pause between looks at the ledger when nothing more is due.
-const TICK: Duration = Duration::from_millis(250);
 
 /// Follow unfinished tasks until the gateway stops.
 pub async fn run(gateway: Arc<Gateway>) {
     let Some(ledger) = gateway.tasks.ledger().cloned() else {
         return;
     };
-    let me = gateway.replica.clone();
-    let mut in_flight: HashMap<String, Arc<Semaphore>> = HashMap::new();
-    while !gateway.is_draining() {
+    let mut tracker = Tracker {
+        me: gateway.replica.clone(),
+        gateway: gateway.clone(),
+        ledger,
+        in_flight: HashMap::new(),
+    };
+    super::rounds::until_stopped(&gateway, None, &mut tracker).await;
+}
+
+/// The tracker's state: its lease name, and the status requests in flight per
+/// provider.
+struct Tracker {
+    gateway: Arc<Gateway>,
+    ledger: Arc<Ledger>,
+    me: String,
+    in_flight: HashMap<String, Arc<Semaphore>>,
+}
+
+impl Rounds for Tracker {
+    /// Lease the tasks due, and ask about each within its provider's
+    /// `poll_max_in_flight`.
+    async fn round(&mut self) -> bool {
+        let gateway = &self.gateway;
         let settings = gateway.snapshot().tracker.clone();
         if !settings.enabled {
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            continue;
+            return false;
         }
         let lease = Duration::from_millis(settings.lease_ms);
-        let due = match ledger.claim_due(&me, lease, BATCH).await {
+        let due = match self.ledger.claim_due(&self.me, lease, BATCH).await {
             Ok(due) => due,
             Err(e) => {
                 gateway.metrics.ledger_errors.inc();
@@ -51,7 +69,7 @@ pub async fn run(gateway: Arc<Gateway>) {
         let full = due.len() as i64 == BATCH;
         for row in due {
             let provider = row.provider.clone().unwrap_or_default();
-            let slots = in_flight.entry(provider).or_insert_with(|| {
+            let slots = self.in_flight.entry(provider).or_insert_with(|| {
                 let limit = gateway
                     .snapshot()
                     .providers
@@ -62,18 +80,13 @@ pub async fn run(gateway: Arc<Gateway>) {
             let Ok(slot) = slots.clone().acquire_owned().await else {
                 continue;
             };
-            let (gateway, me) = (gateway.clone(), me.clone());
+            let (gateway, me) = (gateway.clone(), self.me.clone());
             tokio::spawn(async move {
                 poll(&gateway, &me, row).await;
                 drop(slot);
             });
         }
-        if !full {
-            tokio::select! {
-                () = tokio::time::sleep(TICK) => {}
-                () = gateway.stopped() => {}
-            }
-        }
+        full
     }
 }
 
