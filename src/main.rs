@@ -183,20 +183,22 @@ fn describe(
     ExitCode::SUCCESS
 }
 
+/// The runtime `builder` makes, with I/O and timers; `None`, said, when it cannot.
+fn runtime(mut builder: tokio::runtime::Builder) -> Option<tokio::runtime::Runtime> {
+    builder
+        .enable_all()
+        .build()
+        .inspect_err(|e| eprintln!("cannot start the runtime: {e}"))
+        .ok()
+}
+
 /// Run an operator command over the ledger and print what it returns.
 fn operator(
     config: &Path,
     command: impl AsyncFnOnce(&mediagate::tasks::ledger::Ledger) -> Result<String, String>,
 ) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+    let Some(runtime) = runtime(tokio::runtime::Builder::new_current_thread()) else {
+        return ExitCode::FAILURE;
     };
     let result = runtime.block_on(async {
         let ledger = mediagate::operator::open(config).await?;
@@ -255,15 +257,8 @@ fn init_logging(path: &Path, flag: Option<LogFormat>) -> mediagate::log_output::
 
 fn serve(path: &Path, log_format: Option<LogFormat>) -> ExitCode {
     let _flushed_at_exit = init_logging(path, log_format);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+    let Some(runtime) = runtime(tokio::runtime::Builder::new_multi_thread()) else {
+        return ExitCode::FAILURE;
     };
     runtime.block_on(async {
         // Signals are taken over before the gateway is announced: SIGHUP would end the

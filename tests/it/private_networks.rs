@@ -20,6 +20,16 @@ async fn start(fake: &Fake, extra: &str) -> Gateway {
     Gateway::start(routes).await
 }
 
+/// A provider `one` on loopback, and another loopback service with something to hide
+/// (`GET /secret`) that links and redirects may point at.
+async fn beside_an_internal_service() -> (Fake, Fake, Gateway) {
+    let fake = Fake::start().await;
+    let internal = Fake::start().await;
+    internal.on("GET /secret", Answer::raw(200, "text/plain", "metadata"));
+    let gw = start(&fake, "").await;
+    (fake, internal, gw)
+}
+
 /// A completed task whose result URL is `url`; the gateway's content answer for it.
 async fn content_of(http: &Http, fake: &Fake, n: usize, url: &str) -> crate::support::Reply {
     let upstream_id = format!("t{n}");
@@ -39,10 +49,7 @@ async fn content_of(http: &Http, fake: &Fake, n: usize, url: &str) -> crate::sup
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn links_into_private_networks_are_refused_whatever_their_spelling() {
-    let fake = Fake::start().await;
-    let internal = Fake::start().await;
-    internal.on("GET /secret", Answer::raw(200, "text/plain", "metadata"));
-    let gw = start(&fake, "").await;
+    let (fake, internal, gw) = beside_an_internal_service().await;
     let http = gw.client();
     let port = internal.addr.port();
     let own_host_other_port = format!("http://127.0.0.1:{port}/secret");
@@ -73,10 +80,7 @@ async fn links_into_private_networks_are_refused_whatever_their_spelling() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redirects_into_private_networks_are_refused_after_resolution() {
-    let fake = Fake::start().await;
-    let internal = Fake::start().await;
-    internal.on("GET /secret", Answer::raw(200, "text/plain", "metadata"));
-    let gw = start(&fake, "").await;
+    let (fake, internal, gw) = beside_an_internal_service().await;
     let http = gw.client();
     let port = internal.addr.port();
     // The link is the provider's own origin, which redirects to a numeric loopback.
