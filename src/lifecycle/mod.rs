@@ -28,7 +28,7 @@ use tokio::sync::{broadcast, watch};
 use tokio_util::task::TaskTracker;
 
 pub use self::lookup::{Lookup, TaskRef};
-pub use self::submit::{Attempted, Created, SubmitOrder, Submitted};
+pub use self::submit::{Attempted, SealedTask, SubmitOrder, Submitted};
 use self::waiters::Waiters;
 pub use self::waiters::Woken;
 use crate::tasks::ledger::Ledger;

@@ -45,13 +45,13 @@ pub struct SubmitOrder {
 /// What a submit came to.
 pub enum Submitted {
     /// A task the provider created.
-    Created(Created),
+    Created(SealedTask),
     /// The answer the first request with this idempotency key was given.
     Replayed(Answer),
 }
 
 /// A task the provider created, with its sealed id.
-pub struct Created {
+pub struct SealedTask {
     pub task: TaskId,
     pub id: String,
     pub status: TaskStatus,
@@ -59,7 +59,7 @@ pub struct Created {
     first_poll: Duration,
 }
 
-impl Created {
+impl SealedTask {
     /// The client's answer.
     pub fn body(&self) -> SubmitResponse<'_> {
         SubmitResponse {
@@ -188,7 +188,7 @@ async fn admitted_before(
 async fn run_to_end(
     order: SubmitOrder,
     row: Option<(Arc<Ledger>, i64)>,
-) -> (Result<Created, ApiError>, Attempted) {
+) -> (Result<SealedTask, ApiError>, Attempted) {
     let ledger = row.as_ref().map(|(l, row)| (&**l, *row));
     let mut attempted = Attempted::default();
     let outcome = forward(&order, ledger, &mut attempted).await;
@@ -199,7 +199,7 @@ async fn run_to_end(
 }
 
 /// The outcome on the submit's row.
-async fn record(ledger: &Ledger, row: i64, outcome: &Result<Created, Failure>) {
+async fn record(ledger: &Ledger, row: i64, outcome: &Result<SealedTask, Failure>) {
     let written = match outcome {
         Ok(created) => {
             let answer = created.answer();
@@ -229,7 +229,7 @@ async fn forward(
     order: &SubmitOrder,
     ledger: Option<(&Ledger, i64)>,
     attempted: &mut Attempted,
-) -> Result<Created, Failure> {
+) -> Result<SealedTask, Failure> {
     let model = &order.model;
     let mut refusal = None;
     for (n, provider) in model.providers.iter().enumerate() {
@@ -265,7 +265,11 @@ async fn forward(
 }
 
 /// The created task's sealed id.
-fn seal(order: &SubmitOrder, provider: &Provider, accepted: Accepted) -> Result<Created, Failure> {
+fn seal(
+    order: &SubmitOrder,
+    provider: &Provider,
+    accepted: Accepted,
+) -> Result<SealedTask, Failure> {
     let task = TaskId {
         provider: provider.name.clone(),
         upstream_id: accepted.upstream_id,
@@ -275,7 +279,7 @@ fn seal(order: &SubmitOrder, provider: &Provider, accepted: Accepted) -> Result<
         created: unix_now(),
     };
     match order.snapshot.sealer.seal(&task) {
-        Ok(id) => Ok(Created {
+        Ok(id) => Ok(SealedTask {
             task,
             id,
             status: accepted.status,
