@@ -616,6 +616,36 @@ mod tests {
     }
 
     #[test]
+    fn every_word_written_reads_back_and_no_other_does() {
+        for e in Endpoint::ALL {
+            assert_eq!(endpoint_of(endpoint_name(e)), Some(e));
+            // routes.toml names an endpoint as the ledger does.
+            let named: Endpoint = serde_json::from_value(json!(endpoint_name(e))).unwrap();
+            assert_eq!(named, e);
+        }
+        for k in [MediaKind::Video, MediaKind::Image] {
+            assert_eq!(media_kind_of(k.as_str()), Some(k));
+        }
+        for st in State::ALL {
+            assert_eq!(State::parse(st.as_str()), Some(st));
+        }
+        for status in ["queued", "processing", "completed", "failed"] {
+            let decoded = decode_status(Some(status)).unwrap().unwrap();
+            assert_eq!(decoded.as_str(), status);
+        }
+        assert_eq!(decode_status(None).unwrap(), None);
+        assert!(matches!(
+            decode_status(Some("Queued")),
+            Err(LedgerError::Corrupt {
+                column: "status",
+                ..
+            })
+        ));
+        assert_eq!(endpoint_of("model_center"), None);
+        assert_eq!(media_kind_of(""), None);
+    }
+
+    #[test]
     fn every_statement_returning_rows_returns_every_column() {
         for sql in [
             SELECT_BY_ROW,

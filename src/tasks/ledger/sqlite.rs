@@ -265,9 +265,9 @@ impl From<&NewTask<'_>> for OwnedTask {
 }
 
 impl OwnedTask {
-    /// The admission on the writer thread, inside its transaction. Every statement of
-    /// [`WriterTx`] runs before its future is first polled, so the decision is
-    /// made in one poll, on this thread.
+    /// The admission on the writer thread, inside its transaction. [`WriterTx`]'s
+    /// methods never wait (their statements run on this thread as they are
+    /// polled), so the shared decision completes in its first poll.
     fn admit(
         self,
         conn: &rusqlite::Connection,
