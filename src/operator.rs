@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use crate::config::{config_dir, read_routes};
+use crate::config::{TaskStatus, config_dir, read_routes};
 use crate::tasks::ledger::{Ledger, LedgerUrl, State, TaskRecord, UsageRow, now_ms};
 
 const DAY_MS: i64 = 86_400_000;
@@ -70,12 +70,13 @@ pub async fn tasks(
     key: Option<&str>,
     limit: i64,
 ) -> Result<String, String> {
-    if let Some(s) = state
-        && State::parse(s).is_none()
-    {
-        let all: Vec<&str> = State::ALL.iter().map(|s| s.as_str()).collect();
-        return Err(format!("--state: `{s}` is not one of {}", all.join(", ")));
-    }
+    let state = match state {
+        None => None,
+        Some(s) => Some(State::parse(s).ok_or_else(|| {
+            let all: Vec<&str> = State::ALL.iter().map(|s| s.as_str()).collect();
+            format!("--state: `{s}` is not one of {}", all.join(", "))
+        })?),
+    };
     let rows = ledger
         .tasks(state, key, limit)
         .await
@@ -87,7 +88,7 @@ pub async fn tasks(
             "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
             r.id,
             timestamp(r.created_ms),
-            r.state,
+            r.state.as_str(),
             r.owner,
             r.model,
             r.provider.as_deref().unwrap_or("-"),
@@ -122,12 +123,12 @@ fn describe(r: &TaskRecord) -> String {
     let opt = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
     let fields = [
         ("row", r.id.to_string()),
-        ("state", r.state.clone()),
-        ("status", opt(&r.status)),
+        ("state", r.state.as_str().into()),
+        ("status", r.status.map_or("-", TaskStatus::as_str).into()),
         ("key", r.owner.clone()),
-        ("endpoint", r.endpoint.clone()),
+        ("endpoint", r.endpoint.as_str().into()),
         ("model", r.model.clone()),
-        ("kind", r.kind.clone()),
+        ("kind", r.kind.as_str().into()),
         ("provider", opt(&r.provider)),
         ("upstream_id", opt(&r.upstream_id)),
         ("task_id", opt(&r.task_id)),

@@ -517,6 +517,14 @@ pub enum Endpoint {
 impl Endpoint {
     pub const ALL: [Endpoint; 2] = [Endpoint::ModelCenter, Endpoint::AlphaVideos];
 
+    /// Its name in routes.toml and in the ledger's `endpoint` column.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ModelCenter => "model-center",
+            Self::AlphaVideos => "alpha-videos",
+        }
+    }
+
     /// The collection path clients submit to.
     pub fn path(self) -> &'static str {
         match self {

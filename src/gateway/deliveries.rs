@@ -28,12 +28,12 @@ use tokio::sync::Semaphore;
 use super::Gateway;
 use super::rounds::Rounds;
 use super::shares::{self, Contact, Held, NotNow, ShareLimits, Shares, receiver_of};
-use crate::config::{Endpoint, WebhooksConfig};
+use crate::config::WebhooksConfig;
 use crate::lifecycle::links;
 use crate::outbound::{CallError, UpstreamClient};
 use crate::snapshot::Snapshot;
 use crate::tasks::ledger::{Delivery, DeliveryOutcome, Ledger, PutBack, TaskRecord, now_ms};
-use crate::tasks::{MediaKind, TaskView, recorded_state};
+use crate::tasks::{TaskView, recorded_state};
 use crate::webhooks::WebhookSigner;
 
 /// Deliveries leased at once; when there were as many, the next batch follows at once.
@@ -339,7 +339,7 @@ fn message_id(row: &TaskRecord) -> String {
     let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
     ctx.update(row.task_id.as_deref().unwrap_or_default().as_bytes());
     ctx.update(b"\0");
-    ctx.update(row.state.as_bytes());
+    ctx.update(row.state.as_str().as_bytes());
     format!("msg_{}", hex::encode(&ctx.finish().as_ref()[..16]))
 }
 
@@ -347,21 +347,10 @@ fn message_id(row: &TaskRecord) -> String {
 fn task_body(row: &TaskRecord, snapshot: &Snapshot) -> Option<Vec<u8>> {
     let id = row.task_id.as_deref()?;
     let mut state = Arc::new(recorded_state(row)?);
-    let endpoint = match row.endpoint.as_str() {
-        "alpha-videos" => Endpoint::AlphaVideos,
-        _ => Endpoint::ModelCenter,
-    };
     // The sealed id says when the task was created, exactly as a query answers.
     let (kind, model, created) = match snapshot.sealer.open(id) {
         Some(task) => (task.kind, task.model, task.created),
-        None => {
-            let kind = if row.kind == "image" {
-                MediaKind::Image
-            } else {
-                MediaKind::Video
-            };
-            (kind, row.model.clone(), (row.created_ms / 1000) as u64)
-        }
+        None => (row.kind, row.model.clone(), (row.created_ms / 1000) as u64),
     };
     let provider = row
         .provider
@@ -369,7 +358,9 @@ fn task_body(row: &TaskRecord, snapshot: &Snapshot) -> Option<Vec<u8>> {
         .and_then(|p| snapshot.providers.get(p));
     // No request whose Host could complete a content link: the path alone, unless
     // the provider names a public base URL.
-    links::make_public(&mut state, provider.map(|p| &**p), endpoint, id, || None);
+    links::make_public(&mut state, provider.map(|p| &**p), row.endpoint, id, || {
+        None
+    });
     serde_json::to_vec(&TaskView::new(id, kind, &model, created, &state)).ok()
 }
 

@@ -20,7 +20,7 @@ use super::Gateway;
 use super::rounds::Rounds;
 use crate::lifecycle::TaskRef;
 use crate::tasks::ledger::{Ledger, TaskRecord, now_ms};
-use crate::tasks::{MediaKind, TaskError, TaskState, TaskStatus};
+use crate::tasks::{TaskError, TaskState, TaskStatus};
 
 /// Rows leased at once; when there were as many, the next batch follows at once.
 const BATCH: i64 = 64;
@@ -117,10 +117,7 @@ async fn poll(gateway: &Gateway, me: &str, row: TaskRecord) {
         provider: provider_name,
         upstream_id,
         model: &row.model,
-        kind: match row.kind.as_str() {
-            "image" => MediaKind::Image,
-            _ => MediaKind::Video,
-        },
+        kind: row.kind,
     };
     let status = match gateway.tasks.lookup(&snapshot, task).await {
         Ok(found) if found.state.status.is_terminal() => return,
@@ -146,7 +143,7 @@ fn next_interval(
     settings: &crate::config::TrackerConfig,
 ) -> Duration {
     let max = Duration::from_millis(settings.max_interval_ms).max(base);
-    let unchanged = row.status.as_deref() == Some(status.as_str());
+    let unchanged = row.status == Some(status);
     match row.poll_interval_ms {
         Some(ms) if unchanged => (Duration::from_millis(ms as u64) * 3 / 2).clamp(base, max),
         _ => base,
@@ -154,8 +151,8 @@ fn next_interval(
 }
 
 fn last_status(row: &TaskRecord) -> TaskStatus {
-    match row.status.as_deref() {
-        Some("processing") => TaskStatus::Processing,
+    match row.status {
+        Some(TaskStatus::Processing) => TaskStatus::Processing,
         _ => TaskStatus::Queued,
     }
 }

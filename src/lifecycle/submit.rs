@@ -313,9 +313,9 @@ async fn first_answer(ledger: &Ledger, row: i64, wait: Duration) -> Result<Answe
         if let Some(answer) = seen.answer() {
             return Ok(answer);
         }
-        match State::parse(&seen.state) {
-            Some(State::Submitting) => {}
-            Some(State::UnknownOutcome) => return Err(ApiError::submit_outcome_unknown()),
+        match seen.state {
+            State::Submitting => {}
+            State::UnknownOutcome => return Err(ApiError::submit_outcome_unknown()),
             // Refused and released: the client may try again as a new request.
             _ => return Err(ApiError::idempotency_key_in_use()),
         }

@@ -80,7 +80,7 @@ impl TaskService {
                 let status = ledger.status_of(&task.provider, &task.upstream_id).await;
                 // Only a later status: the ledger may lag behind what this client saw.
                 if let Ok(Some(status)) = status
-                    && stage(&status) > stage(seen.as_str())
+                    && stage(status) > stage(seen)
                 {
                     return;
                 }
@@ -101,10 +101,10 @@ impl TaskService {
 }
 
 /// How far along a task is: queued, processing, then finished.
-fn stage(status: &str) -> u8 {
+fn stage(status: TaskStatus) -> u8 {
     match status {
-        "queued" => 0,
-        "processing" => 1,
-        _ => 2,
+        TaskStatus::Queued => 0,
+        TaskStatus::Processing => 1,
+        TaskStatus::Completed | TaskStatus::Failed => 2,
     }
 }

@@ -60,7 +60,7 @@ impl<'a> TaskView<'a> {
 
 /// The state the ledger recorded for a row.
 pub fn recorded_state(row: &TaskRecord) -> Option<TaskState> {
-    let status = serde_json::from_value(serde_json::Value::from(row.status.as_deref()?)).ok()?;
+    let status = row.status?;
     let urls = row
         .urls
         .as_deref()

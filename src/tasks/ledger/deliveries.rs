@@ -8,8 +8,8 @@
 
 use std::time::Duration;
 
-use super::writer::{SqliteValue, bind};
-use super::{Db, Ledger, LedgerError, now_ms};
+use super::store::{PerEngine, params};
+use super::{Ledger, LedgerError, now_ms};
 
 /// A delivery leased to this replica.
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -52,6 +52,9 @@ pub enum PutBack {
     Expired { error: String },
 }
 
+/// A delivery's standing, for operators: state, attempts, last status and error.
+pub(super) type DeliveryOf = (String, i64, Option<i64>, Option<String>);
+
 /// Deliveries still owed, for the metrics.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, sqlx::FromRow)]
 pub struct DeliveryBacklog {
@@ -79,42 +82,14 @@ impl Ledger {
         lease: Duration,
         limit: i64,
     ) -> Result<Vec<Delivery>, LedgerError> {
-        let owner = owner.to_owned();
         let now = now_ms();
         let until = now + lease.as_millis() as i64;
-        match &self.db {
-            Db::Sqlite { writer, .. } => {
-                writer
-                    .run_single(move |conn| {
-                        let mut stmt = bind(
-                            conn,
-                            CLAIM_SQLITE,
-                            &[owner.value(), until.value(), now.value(), limit.value()],
-                        )?;
-                        let mut rows = stmt.raw_query();
-                        let mut out = Vec::new();
-                        while let Some(row) = rows.next()? {
-                            out.push(Delivery {
-                                id: row.get(0)?,
-                                task_row: row.get(1)?,
-                                url: row.get(2)?,
-                                attempts: row.get(3)?,
-                                created_ms: row.get(4)?,
-                                owner: row.get(5)?,
-                            });
-                        }
-                        Ok(out)
-                    })
-                    .await
-            }
-            Db::Postgres(pool) => Ok(sqlx::query_as(CLAIM_POSTGRES)
-                .bind(owner)
-                .bind(until)
-                .bind(now)
-                .bind(limit)
-                .fetch_all(pool)
-                .await?),
-        }
+        let claim = PerEngine {
+            sqlite: CLAIM_SQLITE,
+            postgres: CLAIM_POSTGRES,
+        };
+        let args = params![owner, until, now, limit];
+        self.store.write_deliveries(claim, args).await
     }
 
     /// Write down what became of an attempt on a delivery `owner` leased.
@@ -126,53 +101,27 @@ impl Ledger {
     ) -> Result<(), LedgerError> {
         let now = now_ms();
         let status = |s: &Option<u16>| s.map(i64::from);
-        match outcome {
-            DeliveryOutcome::Delivered { status } => exec!(
-                self,
+        let none = None::<&str>;
+        let (sql, args) = match outcome {
+            DeliveryOutcome::Delivered { status } => (
                 SET_FINISHED,
-                id,
-                owner,
-                "delivered",
-                Some(i64::from(*status)),
-                None::<&str>,
-                now
+                params![id, owner, "delivered", i64::from(*status), none, now],
             ),
-            DeliveryOutcome::Gone => {
-                exec!(
-                    self,
-                    SET_FINISHED,
-                    id,
-                    owner,
-                    "gone",
-                    Some(410_i64),
-                    None::<&str>,
-                    now
-                )
-            }
-            DeliveryOutcome::Expired { status: s, error } => exec!(
-                self,
+            DeliveryOutcome::Gone => (SET_FINISHED, params![id, owner, "gone", 410, none, now]),
+            DeliveryOutcome::Expired { status: s, error } => (
                 SET_FINISHED,
-                id,
-                owner,
-                "expired",
-                status(s),
-                Some(error.as_str()),
-                now
+                params![id, owner, "expired", status(s), error.as_str(), now],
             ),
             DeliveryOutcome::Retry {
                 status: s,
                 error,
                 next_ms,
-            } => exec!(
-                self,
+            } => (
                 SET_RETRY,
-                id,
-                owner,
-                status(s),
-                error.as_str(),
-                *next_ms
+                params![id, owner, status(s), error.as_str(), *next_ms],
             ),
-        }?;
+        };
+        self.store.execute(sql, args).await?;
         Ok(())
     }
 
@@ -183,32 +132,24 @@ impl Ledger {
         owner: &str,
         put_back: &PutBack,
     ) -> Result<(), LedgerError> {
-        match put_back {
-            PutBack::Until { next_ms } => exec!(self, SET_PUT_BACK, id, owner, *next_ms),
-            PutBack::Expired { error } => exec!(
-                self,
+        let (sql, args) = match put_back {
+            PutBack::Until { next_ms } => (SET_PUT_BACK, params![id, owner, *next_ms]),
+            PutBack::Expired { error } => (
                 SET_EXPIRED_UNTRIED,
-                id,
-                owner,
-                error.as_str(),
-                now_ms()
+                params![id, owner, error.as_str(), now_ms()],
             ),
-        }?;
+        };
+        self.store.execute(sql, args).await?;
         Ok(())
     }
 
     /// How many deliveries are owed, and since when the oldest.
     pub async fn delivery_backlog(&self) -> Result<DeliveryBacklog, LedgerError> {
-        Ok(on_db!(self, read pool => sqlx::query_as(BACKLOG).fetch_one(pool).await)?)
+        self.store.read_backlog(BACKLOG).await
     }
 
     /// A task's delivery, for operators: state, attempts, last status and error.
-    pub async fn delivery_of(
-        &self,
-        task_row: i64,
-    ) -> Result<Option<(String, i64, Option<i64>, Option<String>)>, LedgerError> {
-        Ok(
-            on_db!(self, read pool => sqlx::query_as(OF_TASK).bind(task_row).fetch_optional(pool).await)?,
-        )
+    pub async fn delivery_of(&self, task_row: i64) -> Result<Option<DeliveryOf>, LedgerError> {
+        self.store.read_delivery(OF_TASK, params![task_row]).await
     }
 }

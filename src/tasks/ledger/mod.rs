@@ -9,22 +9,29 @@
 //! finds its task: a query answered from the results cache never touches the ledger.
 //!
 //! Every statement is a constant with bound parameters (`$1` works in both engines);
-//! nothing is assembled from client input. docs/ledger.md says what is stored.
+//! nothing is assembled from client input. Each engine is a [`store::Store`] of its
+//! own (`sqlite.rs`, `postgres.rs`); rows leave them typed. docs/ledger.md says what
+//! is stored.
 
+mod admission;
+mod deliveries;
+mod error;
+mod postgres;
 mod record;
+mod sqlite;
+mod store;
 mod writer;
 
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 use std::time::Duration;
 
-use sqlx::postgres::{PgPool, PgPoolOptions};
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
-};
+use self::admission::DAY_MS;
+use self::postgres::PostgresStore;
+use self::sqlite::SqliteStore;
+use self::store::{Clock, PerEngine, Store, params};
 
-use self::writer::{SqliteValue, Writer, bind};
-
+pub use self::deliveries::{Delivery, DeliveryBacklog, DeliveryOutcome, PutBack};
+pub use self::error::LedgerError;
 pub use self::record::{
     Admission, Answer, Created, Cursor, MAX_TASK_SECONDS, NewTask, Page, State, TaskRecord,
     UsageRow, fingerprint,
@@ -60,97 +67,28 @@ impl LedgerUrl {
     }
 }
 
-/// A ledger that could not be reached or answered unexpectedly.
-#[derive(Debug)]
-pub struct LedgerError(pub String);
-
-impl std::fmt::Display for LedgerError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl From<sqlx::Error> for LedgerError {
-    fn from(e: sqlx::Error) -> Self {
-        Self(e.to_string())
-    }
-}
-
-enum Db {
-    /// SQLite writes one transaction at a time: every write goes to one writer
-    /// thread that commits them in groups (`writer.rs`); readers run beside it (WAL).
-    Sqlite {
-        writer: Writer,
-        reader: SqlitePool,
-    },
-    Postgres(PgPool),
-}
+/// How many times an admission is tried when it loses its race for a key (taken
+/// and released again between two statements: another request's submit was
+/// refused meanwhile). Each loss means another writer made progress, so a few
+/// suffice; past them the submit is refused as the ledger being unavailable.
+const ADMIT_ATTEMPTS: usize = 3;
 
 /// The open ledger.
 pub struct Ledger {
-    db: Db,
+    /// A trait object rather than an enum of the two stores: every call through it
+    /// returns a boxed future anyway (a PostgreSQL one would be several KiB inline),
+    /// so dispatch costs nothing more, and the ledger's methods are written once
+    /// instead of once per engine or through a match in each.
+    store: Box<dyn Store>,
 }
 
 impl std::fmt::Debug for Ledger {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let engine = match self.db {
-            Db::Sqlite { .. } => "sqlite",
-            Db::Postgres(_) => "postgres",
-        };
-        f.debug_struct("Ledger").field("engine", &engine).finish()
+        f.debug_struct("Ledger")
+            .field("engine", &self.store.engine())
+            .finish()
     }
 }
-
-// sqlx's futures are large (a PostgreSQL transaction's, several KiB): held inline,
-// they would grow every request future that might await them, and every request
-// would allocate and copy that much whether it reaches the ledger or not. So what
-// goes through sqlx is boxed where it is awaited; the SQLite writer's own futures
-// are small and stay inline.
-
-/// The same reading statements on either engine: `$pool` is the engine's pool (on
-/// SQLite, the readers).
-macro_rules! on_db {
-    ($ledger:expr, read $pool:ident => $body:expr) => {
-        match &$ledger.db {
-            Db::Sqlite { reader: $pool, .. } => Box::pin(async { $body }).await,
-            Db::Postgres($pool) => Box::pin(async { $body }).await,
-        }
-    };
-}
-
-/// Run one writing statement with its bound arguments on either engine; the number
-/// of rows it changed.
-macro_rules! exec {
-    ($ledger:expr, $sql:expr $(, $arg:expr)* $(,)?) => {
-        match &$ledger.db {
-            Db::Sqlite { writer, .. } => {
-                writer.execute($sql, vec![$(SqliteValue::value($arg)),*]).await
-            }
-            Db::Postgres(pool) => Box::pin(sqlx::query($sql)$(.bind($arg))*.execute(pool))
-                .await
-                .map(|done| done.rows_affected() as usize)
-                .map_err(LedgerError::from),
-        }
-    };
-}
-
-/// Run one writing statement returning whole rows on either engine.
-macro_rules! records {
-    ($ledger:expr, $sqlite:expr, $postgres:expr $(, $arg:expr)* $(,)?) => {
-        match &$ledger.db {
-            Db::Sqlite { writer, .. } => {
-                writer.records($sqlite, vec![$(SqliteValue::value($arg)),*]).await
-            }
-            Db::Postgres(pool) => Box::pin(sqlx::query_as($postgres)$(.bind($arg))*.fetch_all(pool))
-                .await
-                .map_err(LedgerError::from),
-        }
-    };
-}
-
-// Declared after the macros above, which it uses.
-mod deliveries;
-pub use self::deliveries::{Delivery, DeliveryBacklog, DeliveryOutcome, PutBack};
 
 /// The two statements every submit writes on SQLite (the write-ahead row, its
 /// completion) and how the row names its endpoint, for the floor measured by
@@ -166,9 +104,6 @@ pub mod submit_statements {
     }
 }
 
-static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
-static POSTGRES_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
-
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now()
@@ -176,36 +111,16 @@ pub fn now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
-const DAY_MS: i64 = 86_400_000;
-
 impl Ledger {
     /// Open (creating an SQLite file and its directory when needed) and bring the
     /// schema up to date. `None` for [`LedgerUrl::Off`].
     pub async fn open(url: &LedgerUrl, max_connections: u32) -> Result<Option<Self>, String> {
-        let db = match url {
+        let store: Box<dyn Store> = match url {
             LedgerUrl::Off => return Ok(None),
-            LedgerUrl::Sqlite(path) => {
-                let (writer, reader) = open_sqlite(path, max_connections).await?;
-                Db::Sqlite { writer, reader }
-            }
-            LedgerUrl::Postgres(url) => {
-                let pool = PgPoolOptions::new()
-                    .max_connections(max_connections.max(1))
-                    // A ping per acquire is a round trip per statement; a broken
-                    // connection shows in the statement's own error instead.
-                    .test_before_acquire(false)
-                    .acquire_timeout(Duration::from_secs(5))
-                    .connect(url)
-                    .await
-                    .map_err(|e| format!("cannot connect to PostgreSQL: {e}"))?;
-                POSTGRES_MIGRATIONS
-                    .run(&pool)
-                    .await
-                    .map_err(|e| format!("cannot migrate the ledger: {e}"))?;
-                Db::Postgres(pool)
-            }
+            LedgerUrl::Sqlite(path) => Box::new(SqliteStore::open(path, max_connections).await?),
+            LedgerUrl::Postgres(url) => Box::new(PostgresStore::open(url, max_connections).await?),
         };
-        Ok(Some(Self { db }))
+        Ok(Some(Self { store }))
     }
 
     /// Write the row of a new submit, unless the key's `Idempotency-Key` was seen
@@ -213,27 +128,21 @@ impl Ledger {
     /// it is serialised per owner, so that replicas agree on the count.
     pub async fn admit(&self, new: &NewTask<'_>) -> Result<Admission, LedgerError> {
         let now = now_ms();
-        let day_start = now - now.rem_euclid(DAY_MS);
-        match &self.db {
-            Db::Sqlite { writer, .. } => {
-                let new = OwnedTask::from(new);
-                writer
-                    // Reads, and one insert.
-                    .run_single(move |conn| admit_sqlite(conn, &new, now, day_start))
-                    .await
+        let at = Clock {
+            now,
+            day_start: now - now.rem_euclid(DAY_MS),
+        };
+        for _ in 0..ADMIT_ATTEMPTS {
+            if let Some(admission) = self.store.admit(new, at).await? {
+                return Ok(admission);
             }
-            Db::Postgres(pool) if new.quota.is_some() => {
-                Box::pin(admit_postgres_quota(pool, new, now, day_start)).await
-            }
-            Db::Postgres(pool) => Box::pin(admit_postgres(pool, new, now)).await,
         }
+        Err(LedgerError::Busy)
     }
 
     /// The upstream created the task: its ids, its first status and the answer given.
     pub async fn created(&self, row: i64, c: &Created<'_>) -> Result<(), LedgerError> {
-        exec!(
-            self,
-            record::SET_CREATED,
+        let args = params![
             row,
             c.provider,
             c.upstream_id,
@@ -242,15 +151,17 @@ impl Ledger {
             i64::from(c.answer.status),
             c.answer.body.as_str(),
             now_ms(),
-            c.first_poll.as_millis() as i64
-        )?;
+            c.first_poll.as_millis() as i64,
+        ];
+        self.store.execute(record::SET_CREATED, args).await?;
         Ok(())
     }
 
     /// A provider is about to be tried: it is named on the row, and the row's clock
     /// restarts (a submit may take each provider's timeout in turn).
     pub async fn attempt(&self, row: i64, provider: &str) -> Result<(), LedgerError> {
-        exec!(self, record::SET_ATTEMPT, row, provider, now_ms())?;
+        let args = params![row, provider, now_ms()];
+        self.store.execute(record::SET_ATTEMPT, args).await?;
         Ok(())
     }
 
@@ -258,17 +169,18 @@ impl Ledger {
     /// (the request itself was refused); without, the key is released so that a retry
     /// submits afresh (the upstream declined: rate limit, outage).
     pub async fn refused(&self, row: i64, answer: Option<&Answer>) -> Result<(), LedgerError> {
-        let (status, body) =
-            answer.map_or((None, None), |a| (Some(i64::from(a.status)), Some(&a.body)));
-        let body = body.map(String::as_str);
-        exec!(self, record::SET_REFUSED, row, status, body, now_ms())?;
+        let status = answer.map(|a| i64::from(a.status));
+        let body = answer.map(|a| a.body.as_str());
+        let args = params![row, status, body, now_ms()];
+        self.store.execute(record::SET_REFUSED, args).await?;
         Ok(())
     }
 
     /// The request was sent but its outcome is unknown (timeout, broken connection):
     /// the operator reconciles it; it is never resubmitted.
     pub async fn outcome_unknown(&self, row: i64, provider: &str) -> Result<(), LedgerError> {
-        exec!(self, record::SET_UNKNOWN, row, provider, now_ms())?;
+        let args = params![row, provider, now_ms()];
+        self.store.execute(record::SET_UNKNOWN, args).await?;
         Ok(())
     }
 
@@ -277,23 +189,16 @@ impl Ledger {
         &self,
         provider: &str,
         upstream_id: &str,
-    ) -> Result<Option<String>, LedgerError> {
-        let status: Option<Option<String>> = on_db!(self, read pool => sqlx::query_scalar(record::STATUS_OF)
-            .bind(provider)
-            .bind(upstream_id)
-            .fetch_optional(pool)
-            .await)?;
-        Ok(status.flatten())
+    ) -> Result<Option<TaskStatus>, LedgerError> {
+        let args = params![provider, upstream_id];
+        let status = self.store.read_text(record::STATUS_OF, args).await?;
+        record::decode_status(status.flatten().as_deref())
     }
 
     /// One row by its number.
     pub async fn row(&self, row: i64) -> Result<Option<TaskRecord>, LedgerError> {
-        Ok(
-            on_db!(self, read pool => sqlx::query_as(record::SELECT_BY_ROW)
-            .bind(row)
-            .fetch_optional(pool)
-            .await)?,
-        )
+        let rows = self.store.read_tasks(record::SELECT_BY_ROW, params![row]);
+        Ok(rows.await?.into_iter().next())
     }
 
     /// A query or the tracker saw the task finished: written once, the first time.
@@ -309,19 +214,18 @@ impl Ledger {
             Some(e) => (Some(e.code.as_str()), Some(e.message.as_str())),
             None => (None, None),
         };
-        let changed = exec!(
-            self,
-            record::SET_FINISHED,
+        let args = params![
             provider,
             upstream_id,
             State::from(state.status).as_str(),
             state.status.as_str(),
-            urls,
+            urls.as_str(),
             code,
             message,
             now_ms(),
-            state.progress.map(i64::from)
-        )?;
+            state.progress.map(i64::from),
+        ];
+        let changed = self.store.execute(record::SET_FINISHED, args).await?;
         Ok(changed == 1)
     }
 
@@ -335,15 +239,12 @@ impl Ledger {
     ) -> Result<Vec<TaskRecord>, LedgerError> {
         let now = now_ms();
         let until = now + lease.as_millis() as i64;
-        records!(
-            self,
-            record::CLAIM_SQLITE,
-            record::CLAIM_POSTGRES,
-            owner,
-            until,
-            now,
-            limit
-        )
+        let claim = PerEngine {
+            sqlite: record::CLAIM_SQLITE,
+            postgres: record::CLAIM_POSTGRES,
+        };
+        let args = params![owner, until, now, limit];
+        self.store.write_tasks(claim, args).await
     }
 
     /// The tracker asked about a task it leased and it is not finished: its status,
@@ -357,16 +258,8 @@ impl Ledger {
     ) -> Result<(), LedgerError> {
         let now = now_ms();
         let interval = interval.as_millis() as i64;
-        exec!(
-            self,
-            record::SET_POLLED,
-            row,
-            owner,
-            status.as_str(),
-            now + interval,
-            interval,
-            now
-        )?;
+        let args = params![row, owner, status.as_str(), now + interval, interval, now];
+        self.store.execute(record::SET_POLLED, args).await?;
         Ok(())
     }
 
@@ -379,30 +272,25 @@ impl Ledger {
         after: Option<Cursor<'_>>,
         limit: u32,
     ) -> Result<Page, LedgerError> {
+        let endpoint = record::endpoint_name(endpoint);
         let before = match after {
             None => i64::MAX,
             Some(after) => {
-                match on_db!(self, read pool => sqlx::query_scalar::<_, i64>(record::ROW_OF_TASK)
-                .bind(after.provider)
-                .bind(after.upstream_id)
-                .bind(owner)
-                .bind(after.task_id)
-                .bind(record::endpoint_name(endpoint))
-                .fetch_optional(pool)
-                .await)?
-                {
+                let args = params![
+                    after.provider,
+                    after.upstream_id,
+                    owner,
+                    after.task_id,
+                    endpoint
+                ];
+                match self.store.read_int(record::ROW_OF_TASK, args).await? {
                     Some(row) => row,
                     None => return Ok(Page::unknown_cursor()),
                 }
             }
         };
-        let mut rows: Vec<TaskRecord> = on_db!(self, read pool => sqlx::query_as(record::LIST)
-            .bind(owner)
-            .bind(record::endpoint_name(endpoint))
-            .bind(before)
-            .bind(i64::from(limit) + 1)
-            .fetch_all(pool)
-            .await)?;
+        let args = params![owner, endpoint, before, i64::from(limit) + 1];
+        let mut rows = self.store.read_tasks(record::LIST, args).await?;
         let has_more = rows.len() > limit as usize;
         rows.truncate(limit as usize);
         Ok(Page {
@@ -422,25 +310,24 @@ impl Ledger {
         let now = now_ms();
         let stale_before = now - stale.as_millis() as i64;
         let forget_before = now - idempotency_ttl.as_millis() as i64;
-        let expired = records!(
-            self,
-            record::EXPIRE_SUBMITTING,
-            record::EXPIRE_SUBMITTING,
-            stale_before,
-            now
-        )?;
-        exec!(self, record::FORGET_KEYS, forget_before)?;
+        let expire = PerEngine {
+            sqlite: record::EXPIRE_SUBMITTING,
+            postgres: record::EXPIRE_SUBMITTING,
+        };
+        let expired = self
+            .store
+            .write_tasks(expire, params![stale_before, now])
+            .await?;
+        let forget = params![forget_before];
+        self.store.execute(record::FORGET_KEYS, forget).await?;
         Ok(expired)
     }
 
     /// Rows in `state` now.
     pub async fn count(&self, state: State) -> Result<i64, LedgerError> {
-        Ok(
-            on_db!(self, read pool => sqlx::query_scalar(record::COUNT_STATE)
-            .bind(state.as_str())
-            .fetch_one(pool)
-            .await)?,
-        )
+        let args = params![state.as_str()];
+        let count = self.store.read_int(record::COUNT_STATE, args).await?;
+        Ok(count.unwrap_or(0))
     }
 
     /// Usage per key, model and UTC day since `since_ms`, for operators.
@@ -449,254 +336,25 @@ impl Ledger {
         key: Option<&str>,
         since_ms: i64,
     ) -> Result<Vec<UsageRow>, LedgerError> {
-        Ok(on_db!(self, read pool => sqlx::query_as(record::USAGE)
-            .bind(key)
-            .bind(since_ms)
-            .fetch_all(pool)
-            .await)?)
+        let args = params![key, since_ms];
+        self.store.read_usage(record::USAGE, args).await
     }
 
     /// Rows for operators, newest first, optionally of one state and one key.
     pub async fn tasks(
         &self,
-        state: Option<&str>,
+        state: Option<State>,
         key: Option<&str>,
         limit: i64,
     ) -> Result<Vec<TaskRecord>, LedgerError> {
-        Ok(
-            on_db!(self, read pool => sqlx::query_as(record::SELECT_FILTERED)
-            .bind(state)
-            .bind(key)
-            .bind(limit)
-            .fetch_all(pool)
-            .await)?,
-        )
+        let args = params![state.map(State::as_str), key, limit];
+        self.store.read_tasks(record::SELECT_FILTERED, args).await
     }
 
     /// One row by its sealed task id or its upstream id.
     pub async fn find(&self, id: &str) -> Result<Option<TaskRecord>, LedgerError> {
-        Ok(
-            on_db!(self, read pool => sqlx::query_as(record::SELECT_BY_ANY_ID)
-            .bind(id)
-            .fetch_optional(pool)
-            .await)?,
-        )
-    }
-}
-
-async fn open_sqlite(path: &Path, max_connections: u32) -> Result<(Writer, SqlitePool), String> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    }
-    let options = SqliteConnectOptions::from_str("sqlite://")
-        .map_err(|e| e.to_string())?
-        .filename(path)
-        .create_if_missing(true)
-        .journal_mode(SqliteJournalMode::Wal)
-        // WAL with NORMAL: a commit survives a crash of the process; only a power
-        // loss may lose the last transactions.
-        .synchronous(SqliteSynchronous::Normal)
-        .busy_timeout(Duration::from_secs(5));
-    let open = |connections: u32| {
-        SqlitePoolOptions::new()
-            .max_connections(connections)
-            // A ping per acquire is a hand-off to the connection's thread and back.
-            .test_before_acquire(false)
-            .connect_with(options.clone())
-    };
-    let cannot_open = |e: sqlx::Error| format!("cannot open {}: {e}", path.display());
-    // sqlx creates the file and runs the migrations; the writer thread takes over.
-    let migrating = open(1).await.map_err(cannot_open)?;
-    SQLITE_MIGRATIONS
-        .run(&migrating)
-        .await
-        .map_err(|e| format!("cannot migrate the ledger in {}: {e}", path.display()))?;
-    migrating.close().await;
-    let writer = Writer::open(path)?;
-    let reader = open(max_connections.max(1)).await.map_err(cannot_open)?;
-    Ok((writer, reader))
-}
-
-/// A [`NewTask`] owned, to cross to the SQLite writer thread.
-struct OwnedTask {
-    owner: String,
-    endpoint: &'static str,
-    model: String,
-    kind: &'static str,
-    fingerprint: String,
-    idempotency_key: Option<String>,
-    video_seconds: i64,
-    quota: Option<crate::config::QuotaConfig>,
-    provider: Option<String>,
-    callback_url: Option<String>,
-}
-
-impl From<&NewTask<'_>> for OwnedTask {
-    fn from(new: &NewTask<'_>) -> Self {
-        Self {
-            owner: new.owner.to_owned(),
-            endpoint: new.endpoint_name(),
-            model: new.model.to_owned(),
-            kind: new.kind.as_str(),
-            fingerprint: new.fingerprint.clone(),
-            idempotency_key: new.idempotency_key.map(str::to_owned),
-            video_seconds: new.video_seconds,
-            quota: new.quota,
-            provider: new.provider.map(str::to_owned),
-            callback_url: new.callback_url.map(str::to_owned),
-        }
-    }
-}
-
-/// The admission on the SQLite writer, inside its transaction. With a quota the key
-/// is looked up first (a retry is answered even over the quota); without, the
-/// insert itself takes the key or finds it taken.
-fn admit_sqlite(
-    conn: &rusqlite::Connection,
-    new: &OwnedTask,
-    now: i64,
-    day_start: i64,
-) -> rusqlite::Result<Admission> {
-    let seen = || -> rusqlite::Result<Option<Admission>> {
-        let Some(key) = &new.idempotency_key else {
-            return Ok(None);
-        };
-        let mut stmt = bind(conn, record::SELECT_BY_IDEMPOTENCY, &[&new.owner, key])?;
-        let mut rows = stmt.raw_query();
-        let row = rows.next()?.map(TaskRecord::from_sqlite).transpose()?;
-        Ok(row.map(|row| Admission::seen(row, &new.fingerprint)))
-    };
-    if let Some(quota) = new.quota {
-        if let Some(seen) = seen()? {
-            return Ok(seen);
-        }
-        let mut stmt = bind(
-            conn,
-            record::USED_TODAY,
-            &[&new.owner as &dyn rusqlite::ToSql, &day_start],
-        )?;
-        let (tasks, seconds): (i64, i64) = match stmt.raw_query().next()? {
-            Some(row) => (row.get(0)?, row.get(1)?),
-            None => (0, 0),
-        };
-        if let Some(what) = quota.exceeded(tasks, seconds, new.video_seconds) {
-            return Ok(Admission::QuotaExceeded {
-                what,
-                resets_ms: day_start + DAY_MS,
-            });
-        }
-    }
-    let args: [&dyn rusqlite::ToSql; 10] = [
-        &new.owner,
-        &new.endpoint,
-        &new.model,
-        &new.kind,
-        &new.fingerprint,
-        &new.idempotency_key,
-        &new.video_seconds,
-        &now,
-        &new.provider,
-        &new.callback_url,
-    ];
-    match bind(conn, record::INSERT_SQLITE, &args)?.raw_execute()? {
-        // Inserted: its row id is the last this connection inserted (only the
-        // writer thread uses it, and this is its latest statement).
-        1 => Ok(Admission::Fresh(conn.last_insert_rowid())),
-        // Nothing inserted, so the idempotency key is taken. One writer, one
-        // transaction: the row that holds it is there.
-        _ => seen()?.ok_or(rusqlite::Error::QueryReturnedNoRows),
-    }
-}
-
-/// The write-ahead insert of `new` on PostgreSQL: its row number, or nothing when the
-/// idempotency key is taken.
-fn insert_query<'q>(
-    new: &'q NewTask<'_>,
-    now: i64,
-) -> sqlx::query::QueryScalar<'q, sqlx::Postgres, i64, sqlx::postgres::PgArguments> {
-    sqlx::query_scalar(record::INSERT)
-        .bind(new.owner)
-        .bind(new.endpoint_name())
-        .bind(new.model)
-        .bind(new.kind.as_str())
-        .bind(&new.fingerprint)
-        .bind(new.idempotency_key)
-        .bind(new.video_seconds)
-        .bind(now)
-        .bind(new.provider)
-        .bind(new.callback_url)
-}
-
-/// The admission of a key with a quota on PostgreSQL: one transaction serialised per
-/// owner (an advisory lock), so that replicas agree on the day's count.
-async fn admit_postgres_quota(
-    pool: &PgPool,
-    new: &NewTask<'_>,
-    now: i64,
-    day_start: i64,
-) -> Result<Admission, LedgerError> {
-    let mut tx = pool.begin().await?;
-    sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
-        .bind(new.owner)
-        .execute(&mut *tx)
-        .await?;
-    if let Some(key) = new.idempotency_key {
-        let seen: Option<TaskRecord> = sqlx::query_as(record::SELECT_BY_IDEMPOTENCY)
-            .bind(new.owner)
-            .bind(key)
-            .fetch_optional(&mut *tx)
-            .await?;
-        if let Some(seen) = seen {
-            tx.commit().await?;
-            return Ok(Admission::seen(seen, &new.fingerprint));
-        }
-    }
-    let (tasks, seconds): (i64, i64) = sqlx::query_as(record::USED_TODAY)
-        .bind(new.owner)
-        .bind(day_start)
-        .fetch_one(&mut *tx)
-        .await?;
-    let quota = new.quota.unwrap_or_default();
-    let admission = match quota.exceeded(tasks, seconds, new.video_seconds) {
-        Some(what) => Some(Admission::QuotaExceeded {
-            what,
-            resets_ms: day_start + DAY_MS,
-        }),
-        None => insert_query(new, now)
-            .fetch_optional(&mut *tx)
-            .await?
-            .map(Admission::Fresh),
-    };
-    tx.commit().await?;
-    match admission {
-        Some(admission) => Ok(admission),
-        // Another request took the key between our look and our insert.
-        None => Box::pin(admit_postgres_quota(pool, new, now, day_start)).await,
-    }
-}
-
-/// Admission on PostgreSQL without a quota: one statement suffices, since the insert
-/// takes the idempotency key or finds it taken.
-async fn admit_postgres(
-    pool: &PgPool,
-    new: &NewTask<'_>,
-    now: i64,
-) -> Result<Admission, LedgerError> {
-    loop {
-        let row: Option<i64> = insert_query(new, now).fetch_optional(pool).await?;
-        if let Some(row) = row {
-            return Ok(Admission::Fresh(row));
-        }
-        let seen: Option<TaskRecord> = sqlx::query_as(record::SELECT_BY_IDEMPOTENCY)
-            .bind(new.owner)
-            .bind(new.idempotency_key)
-            .fetch_optional(pool)
-            .await?;
-        if let Some(seen) = seen {
-            return Ok(Admission::seen(seen, &new.fingerprint));
-        }
-        // The key was released between the two statements: try again.
+        let rows = self.store.read_tasks(record::SELECT_BY_ANY_ID, params![id]);
+        Ok(rows.await?.into_iter().next())
     }
 }
 
@@ -978,11 +636,8 @@ mod tests {
         ));
     }
 
-    fn sqlite_writer(l: &Ledger) -> &Writer {
-        let Db::Sqlite { writer, .. } = &l.db else {
-            panic!("an SQLite ledger")
-        };
-        writer
+    fn sqlite_writer(l: &Ledger) -> &writer::Writer {
+        l.store.sqlite_writer().expect("an SQLite ledger")
     }
 
     /// The SQLite writer of `l`, and a write that keeps it busy for `hold`: writes
@@ -1166,13 +821,10 @@ mod tests {
         let failing = {
             let l = l.clone();
             tokio::spawn(async move {
-                let Db::Sqlite { writer, .. } = &l.db else {
-                    panic!()
-                };
-                writer
+                sqlite_writer(&l)
                     .run(|conn| {
                         conn.execute("UPDATE tasks SET model = 'changed'", [])?;
-                        conn.execute("INSERT INTO no_such_table VALUES (1)", [])
+                        Ok(conn.execute("INSERT INTO no_such_table VALUES (1)", [])?)
                     })
                     .await
             })
@@ -1180,7 +832,7 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(50)).await;
         held.await.unwrap();
         let error = failing.await.unwrap().unwrap_err();
-        assert!(error.0.contains("no_such_table"), "{error}");
+        assert!(error.to_string().contains("no_such_table"), "{error}");
         let mut rows = Vec::new();
         while let Some(admission) = admits.join_next().await {
             let Admission::Fresh(row) = admission.unwrap().unwrap() else {
@@ -1218,10 +870,7 @@ mod tests {
         let failing = {
             let l = l.clone();
             tokio::spawn(async move {
-                let Db::Sqlite { writer, .. } = &l.db else {
-                    panic!()
-                };
-                writer
+                l.store
                     .execute(
                         "UPDATE tasks SET model = CASE WHEN id = (SELECT MAX(id) FROM tasks) THEN NULL ELSE 'changed' END",
                         Vec::new(),
@@ -1232,7 +881,7 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(50)).await;
         held.await.unwrap();
         let error = failing.await.unwrap().unwrap_err();
-        assert!(error.0.contains("NOT NULL"), "{error}");
+        assert!(error.to_string().contains("NOT NULL"), "{error}");
         let mut rows = Vec::new();
         while let Some(admission) = admits.join_next().await {
             let Admission::Fresh(row) = admission.unwrap().unwrap() else {
@@ -1258,15 +907,15 @@ mod tests {
         // The schema of 0001–0003, with rows written by its statements: tasks of two
         // owners, one with an idempotency key, one finished with a webhook owed.
         {
-            let options = SqliteConnectOptions::new()
+            let options = sqlx::sqlite::SqliteConnectOptions::new()
                 .filename(&path)
                 .create_if_missing(true);
-            let pool = SqlitePoolOptions::new()
+            let pool = sqlx::sqlite::SqlitePoolOptions::new()
                 .max_connections(1)
                 .connect_with(options)
                 .await
                 .unwrap();
-            SQLITE_MIGRATIONS.run_to(3, &pool).await.unwrap();
+            sqlite::MIGRATIONS.run_to(3, &pool).await.unwrap();
             for n in 0..5_i64 {
                 let owner = if n == 4 { "b" } else { "a" };
                 let key = (n == 2).then_some("k");
@@ -1302,12 +951,17 @@ mod tests {
             pool.close().await;
         }
         let l = ledger(&dir).await;
-        let indexes: Vec<String> = on_db!(l, read pool => sqlx::query_scalar(
-            "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'tasks' AND sql IS NOT NULL ORDER BY name",
-        )
-        .fetch_all(pool)
-        .await)
-        .unwrap();
+        // The file as another reader sees it.
+        let reader = rusqlite::Connection::open(&path).unwrap();
+        let indexes: Vec<String> = reader
+            .prepare(
+                "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'tasks' AND sql IS NOT NULL ORDER BY name",
+            )
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
         assert_eq!(
             indexes,
             [
@@ -1353,13 +1007,11 @@ mod tests {
         };
         assert!(l.finished("p", "up-1", &done).await.unwrap());
         assert_eq!(
-            l.status_of("p", "up-1").await.unwrap().as_deref(),
-            Some("completed")
+            l.status_of("p", "up-1").await.unwrap(),
+            Some(TaskStatus::Completed)
         );
-        let owed: i64 =
-            on_db!(l, read pool => sqlx::query_scalar("SELECT COUNT(*) FROM deliveries")
-            .fetch_one(pool)
-            .await)
+        let owed: i64 = reader
+            .query_row("SELECT COUNT(*) FROM deliveries", [], |r| r.get(0))
             .unwrap();
         assert_eq!(owed, 1);
         // New rows continue after the old ones.
@@ -1427,15 +1079,47 @@ mod tests {
             panic!()
         };
         assert_eq!(answer, self::answer(7));
-        let Db::Sqlite { writer, .. } = &l.db else {
-            panic!()
+        let by_row = PerEngine {
+            sqlite: record::SELECT_BY_ROW,
+            postgres: record::SELECT_BY_ROW,
         };
-        let by_writer = writer
-            .records(record::SELECT_BY_ROW, vec![SqliteValue::value(row)])
-            .await
-            .unwrap();
+        let by_writer = l.store.write_tasks(by_row, params![row]).await.unwrap();
         let by_reader = l.row(row).await.unwrap().unwrap();
         assert_eq!(format!("{:?}", by_writer[0]), format!("{by_reader:?}"));
+    }
+
+    #[tokio::test]
+    async fn a_word_the_enums_do_not_know_is_a_corrupt_row_on_every_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = ledger(&dir).await;
+        let Admission::Fresh(row) = l.admit(&new("a", Some("k"), "fp")).await.unwrap() else {
+            panic!()
+        };
+        create(&l, row, 1).await;
+        let spoil =
+            |sql: &'static str| sqlite_writer(&l).run(move |conn| Ok(conn.execute(sql, [])?));
+        spoil("UPDATE tasks SET kind = 'audio', next_poll_ms = 0")
+            .await
+            .unwrap();
+        let corrupt = |e: LedgerError| match e {
+            LedgerError::Corrupt { column, value } => (column, value),
+            other => panic!("{other:?}"),
+        };
+        // Read by a reader, and by the writer (a lease, an admission's look).
+        assert_eq!(
+            corrupt(l.row(row).await.unwrap_err()),
+            ("kind", "audio".into())
+        );
+        let claimed = l.claim_due("me", Duration::from_secs(30), 10).await;
+        assert_eq!(corrupt(claimed.unwrap_err()).0, "kind");
+        let again = l.admit(&new("a", Some("k"), "fp")).await;
+        assert_eq!(corrupt(again.unwrap_err()).0, "kind");
+        spoil("UPDATE tasks SET kind = 'video', status = 'paused'")
+            .await
+            .unwrap();
+        let status = l.status_of("p", "up-1").await;
+        assert_eq!(corrupt(status.unwrap_err()), ("status", "paused".into()));
+        assert!(l.list("a", Endpoint::ModelCenter, None, 5).await.is_err());
     }
 
     /// A task of `a` with a callback URL, created as `up-{n}` and recorded completed:

@@ -1,8 +1,9 @@
 //! What a ledger row holds, what a submit asks of the ledger and what it answers, and
 //! every statement the ledger runs.
 
+use super::LedgerError;
 use crate::config::{Endpoint, QuotaConfig};
-use crate::tasks::MediaKind;
+use crate::tasks::{MediaKind, TaskStatus};
 
 /// A row's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,10 +72,7 @@ impl NewTask<'_> {
 }
 
 pub(super) fn endpoint_name(endpoint: Endpoint) -> &'static str {
-    match endpoint {
-        Endpoint::ModelCenter => "model-center",
-        Endpoint::AlphaVideos => "alpha-videos",
-    }
+    endpoint.as_str()
 }
 
 /// An answer given to a submit, kept so that a retry with the same key gets it again.
@@ -90,7 +88,7 @@ pub struct Created<'a> {
     pub provider: &'a str,
     pub upstream_id: &'a str,
     pub task_id: &'a str,
-    pub status: crate::tasks::TaskStatus,
+    pub status: TaskStatus,
     pub answer: &'a Answer,
     /// When the tracker first asks about it, from now.
     pub first_poll: std::time::Duration,
@@ -119,9 +117,9 @@ impl Admission {
         if row.fingerprint != fingerprint {
             return Self::Mismatch;
         }
-        match (State::parse(&row.state), row.answer()) {
+        match (row.state, row.answer()) {
             (_, Some(answer)) => Self::Replay(answer),
-            (Some(State::Submitting), None) => Self::InFlight(row.id),
+            (State::Submitting, None) => Self::InFlight(row.id),
             _ => Self::OutcomeUnknown,
         }
     }
@@ -148,20 +146,21 @@ impl QuotaConfig {
     }
 }
 
-/// One row.
-#[derive(Debug, Clone, sqlx::FromRow)]
+/// One row, its words decoded: a value this build does not know is
+/// [`LedgerError::Corrupt`] where the row is read, never a guess.
+#[derive(Debug, Clone)]
 pub struct TaskRecord {
     pub id: i64,
     pub owner: String,
-    pub endpoint: String,
+    pub endpoint: Endpoint,
     pub model: String,
-    pub kind: String,
+    pub kind: MediaKind,
     pub fingerprint: String,
     pub idempotency_key: Option<String>,
     pub video_seconds: i64,
-    pub state: String,
-    /// Our status word as last recorded (`queued`, `processing`, …).
-    pub status: Option<String>,
+    pub state: State,
+    /// Our status as last recorded.
+    pub status: Option<TaskStatus>,
     pub provider: Option<String>,
     pub upstream_id: Option<String>,
     pub task_id: Option<String>,
@@ -184,8 +183,40 @@ pub struct TaskRecord {
     pub progress: Option<i64>,
 }
 
-impl TaskRecord {
-    /// A row read by the SQLite writer, its columns in `columns!()`'s order.
+/// A row as the engines read it, its words still text: decoded by
+/// [`RawTaskRecord::decode`] before it leaves the store.
+#[derive(Debug, sqlx::FromRow)]
+pub(super) struct RawTaskRecord {
+    id: i64,
+    owner: String,
+    endpoint: String,
+    model: String,
+    kind: String,
+    fingerprint: String,
+    idempotency_key: Option<String>,
+    video_seconds: i64,
+    state: String,
+    status: Option<String>,
+    provider: Option<String>,
+    upstream_id: Option<String>,
+    task_id: Option<String>,
+    answer_status: Option<i64>,
+    answer_body: Option<String>,
+    urls: Option<String>,
+    error_code: Option<String>,
+    error_message: Option<String>,
+    created_ms: i64,
+    updated_ms: i64,
+    finished_ms: Option<i64>,
+    next_poll_ms: Option<i64>,
+    poll_interval_ms: Option<i64>,
+    lease_owner: Option<String>,
+    lease_until_ms: Option<i64>,
+    progress: Option<i64>,
+}
+
+impl RawTaskRecord {
+    /// A row read by rusqlite, its columns in `columns!()`'s order.
     pub(super) fn from_sqlite(row: &rusqlite::Row<'_>) -> rusqlite::Result<Self> {
         Ok(Self {
             id: row.get(0)?,
@@ -217,6 +248,40 @@ impl TaskRecord {
         })
     }
 
+    /// The row with its words decoded.
+    pub(super) fn decode(self) -> Result<TaskRecord, LedgerError> {
+        Ok(TaskRecord {
+            endpoint: decode("endpoint", &self.endpoint, endpoint_of)?,
+            kind: decode("kind", &self.kind, media_kind_of)?,
+            state: decode("state", &self.state, State::parse)?,
+            status: decode_status(self.status.as_deref())?,
+            id: self.id,
+            owner: self.owner,
+            model: self.model,
+            fingerprint: self.fingerprint,
+            idempotency_key: self.idempotency_key,
+            video_seconds: self.video_seconds,
+            provider: self.provider,
+            upstream_id: self.upstream_id,
+            task_id: self.task_id,
+            answer_status: self.answer_status,
+            answer_body: self.answer_body,
+            urls: self.urls,
+            error_code: self.error_code,
+            error_message: self.error_message,
+            created_ms: self.created_ms,
+            updated_ms: self.updated_ms,
+            finished_ms: self.finished_ms,
+            next_poll_ms: self.next_poll_ms,
+            poll_interval_ms: self.poll_interval_ms,
+            lease_owner: self.lease_owner,
+            lease_until_ms: self.lease_until_ms,
+            progress: self.progress,
+        })
+    }
+}
+
+impl TaskRecord {
     /// The answer kept for replay, if any.
     pub fn answer(&self) -> Option<Answer> {
         Some(Answer {
@@ -224,6 +289,45 @@ impl TaskRecord {
             body: self.answer_body.clone()?,
         })
     }
+}
+
+/// `value` of `column` read by `parse`, or the row is corrupt.
+fn decode<T>(
+    column: &'static str,
+    value: &str,
+    parse: fn(&str) -> Option<T>,
+) -> Result<T, LedgerError> {
+    parse(value).ok_or_else(|| LedgerError::corrupt(column, value))
+}
+
+/// The `status` column: NULL until the upstream created the task.
+pub(super) fn decode_status(value: Option<&str>) -> Result<Option<TaskStatus>, LedgerError> {
+    value
+        .map(|v| decode("status", v, task_status_of))
+        .transpose()
+}
+
+fn endpoint_of(word: &str) -> Option<Endpoint> {
+    Endpoint::ALL
+        .into_iter()
+        .find(|e| endpoint_name(*e) == word)
+}
+
+fn media_kind_of(word: &str) -> Option<MediaKind> {
+    [MediaKind::Video, MediaKind::Image]
+        .into_iter()
+        .find(|k| k.as_str() == word)
+}
+
+fn task_status_of(word: &str) -> Option<TaskStatus> {
+    [
+        TaskStatus::Queued,
+        TaskStatus::Processing,
+        TaskStatus::Completed,
+        TaskStatus::Failed,
+    ]
+    .into_iter()
+    .find(|s| s.as_str() == word)
 }
 
 /// Tasks of one key, model and UTC day.
@@ -509,6 +613,36 @@ mod tests {
         assert_eq!(q.exceeded(1, 15, 10), Some("video_seconds_per_day"));
         // Images ask for no seconds: only the task count applies.
         assert_eq!(q.exceeded(1, 25, 0), None);
+    }
+
+    #[test]
+    fn every_word_written_reads_back_and_no_other_does() {
+        for e in Endpoint::ALL {
+            assert_eq!(endpoint_of(endpoint_name(e)), Some(e));
+            // routes.toml names an endpoint as the ledger does.
+            let named: Endpoint = serde_json::from_value(json!(endpoint_name(e))).unwrap();
+            assert_eq!(named, e);
+        }
+        for k in [MediaKind::Video, MediaKind::Image] {
+            assert_eq!(media_kind_of(k.as_str()), Some(k));
+        }
+        for st in State::ALL {
+            assert_eq!(State::parse(st.as_str()), Some(st));
+        }
+        for status in ["queued", "processing", "completed", "failed"] {
+            let decoded = decode_status(Some(status)).unwrap().unwrap();
+            assert_eq!(decoded.as_str(), status);
+        }
+        assert_eq!(decode_status(None).unwrap(), None);
+        assert!(matches!(
+            decode_status(Some("Queued")),
+            Err(LedgerError::Corrupt {
+                column: "status",
+                ..
+            })
+        ));
+        assert_eq!(endpoint_of("model_center"), None);
+        assert_eq!(media_kind_of(""), None);
     }
 
     #[test]

@@ -23,12 +23,10 @@ use std::path::Path;
 use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
-use rusqlite::types::Value;
 use rusqlite::{CachedStatement, Connection, OpenFlags, ToSql};
 use tokio::sync::oneshot;
 
 use super::LedgerError;
-use super::record::TaskRecord;
 
 /// The most writes committed by one transaction: a bound on how long the first of
 /// them waits for the others.
@@ -98,13 +96,13 @@ struct Pending<F, R> {
     work: Option<F>,
     single_statement: bool,
     home: Option<Home>,
-    result: Option<rusqlite::Result<R>>,
+    result: Option<Result<R, LedgerError>>,
     reply: oneshot::Sender<Result<R, LedgerError>>,
 }
 
 impl<F, R> Job for Pending<F, R>
 where
-    F: FnOnce(&Connection) -> rusqlite::Result<R> + Send,
+    F: FnOnce(&Connection) -> Result<R, LedgerError> + Send,
     R: Send,
 {
     fn single_statement(&self) -> bool {
@@ -121,10 +119,10 @@ where
     fn answer(self: Box<Self>, failed: Option<&str>) {
         let answer = match (failed, self.result) {
             // The write itself failed: its own error, whatever became of the batch.
-            (_, Some(Err(e))) => Err(LedgerError(e.to_string())),
-            (Some(why), _) => Err(LedgerError(why.to_string())),
+            (_, Some(Err(e))) => Err(e),
+            (Some(why), _) => Err(LedgerError::Unavailable(why.to_string())),
             (None, Some(Ok(r))) => Ok(r),
-            (None, None) => Err(LedgerError("the write did not run".into())),
+            (None, None) => Err(LedgerError::Unavailable("the write did not run".into())),
         };
         // The caller may have gone (its request was cut short); the write stands.
         let _ = self.reply.send(answer);
@@ -235,7 +233,7 @@ impl Writer {
     #[cfg_attr(not(test), allow(dead_code))]
     pub(super) async fn run<R, F>(&self, work: F) -> Result<R, LedgerError>
     where
-        F: FnOnce(&Connection) -> rusqlite::Result<R> + Send + 'static,
+        F: FnOnce(&Connection) -> Result<R, LedgerError> + Send + 'static,
         R: Send + 'static,
     {
         self.queue(work, false).await
@@ -247,7 +245,7 @@ impl Writer {
     /// copy of every page it touches into the savepoint's journal.
     pub(super) async fn run_single<R, F>(&self, work: F) -> Result<R, LedgerError>
     where
-        F: FnOnce(&Connection) -> rusqlite::Result<R> + Send + 'static,
+        F: FnOnce(&Connection) -> Result<R, LedgerError> + Send + 'static,
         R: Send + 'static,
     {
         self.queue(work, true).await
@@ -255,7 +253,7 @@ impl Writer {
 
     async fn queue<R, F>(&self, work: F, single_statement: bool) -> Result<R, LedgerError>
     where
-        F: FnOnce(&Connection) -> rusqlite::Result<R> + Send + 'static,
+        F: FnOnce(&Connection) -> Result<R, LedgerError> + Send + 'static,
         R: Send + 'static,
     {
         let (reply, answer) = oneshot::channel();
@@ -266,40 +264,12 @@ impl Writer {
             result: None,
             reply,
         };
-        let stopped = || LedgerError("the ledger writer stopped".into());
+        let stopped = || LedgerError::Unavailable("the ledger writer stopped".into());
         self.jobs.send(Box::new(job)).map_err(|_| stopped())?;
         self.counts
             .queued
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         answer.await.map_err(|_| stopped())?
-    }
-
-    /// One statement; the number of rows it changed.
-    pub(super) async fn execute(
-        &self,
-        sql: &'static str,
-        args: Vec<Value>,
-    ) -> Result<usize, LedgerError> {
-        self.run_single(move |conn| bind(conn, sql, &args)?.raw_execute())
-            .await
-    }
-
-    /// One statement returning whole rows.
-    pub(super) async fn records(
-        &self,
-        sql: &'static str,
-        args: Vec<Value>,
-    ) -> Result<Vec<TaskRecord>, LedgerError> {
-        self.run_single(move |conn| {
-            let mut stmt = bind(conn, sql, &args)?;
-            let mut rows = stmt.raw_query();
-            let mut out = Vec::new();
-            while let Some(row) = rows.next()? {
-                out.push(TaskRecord::from_sqlite(row)?);
-            }
-            Ok(out)
-        })
-        .await
     }
 }
 
@@ -321,41 +291,6 @@ pub(super) fn bind<'c>(
         }
     }
     Ok(stmt)
-}
-
-/// A value bound to an SQLite statement, owned: it crosses to the writer thread.
-pub(super) trait SqliteValue {
-    fn value(self) -> Value;
-}
-
-impl SqliteValue for i64 {
-    fn value(self) -> Value {
-        Value::Integer(self)
-    }
-}
-
-impl SqliteValue for &str {
-    fn value(self) -> Value {
-        Value::Text(self.to_owned())
-    }
-}
-
-impl SqliteValue for &String {
-    fn value(self) -> Value {
-        Value::Text(self.clone())
-    }
-}
-
-impl SqliteValue for String {
-    fn value(self) -> Value {
-        Value::Text(self)
-    }
-}
-
-impl<T: SqliteValue> SqliteValue for Option<T> {
-    fn value(self) -> Value {
-        self.map_or(Value::Null, SqliteValue::value)
-    }
 }
 
 /// What the writer and the checkpointer tell each other.

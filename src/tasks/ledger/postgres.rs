@@ -1,0 +1,218 @@
+//! The ledger on PostgreSQL, shared by replicas: every statement through one sqlx
+//! pool; an admission with a quota is one transaction serialised per owner.
+
+use std::time::Duration;
+
+use sqlx::postgres::{PgArguments, PgConnection, PgPool, PgPoolOptions};
+use sqlx::{Arguments, Connection};
+
+use super::admission::{self, AdmissionTx};
+use super::deliveries::{Delivery, DeliveryBacklog, DeliveryOf};
+use super::record::{self, NewTask, RawTaskRecord, TaskRecord, UsageRow};
+use super::store::{Clock, Param, PerEngine, Store, StoreFuture};
+use super::{Admission, LedgerError};
+
+static MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
+
+/// Replicas agree on a key's daily count: its admissions take this lock, for the
+/// length of their transaction.
+const LOCK_OWNER: &str = "SELECT pg_advisory_xact_lock(hashtext($1))";
+
+pub(super) struct PostgresStore {
+    pool: PgPool,
+}
+
+impl PostgresStore {
+    /// Connect and bring the schema up to date.
+    pub(super) async fn open(url: &str, max_connections: u32) -> Result<Self, String> {
+        let pool = PgPoolOptions::new()
+            .max_connections(max_connections.max(1))
+            // A ping per acquire is a round trip per statement; a broken connection
+            // shows in the statement's own error instead.
+            .test_before_acquire(false)
+            .acquire_timeout(Duration::from_secs(5))
+            .connect(url)
+            .await
+            .map_err(|e| format!("cannot connect to PostgreSQL: {e}"))?;
+        MIGRATIONS
+            .run(&pool)
+            .await
+            .map_err(|e| format!("cannot migrate the ledger: {e}"))?;
+        Ok(Self { pool })
+    }
+
+    async fn admit_once(
+        &self,
+        new: &NewTask<'_>,
+        at: Clock,
+    ) -> Result<Option<Admission>, LedgerError> {
+        let mut conn = self.pool.acquire().await?;
+        if new.quota.is_none() {
+            // No count to agree on: the insert takes the key or finds it taken, each
+            // statement on its own.
+            return admission::admit(&mut ConnTx(&mut conn), new, at).await;
+        }
+        let mut tx = conn.begin().await?;
+        sqlx::query(LOCK_OWNER)
+            .bind(new.owner)
+            .execute(&mut *tx)
+            .await?;
+        let admitted = admission::admit(&mut ConnTx(&mut tx), new, at).await?;
+        tx.commit().await?;
+        Ok(admitted)
+    }
+}
+
+fn arguments(args: &[Param<'_>]) -> Result<PgArguments, LedgerError> {
+    let mut out = PgArguments::default();
+    for arg in args {
+        match *arg {
+            Param::Int(v) => out.add(v),
+            Param::Text(v) => out.add(v),
+        }
+        .map_err(|e| LedgerError::Unavailable(e.to_string()))?;
+    }
+    Ok(out)
+}
+
+impl Store for PostgresStore {
+    fn engine(&self) -> &'static str {
+        "postgres"
+    }
+
+    fn admit<'a>(&'a self, new: &'a NewTask<'a>, at: Clock) -> StoreFuture<'a, Option<Admission>> {
+        Box::pin(self.admit_once(new, at))
+    }
+
+    fn execute<'a>(&'a self, sql: &'static str, args: Vec<Param<'a>>) -> StoreFuture<'a, usize> {
+        Box::pin(async move {
+            let done = sqlx::query_with(sql, arguments(&args)?)
+                .execute(&self.pool)
+                .await?;
+            Ok(done.rows_affected() as usize)
+        })
+    }
+
+    fn write_tasks<'a>(
+        &'a self,
+        sql: PerEngine,
+        args: Vec<Param<'a>>,
+    ) -> StoreFuture<'a, Vec<TaskRecord>> {
+        self.read_tasks(sql.postgres, args)
+    }
+
+    fn read_tasks<'a>(
+        &'a self,
+        sql: &'static str,
+        args: Vec<Param<'a>>,
+    ) -> StoreFuture<'a, Vec<TaskRecord>> {
+        Box::pin(async move {
+            let rows: Vec<RawTaskRecord> = sqlx::query_as_with(sql, arguments(&args)?)
+                .fetch_all(&self.pool)
+                .await?;
+            rows.into_iter().map(RawTaskRecord::decode).collect()
+        })
+    }
+
+    fn read_int<'a>(
+        &'a self,
+        sql: &'static str,
+        args: Vec<Param<'a>>,
+    ) -> StoreFuture<'a, Option<i64>> {
+        Box::pin(async move {
+            Ok(sqlx::query_scalar_with(sql, arguments(&args)?)
+                .fetch_optional(&self.pool)
+                .await?)
+        })
+    }
+
+    fn read_text<'a>(
+        &'a self,
+        sql: &'static str,
+        args: Vec<Param<'a>>,
+    ) -> StoreFuture<'a, Option<Option<String>>> {
+        Box::pin(async move {
+            Ok(sqlx::query_scalar_with(sql, arguments(&args)?)
+                .fetch_optional(&self.pool)
+                .await?)
+        })
+    }
+
+    fn read_usage<'a>(
+        &'a self,
+        sql: &'static str,
+        args: Vec<Param<'a>>,
+    ) -> StoreFuture<'a, Vec<UsageRow>> {
+        Box::pin(async move {
+            Ok(sqlx::query_as_with(sql, arguments(&args)?)
+                .fetch_all(&self.pool)
+                .await?)
+        })
+    }
+
+    fn write_deliveries<'a>(
+        &'a self,
+        sql: PerEngine,
+        args: Vec<Param<'a>>,
+    ) -> StoreFuture<'a, Vec<Delivery>> {
+        Box::pin(async move {
+            Ok(sqlx::query_as_with(sql.postgres, arguments(&args)?)
+                .fetch_all(&self.pool)
+                .await?)
+        })
+    }
+
+    fn read_backlog<'a>(&'a self, sql: &'static str) -> StoreFuture<'a, DeliveryBacklog> {
+        Box::pin(async move { Ok(sqlx::query_as(sql).fetch_one(&self.pool).await?) })
+    }
+
+    fn read_delivery<'a>(
+        &'a self,
+        sql: &'static str,
+        args: Vec<Param<'a>>,
+    ) -> StoreFuture<'a, Option<DeliveryOf>> {
+        Box::pin(async move {
+            Ok(sqlx::query_as_with(sql, arguments(&args)?)
+                .fetch_optional(&self.pool)
+                .await?)
+        })
+    }
+}
+
+/// One connection, in a transaction or not, as admission uses it.
+struct ConnTx<'c>(&'c mut PgConnection);
+
+impl AdmissionTx for ConnTx<'_> {
+    async fn seen(&mut self, owner: &str, key: &str) -> Result<Option<TaskRecord>, LedgerError> {
+        let row: Option<RawTaskRecord> = sqlx::query_as(record::SELECT_BY_IDEMPOTENCY)
+            .bind(owner)
+            .bind(key)
+            .fetch_optional(&mut *self.0)
+            .await?;
+        row.map(RawTaskRecord::decode).transpose()
+    }
+
+    async fn used_since(&mut self, owner: &str, day_start: i64) -> Result<(i64, i64), LedgerError> {
+        Ok(sqlx::query_as(record::USED_TODAY)
+            .bind(owner)
+            .bind(day_start)
+            .fetch_one(&mut *self.0)
+            .await?)
+    }
+
+    async fn insert(&mut self, new: &NewTask<'_>, now: i64) -> Result<Option<i64>, LedgerError> {
+        Ok(sqlx::query_scalar(record::INSERT)
+            .bind(new.owner)
+            .bind(new.endpoint_name())
+            .bind(new.model)
+            .bind(new.kind.as_str())
+            .bind(&new.fingerprint)
+            .bind(new.idempotency_key)
+            .bind(new.video_seconds)
+            .bind(now)
+            .bind(new.provider)
+            .bind(new.callback_url)
+            .fetch_optional(&mut *self.0)
+            .await?)
+    }
+}

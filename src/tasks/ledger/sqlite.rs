@@ -1,0 +1,340 @@
+//! The ledger on SQLite: every write goes to the writer thread (`writer.rs`), which
+//! commits them in groups; reads go through a pool of sqlx connections beside it
+//! (WAL lets them read while it writes).
+
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Duration;
+
+use futures_util::FutureExt;
+use rusqlite::types::Value;
+use sqlx::Arguments;
+use sqlx::sqlite::{
+    SqliteArguments, SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
+    SqliteSynchronous,
+};
+
+use super::admission::{self, AdmissionTx};
+use super::deliveries::{Delivery, DeliveryBacklog, DeliveryOf};
+use super::record::{self, NewTask, RawTaskRecord, TaskRecord, UsageRow};
+use super::store::{Clock, Param, PerEngine, Store, StoreFuture};
+use super::writer::{Writer, bind};
+use super::{Admission, LedgerError};
+use crate::config::{Endpoint, QuotaConfig};
+use crate::tasks::MediaKind;
+
+pub(super) static MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
+
+/// SQLite writes one transaction at a time: every write goes to one writer thread
+/// that commits them in groups; readers run beside it (WAL).
+pub(super) struct SqliteStore {
+    writer: Writer,
+    reader: SqlitePool,
+}
+
+impl SqliteStore {
+    /// Open `path` (creating it and its directory when needed), migrate it, and start
+    /// the writer.
+    pub(super) async fn open(path: &Path, max_connections: u32) -> Result<Self, String> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        }
+        let options = SqliteConnectOptions::from_str("sqlite://")
+            .map_err(|e| e.to_string())?
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            // WAL with NORMAL: a commit survives a crash of the process; only a power
+            // loss may lose the last transactions.
+            .synchronous(SqliteSynchronous::Normal)
+            .busy_timeout(Duration::from_secs(5));
+        let open = |connections: u32| {
+            SqlitePoolOptions::new()
+                .max_connections(connections)
+                // A ping per acquire is a hand-off to the connection's thread and back.
+                .test_before_acquire(false)
+                .connect_with(options.clone())
+        };
+        let cannot_open = |e: sqlx::Error| format!("cannot open {}: {e}", path.display());
+        // sqlx creates the file and runs the migrations; the writer thread takes over.
+        let migrating = open(1).await.map_err(cannot_open)?;
+        MIGRATIONS
+            .run(&migrating)
+            .await
+            .map_err(|e| format!("cannot migrate the ledger in {}: {e}", path.display()))?;
+        migrating.close().await;
+        let writer = Writer::open(path)?;
+        let reader = open(max_connections.max(1)).await.map_err(cannot_open)?;
+        Ok(Self { writer, reader })
+    }
+
+    /// One writing statement on the writer, its rows read by `row`.
+    fn write_rows<'a, T: Send + 'static>(
+        &'a self,
+        sql: &'static str,
+        args: &[Param<'_>],
+        row: fn(&rusqlite::Row<'_>) -> Result<T, LedgerError>,
+    ) -> StoreFuture<'a, Vec<T>> {
+        let args = owned(args);
+        Box::pin(self.writer.run_single(move |conn| {
+            let mut stmt = bind(conn, sql, &args)?;
+            let mut rows = stmt.raw_query();
+            let mut out = Vec::new();
+            while let Some(r) = rows.next()? {
+                out.push(row(r)?);
+            }
+            Ok(out)
+        }))
+    }
+}
+
+/// Values bound on the writer thread: owned, they cross to it.
+fn owned(args: &[Param<'_>]) -> Vec<Value> {
+    args.iter()
+        .map(|arg| match *arg {
+            Param::Int(v) => v.map_or(Value::Null, Value::Integer),
+            Param::Text(v) => v.map_or(Value::Null, |s| Value::Text(s.to_owned())),
+        })
+        .collect()
+}
+
+/// Values bound on a reader.
+fn arguments(args: &[Param<'_>]) -> Result<SqliteArguments, LedgerError> {
+    let mut out = SqliteArguments::default();
+    for arg in args {
+        match *arg {
+            Param::Int(v) => out.add(v),
+            Param::Text(v) => out.add(v),
+        }
+        .map_err(|e| LedgerError::Unavailable(e.to_string()))?;
+    }
+    Ok(out)
+}
+
+fn task_row(row: &rusqlite::Row<'_>) -> Result<TaskRecord, LedgerError> {
+    RawTaskRecord::from_sqlite(row)?.decode()
+}
+
+fn delivery_row(row: &rusqlite::Row<'_>) -> Result<Delivery, LedgerError> {
+    Ok(Delivery {
+        id: row.get(0)?,
+        task_row: row.get(1)?,
+        url: row.get(2)?,
+        attempts: row.get(3)?,
+        created_ms: row.get(4)?,
+        owner: row.get(5)?,
+    })
+}
+
+impl Store for SqliteStore {
+    fn engine(&self) -> &'static str {
+        "sqlite"
+    }
+
+    fn admit<'a>(&'a self, new: &'a NewTask<'a>, at: Clock) -> StoreFuture<'a, Option<Admission>> {
+        let new = OwnedTask::from(new);
+        // Reads, and one insert.
+        Box::pin(self.writer.run_single(move |conn| new.admit(conn, at)))
+    }
+
+    fn execute<'a>(&'a self, sql: &'static str, args: Vec<Param<'a>>) -> StoreFuture<'a, usize> {
+        let args = owned(&args);
+        Box::pin(
+            self.writer
+                .run_single(move |conn| Ok(bind(conn, sql, &args)?.raw_execute()?)),
+        )
+    }
+
+    fn write_tasks<'a>(
+        &'a self,
+        sql: PerEngine,
+        args: Vec<Param<'a>>,
+    ) -> StoreFuture<'a, Vec<TaskRecord>> {
+        self.write_rows(sql.sqlite, &args, task_row)
+    }
+
+    fn read_tasks<'a>(
+        &'a self,
+        sql: &'static str,
+        args: Vec<Param<'a>>,
+    ) -> StoreFuture<'a, Vec<TaskRecord>> {
+        Box::pin(async move {
+            let rows: Vec<RawTaskRecord> = sqlx::query_as_with(sql, arguments(&args)?)
+                .fetch_all(&self.reader)
+                .await?;
+            rows.into_iter().map(RawTaskRecord::decode).collect()
+        })
+    }
+
+    fn read_int<'a>(
+        &'a self,
+        sql: &'static str,
+        args: Vec<Param<'a>>,
+    ) -> StoreFuture<'a, Option<i64>> {
+        Box::pin(async move {
+            Ok(sqlx::query_scalar_with(sql, arguments(&args)?)
+                .fetch_optional(&self.reader)
+                .await?)
+        })
+    }
+
+    fn read_text<'a>(
+        &'a self,
+        sql: &'static str,
+        args: Vec<Param<'a>>,
+    ) -> StoreFuture<'a, Option<Option<String>>> {
+        Box::pin(async move {
+            Ok(sqlx::query_scalar_with(sql, arguments(&args)?)
+                .fetch_optional(&self.reader)
+                .await?)
+        })
+    }
+
+    fn read_usage<'a>(
+        &'a self,
+        sql: &'static str,
+        args: Vec<Param<'a>>,
+    ) -> StoreFuture<'a, Vec<UsageRow>> {
+        Box::pin(async move {
+            Ok(sqlx::query_as_with(sql, arguments(&args)?)
+                .fetch_all(&self.reader)
+                .await?)
+        })
+    }
+
+    fn write_deliveries<'a>(
+        &'a self,
+        sql: PerEngine,
+        args: Vec<Param<'a>>,
+    ) -> StoreFuture<'a, Vec<Delivery>> {
+        self.write_rows(sql.sqlite, &args, delivery_row)
+    }
+
+    fn read_backlog<'a>(&'a self, sql: &'static str) -> StoreFuture<'a, DeliveryBacklog> {
+        Box::pin(async move { Ok(sqlx::query_as(sql).fetch_one(&self.reader).await?) })
+    }
+
+    fn read_delivery<'a>(
+        &'a self,
+        sql: &'static str,
+        args: Vec<Param<'a>>,
+    ) -> StoreFuture<'a, Option<DeliveryOf>> {
+        Box::pin(async move {
+            Ok(sqlx::query_as_with(sql, arguments(&args)?)
+                .fetch_optional(&self.reader)
+                .await?)
+        })
+    }
+
+    #[cfg(test)]
+    fn sqlite_writer(&self) -> Option<&Writer> {
+        Some(&self.writer)
+    }
+}
+
+/// A [`NewTask`] owned, to cross to the SQLite writer thread.
+struct OwnedTask {
+    owner: String,
+    endpoint: Endpoint,
+    model: String,
+    kind: MediaKind,
+    fingerprint: String,
+    idempotency_key: Option<String>,
+    video_seconds: i64,
+    quota: Option<QuotaConfig>,
+    provider: Option<String>,
+    callback_url: Option<String>,
+}
+
+impl From<&NewTask<'_>> for OwnedTask {
+    fn from(new: &NewTask<'_>) -> Self {
+        Self {
+            owner: new.owner.to_owned(),
+            endpoint: new.endpoint,
+            model: new.model.to_owned(),
+            kind: new.kind,
+            fingerprint: new.fingerprint.clone(),
+            idempotency_key: new.idempotency_key.map(str::to_owned),
+            video_seconds: new.video_seconds,
+            quota: new.quota,
+            provider: new.provider.map(str::to_owned),
+            callback_url: new.callback_url.map(str::to_owned),
+        }
+    }
+}
+
+impl OwnedTask {
+    /// The admission on the writer thread, inside its transaction. [`WriterTx`]'s
+    /// methods never wait (their statements run on this thread as they are
+    /// polled), so the shared decision completes in its first poll.
+    fn admit(
+        self,
+        conn: &rusqlite::Connection,
+        at: Clock,
+    ) -> Result<Option<Admission>, LedgerError> {
+        let new = NewTask {
+            owner: &self.owner,
+            endpoint: self.endpoint,
+            model: &self.model,
+            kind: self.kind,
+            fingerprint: self.fingerprint,
+            idempotency_key: self.idempotency_key.as_deref(),
+            video_seconds: self.video_seconds,
+            quota: self.quota,
+            provider: self.provider.as_deref(),
+            callback_url: self.callback_url.as_deref(),
+        };
+        admission::admit(&mut WriterTx(conn), &new, at)
+            .now_or_never()
+            .unwrap_or_else(|| {
+                Err(LedgerError::Unavailable(
+                    "the admission waited on the writer thread".into(),
+                ))
+            })
+    }
+}
+
+/// The writer's connection, in the transaction of its batch.
+struct WriterTx<'c>(&'c rusqlite::Connection);
+
+impl AdmissionTx for WriterTx<'_> {
+    async fn seen(&mut self, owner: &str, key: &str) -> Result<Option<TaskRecord>, LedgerError> {
+        let mut stmt = bind(self.0, record::SELECT_BY_IDEMPOTENCY, &[owner, key])?;
+        let mut rows = stmt.raw_query();
+        rows.next()?.map(task_row).transpose()
+    }
+
+    async fn used_since(&mut self, owner: &str, day_start: i64) -> Result<(i64, i64), LedgerError> {
+        let args: [&dyn rusqlite::ToSql; 2] = [&owner, &day_start];
+        let mut stmt = bind(self.0, record::USED_TODAY, &args)?;
+        Ok(match stmt.raw_query().next()? {
+            Some(row) => (row.get(0)?, row.get(1)?),
+            None => (0, 0),
+        })
+    }
+
+    async fn insert(&mut self, new: &NewTask<'_>, now: i64) -> Result<Option<i64>, LedgerError> {
+        let args: [&dyn rusqlite::ToSql; 10] = [
+            &new.owner,
+            &new.endpoint_name(),
+            &new.model,
+            &new.kind.as_str(),
+            &new.fingerprint,
+            &new.idempotency_key,
+            &new.video_seconds,
+            &now,
+            &new.provider,
+            &new.callback_url,
+        ];
+        Ok(
+            match bind(self.0, record::INSERT_SQLITE, &args)?.raw_execute()? {
+                // Inserted: its row id is the last this connection inserted (only the
+                // writer thread uses it, and this is its latest statement).
+                1 => Some(self.0.last_insert_rowid()),
+                // Nothing inserted: the idempotency key is taken.
+                _ => None,
+            },
+        )
+    }
+}

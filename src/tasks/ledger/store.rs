@@ -1,0 +1,145 @@
+//! What the ledger asks of an engine: one interface, implemented once per engine
+//! (`sqlite.rs`, `postgres.rs`). The ledger's methods (mod.rs, deliveries.rs) say
+//! which statement to run with which values; a store runs it and hands back rows
+//! already decoded. The statements are shared (`$1` works in both engines) except
+//! where an engine needs its own, which [`PerEngine`] carries.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use super::deliveries::{Delivery, DeliveryBacklog, DeliveryOf};
+use super::record::{NewTask, TaskRecord, UsageRow};
+use super::{Admission, LedgerError};
+
+/// A store's answer, boxed: sqlx's futures are several KiB (a PostgreSQL
+/// transaction's especially), and a request future that might await one would
+/// otherwise carry that much inline whether it reaches the ledger or not.
+pub(super) type StoreFuture<'a, T> =
+    Pin<Box<dyn Future<Output = Result<T, LedgerError>> + Send + 'a>>;
+
+/// A value bound to a statement. Each carries its SQL type, also when NULL:
+/// PostgreSQL types a parameter from what is bound to it.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Param<'a> {
+    Int(Option<i64>),
+    Text(Option<&'a str>),
+}
+
+impl From<i64> for Param<'_> {
+    fn from(v: i64) -> Self {
+        Self::Int(Some(v))
+    }
+}
+
+impl From<Option<i64>> for Param<'_> {
+    fn from(v: Option<i64>) -> Self {
+        Self::Int(v)
+    }
+}
+
+impl<'a> From<&'a str> for Param<'a> {
+    fn from(v: &'a str) -> Self {
+        Self::Text(Some(v))
+    }
+}
+
+impl<'a> From<Option<&'a str>> for Param<'a> {
+    fn from(v: Option<&'a str>) -> Self {
+        Self::Text(v)
+    }
+}
+
+/// Bound values, in `$1`, `$2`, … order.
+macro_rules! params {
+    ($($arg:expr),* $(,)?) => {
+        vec![$($crate::tasks::ledger::store::Param::from($arg)),*]
+    };
+}
+pub(super) use params;
+
+/// A statement written once per engine.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct PerEngine {
+    pub sqlite: &'static str,
+    pub postgres: &'static str,
+}
+
+/// When an admission happens: now, and the start of its UTC day (quotas count
+/// from there).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Clock {
+    pub now: i64,
+    pub day_start: i64,
+}
+
+/// One engine holding the ledger.
+pub(super) trait Store: Send + Sync {
+    /// `sqlite` or `postgres`, for `Debug`.
+    fn engine(&self) -> &'static str;
+
+    /// One attempt at admitting `new` ([`super::admission::admit`] in the engine's
+    /// transaction); `None` when it lost a race and may be tried again.
+    fn admit<'a>(&'a self, new: &'a NewTask<'a>, at: Clock) -> StoreFuture<'a, Option<Admission>>;
+
+    /// One writing statement; the number of rows it changed.
+    fn execute<'a>(&'a self, sql: &'static str, args: Vec<Param<'a>>) -> StoreFuture<'a, usize>;
+
+    /// One writing statement returning whole task rows.
+    fn write_tasks<'a>(
+        &'a self,
+        sql: PerEngine,
+        args: Vec<Param<'a>>,
+    ) -> StoreFuture<'a, Vec<TaskRecord>>;
+
+    /// Task rows read.
+    fn read_tasks<'a>(
+        &'a self,
+        sql: &'static str,
+        args: Vec<Param<'a>>,
+    ) -> StoreFuture<'a, Vec<TaskRecord>>;
+
+    /// One integer read (a count, a row number), if there is a row.
+    fn read_int<'a>(
+        &'a self,
+        sql: &'static str,
+        args: Vec<Param<'a>>,
+    ) -> StoreFuture<'a, Option<i64>>;
+
+    /// One text column of the first row read: the outer `None` when there is no
+    /// row, the inner one when the column is NULL.
+    fn read_text<'a>(
+        &'a self,
+        sql: &'static str,
+        args: Vec<Param<'a>>,
+    ) -> StoreFuture<'a, Option<Option<String>>>;
+
+    /// Usage rows read.
+    fn read_usage<'a>(
+        &'a self,
+        sql: &'static str,
+        args: Vec<Param<'a>>,
+    ) -> StoreFuture<'a, Vec<UsageRow>>;
+
+    /// One writing statement returning leased deliveries.
+    fn write_deliveries<'a>(
+        &'a self,
+        sql: PerEngine,
+        args: Vec<Param<'a>>,
+    ) -> StoreFuture<'a, Vec<Delivery>>;
+
+    /// The backlog of deliveries read.
+    fn read_backlog<'a>(&'a self, sql: &'static str) -> StoreFuture<'a, DeliveryBacklog>;
+
+    /// One delivery's standing read, if there is one.
+    fn read_delivery<'a>(
+        &'a self,
+        sql: &'static str,
+        args: Vec<Param<'a>>,
+    ) -> StoreFuture<'a, Option<DeliveryOf>>;
+
+    /// The SQLite writer, for tests of its batching.
+    #[cfg(test)]
+    fn sqlite_writer(&self) -> Option<&super::writer::Writer> {
+        None
+    }
+}
