@@ -222,6 +222,8 @@ kind = "video"
 providers = ["fast"]
 models = ["$MODEL"]
 schema = "video"
+# The benchmark body names its duration; the family still has to say its default.
+default_seconds = 5
 EOF
 }
 

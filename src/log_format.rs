@@ -145,31 +145,62 @@ impl TextFields<'_, '_> {
 
     fn value(&mut self, field: &Field, value: fmt::Arguments<'_>) {
         if self.name(field) {
-            self.result = self.writer.write_fmt(value);
+            // tracing-subscriber spells out a message's terminal controls.
+            self.result = if field.name() == "message" && self.writer.sanitizes_ansi_escapes() {
+                Sanitized(&mut *self.writer).write_fmt(value)
+            } else {
+                self.writer.write_fmt(value)
+            };
         }
+    }
+}
+
+/// Writes through, with the characters that can steer a terminal spelled out as
+/// tracing-subscriber's `EscapeGuard` spells them in a message (`\x1b`, `\u{9b}`):
+/// ESC, BEL, BS, FF, DEL and the C1 controls.
+struct Sanitized<'a, W>(&'a mut W);
+
+impl<W: fmt::Write> fmt::Write for Sanitized<'_, W> {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        let steers = |c: char| {
+            matches!(
+                c,
+                '\x1b' | '\x07' | '\x08' | '\x0c' | '\x7f' | '\u{80}'..='\u{9f}'
+            )
+        };
+        let mut rest = s;
+        while let Some(at) = rest.find(steers) {
+            self.0.write_str(&rest[..at])?;
+            let c = rest[at..].chars().next().unwrap_or_default();
+            if c.is_ascii() {
+                write!(self.0, "\\x{:02x}", u32::from(c))?;
+            } else {
+                write!(self.0, "\\u{{{:x}}}", u32::from(c))?;
+            }
+            rest = &rest[at + c.len_utf8()..];
+        }
+        self.0.write_str(rest)
     }
 }
 
 impl Visit for TextFields<'_, '_> {
     fn record_str(&mut self, field: &Field, value: &str) {
-        let plain = field.name() == "message";
+        if field.name() == "message" {
+            return self.value(field, format_args!("{value}"));
+        }
         // Nothing `Debug` would escape: quoted as it is.
-        let quoted = !plain
-            && value
-                .bytes()
-                .all(|b| b == b' ' || (b.is_ascii_graphic() && b != b'"' && b != b'\\'));
-        if !plain && !quoted {
+        let quoted = value
+            .bytes()
+            .all(|b| b == b' ' || (b.is_ascii_graphic() && b != b'"' && b != b'\\'));
+        if !quoted {
             return self.value(field, format_args!("{value:?}"));
         }
         if self.name(field) {
-            self.result = if quoted {
-                self.writer
-                    .write_char('"')
-                    .and_then(|()| self.writer.write_str(value))
-                    .and_then(|()| self.writer.write_char('"'))
-            } else {
-                self.writer.write_str(value)
-            };
+            self.result = self
+                .writer
+                .write_char('"')
+                .and_then(|()| self.writer.write_str(value))
+                .and_then(|()| self.writer.write_char('"'));
         }
     }
 
@@ -409,6 +440,7 @@ fn write_second(w: &mut impl fmt::Write, unix: u64) -> fmt::Result {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::{Arc, Mutex};
     use tracing_subscriber::fmt::MakeWriter;
 
@@ -493,7 +525,7 @@ mod tests {
     }
 
     /// A formatter that counts the events handed to it.
-    struct Counted<F>(F, Arc<std::sync::atomic::AtomicUsize>);
+    struct Counted<F>(F, Arc<AtomicUsize>);
 
     impl<S, N, F> FormatEvent<S, N> for Counted<F>
     where
@@ -507,52 +539,55 @@ mod tests {
             writer: Writer<'_>,
             event: &Event<'_>,
         ) -> fmt::Result {
-            self.1.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            self.1.fetch_add(1, Ordering::SeqCst);
             self.0.format_event(ctx, writer, event)
         }
+    }
+
+    /// What `log` writes through tracing-subscriber's own formatter of `style`
+    /// (`ours` false) or through [`AccessLine`] and [`PlainFields`] in front of it;
+    /// `handed_on` counts the events [`AccessLine`] hands to tracing-subscriber's.
+    fn written(style: Style, ours: bool, handed_on: &Arc<AtomicUsize>, log: &dyn Fn()) -> String {
+        let counted = |inner| Counted(inner, handed_on.clone());
+        let lines = Lines::default();
+        let builder = tracing_subscriber::fmt()
+            .with_writer(lines.clone())
+            .with_ansi(false);
+        let dispatch: tracing::Dispatch = match (style, ours) {
+            (Style::Text, false) => builder.into(),
+            (Style::Text, true) => {
+                let inner = tracing_subscriber::fmt::format::Format::default();
+                builder
+                    .fmt_fields(PlainFields::default())
+                    .event_format(AccessLine::new(counted(inner), style))
+                    .into()
+            }
+            (Style::Json, false) => builder.json().flatten_event(true).into(),
+            (Style::Json, true) => {
+                let builder = builder.json().flatten_event(true);
+                let inner = tracing_subscriber::fmt::format::Format::default()
+                    .json()
+                    .flatten_event(true);
+                builder
+                    .event_format(AccessLine::new(Counted(inner, handed_on.clone()), style))
+                    .into()
+            }
+        };
+        tracing::dispatcher::with_default(&dispatch, log);
+        String::from_utf8(lines.0.lock().unwrap().clone()).unwrap()
     }
 
     /// What tracing-subscriber's own formatter and [`AccessLine`] write for the same
     /// events, timestamps cut out, and how many events [`AccessLine`] handed on.
     fn both(style: Style) -> (String, String, usize) {
-        let handed_on = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let handed_on = Arc::new(AtomicUsize::new(0));
         let run = |ours: bool| {
-            let counted = |inner| Counted(inner, handed_on.clone());
-            let lines = Lines::default();
-            let builder = tracing_subscriber::fmt()
-                .with_writer(lines.clone())
-                .with_ansi(false);
-            let dispatch: tracing::Dispatch = match (style, ours) {
-                (Style::Text, false) => builder.into(),
-                (Style::Text, true) => {
-                    let inner = tracing_subscriber::fmt::format::Format::default();
-                    builder
-                        .fmt_fields(PlainFields::default())
-                        .event_format(AccessLine::new(counted(inner), style))
-                        .into()
-                }
-                (Style::Json, false) => builder.json().flatten_event(true).into(),
-                (Style::Json, true) => {
-                    let builder = builder.json().flatten_event(true);
-                    let inner = tracing_subscriber::fmt::format::Format::default()
-                        .json()
-                        .flatten_event(true);
-                    builder
-                        .event_format(AccessLine::new(Counted(inner, handed_on.clone()), style))
-                        .into()
-                }
-            };
-            tracing::dispatcher::with_default(&dispatch, log_some);
-            let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+            let text = written(style, ours, &handed_on, &log_some);
             assert_eq!(text.lines().count(), 9, "{ours}:\n{text}");
             text.lines().map(cut_time).collect::<Vec<_>>().join("\n")
         };
         let (theirs, ours) = (run(false), run(true));
-        (
-            theirs,
-            ours,
-            handed_on.load(std::sync::atomic::Ordering::SeqCst),
-        )
+        (theirs, ours, handed_on.load(Ordering::SeqCst))
     }
 
     /// A line with its timestamp (`2026-11-24T00:11:47.229043Z`, at the start or as
@@ -590,5 +625,190 @@ mod tests {
         let first: serde_json::Value = serde_json::from_str(ours.lines().next().unwrap()).unwrap();
         assert_eq!(first["span"]["request_id"], "0123abcd000000000005");
         assert_eq!(first["latency_ms"], 1.239);
+    }
+
+    /// Found by the proptest below: tracing-subscriber spells out a message's
+    /// terminal controls (ESC, BEL, C1), in text only.
+    #[test]
+    fn a_message_s_terminal_controls_are_written_as_tracing_subscriber_writes_them() {
+        let log = || {
+            let span = tracing::info_span!("request", request_id = 1);
+            span.in_scope(|| {
+                tracing::info!(target: ACCESS, status = 200u16, "a\u{1b}[31m\u{7}b\u{9b}c\u{7f}");
+            });
+        };
+        for style in [Style::Text, Style::Json] {
+            let handed_on = Arc::new(AtomicUsize::new(0));
+            let theirs = written(style, false, &handed_on, &log);
+            let ours = written(style, true, &handed_on, &log);
+            assert_eq!(cut_times(&ours), cut_times(&theirs));
+            assert_eq!(handed_on.load(Ordering::SeqCst), 0);
+        }
+    }
+
+    /// Every `YYYY-MM-DDTHH:MM:SS.ffffffZ` in `text` replaced by `<time>`: the two
+    /// formatters read the clock apart, so the times are cut out of both alike.
+    fn cut_times(text: &str) -> String {
+        const SHAPE: &[u8] = b"0000-00-00T00:00:00.000000Z";
+        let bytes = text.as_bytes();
+        let is_time = |at: usize| {
+            bytes.get(at..at + SHAPE.len()).is_some_and(|t| {
+                t.iter().zip(SHAPE).all(|(&b, &s)| {
+                    if s == b'0' {
+                        b.is_ascii_digit()
+                    } else {
+                        b == s
+                    }
+                })
+            })
+        };
+        let (mut out, mut at, mut from) = (String::new(), 0, 0);
+        while at < bytes.len() {
+            if is_time(at) {
+                out.push_str(&text[from..at]);
+                out.push_str("<time>");
+                at += SHAPE.len();
+                from = at;
+            } else {
+                at += 1;
+            }
+        }
+        out.push_str(&text[from..]);
+        out
+    }
+
+    /// Text as fields carry it: printable, quotes and backslashes, controls, escapes.
+    fn any_text() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        prop_oneof![
+            "[ -~]{0,16}",
+            "\\PC{0,12}",
+            "[\\x00-\\x1f\\x7f \"\\\\a\u{e9}\u{1b}\u{2028}\u{85}\u{9b}]{0,10}",
+        ]
+    }
+
+    /// One access line's values, and where it is logged.
+    #[derive(Debug, Clone)]
+    struct Access {
+        /// 0: the request span's id as `%` (Display), 1: as `&str`, 2: as a number.
+        id_kind: u8,
+        id: String,
+        number: u64,
+        message: String,
+        method: String,
+        route: String,
+        status: u16,
+        key: Option<String>,
+        latency_ms: f64,
+        upstream_ms: Option<f64>,
+        delta: i64,
+        ok: bool,
+        error: Option<String>,
+        /// 0: in the request span (the line written here), 1: outside any span, 2: in
+        /// a span inside another, 3: at WARN (all three left to tracing-subscriber).
+        place: u8,
+        /// The short line (status alone) instead of the full one.
+        short: bool,
+    }
+
+    fn any_access() -> impl proptest::strategy::Strategy<Value = Access> {
+        use proptest::prelude::*;
+        let ids = (0..3u8, any_text(), any::<u64>(), any_text());
+        let fields = (
+            any_text(),
+            any_text(),
+            any::<u16>(),
+            proptest::option::of(any_text()),
+            any::<f64>(),
+            proptest::option::of(any::<f64>()),
+            any::<i64>(),
+            any::<bool>(),
+            proptest::option::of(any_text()),
+        );
+        let place = prop_oneof![6 => Just(0u8), 1 => Just(1u8), 1 => Just(2u8), 1 => Just(3u8)];
+        (ids, fields, place, any::<bool>()).prop_map(|(ids, fields, place, short)| {
+            let (id_kind, id, number, message) = ids;
+            let (method, route, status, key, latency_ms, upstream_ms, delta, ok, error) = fields;
+            Access {
+                id_kind,
+                id,
+                number,
+                message,
+                method,
+                route,
+                status,
+                key,
+                latency_ms,
+                upstream_ms,
+                delta,
+                ok,
+                error,
+                place,
+                short,
+            }
+        })
+    }
+
+    impl Access {
+        fn log(&self) {
+            match self.place {
+                0 => self.span().in_scope(|| self.event()),
+                1 => self.event(),
+                2 => {
+                    // Made inside `outer`, so that `outer` is its parent.
+                    let outer = tracing::info_span!("outer", id = self.id.as_str());
+                    outer.in_scope(|| self.span().in_scope(|| self.event()));
+                }
+                _ => self.span().in_scope(|| {
+                    tracing::warn!(target: ACCESS, status = self.status, "{}", self.message);
+                }),
+            }
+        }
+
+        fn span(&self) -> tracing::Span {
+            match self.id_kind {
+                0 => tracing::info_span!("request", request_id = %self.id),
+                1 => tracing::info_span!("request", request_id = self.id.as_str()),
+                _ => tracing::info_span!("request", request_id = self.number),
+            }
+        }
+
+        fn event(&self) {
+            if self.short {
+                return tracing::info!(target: ACCESS, status = self.status, "request");
+            }
+            tracing::info!(
+                target: ACCESS,
+                method = %self.method,
+                route = self.route.as_str(),
+                status = self.status,
+                key = ?self.key.as_deref(),
+                latency_ms = self.latency_ms,
+                upstream_ms = ?self.upstream_ms,
+                delta = self.delta,
+                ok = self.ok,
+                error = ?self.error.as_deref(),
+                "{}",
+                self.message
+            );
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn generated_access_lines_are_tracing_subscriber_s(
+            access in any_access(),
+            json in proptest::prelude::any::<bool>(),
+        ) {
+            let style = if json { Style::Json } else { Style::Text };
+            let handed_on = Arc::new(AtomicUsize::new(0));
+            let theirs = written(style, false, &handed_on, &|| access.log());
+            let ours = written(style, true, &handed_on, &|| access.log());
+            proptest::prop_assert!(!theirs.is_empty());
+            proptest::prop_assert_eq!(cut_times(&ours), cut_times(&theirs));
+            // The line in the request span is this module's own, not handed on.
+            let handed_on = handed_on.load(Ordering::SeqCst);
+            proptest::prop_assert_eq!(handed_on == 0, access.place == 0, "{}", handed_on);
+        }
     }
 }

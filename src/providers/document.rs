@@ -326,13 +326,13 @@ mod tests {
         JqVars::new("m", "um", MediaKind::Video, None, None)
     }
 
-    /// What jaq answers on the whole text: the parse's error, or the program's
-    /// first output, as JSON text.
+    /// What jaq answers on the whole text, no short way taken: the parse's error, or
+    /// the program's first output, as JSON text.
     fn jaqs(code: &str, text: &[u8]) -> Result<Option<String>, String> {
         let value = parse(text)?;
         let jq = Jq::compile(code).unwrap();
         Ok(jq
-            .first(value, &vars())?
+            .by_jaq(value, &vars())?
             .map(|v| super::super::jq::to_json(&v).to_string()))
     }
 
@@ -345,13 +345,15 @@ mod tests {
             .map(|v| super::super::jq::to_json(&v).to_string()))
     }
 
-    const CODES: [&str; 6] = [
+    const CODES: [&str; 8] = [
         ".id",
         ".data.id",
         ".a.b",
         ".error.message",
         ".urls",
         ".id | .",
+        r#""/v2/tasks""#,
+        r#""/t/\($model | @uri)""#,
     ];
 
     #[test]
@@ -433,7 +435,9 @@ mod tests {
             cut in proptest::prelude::any::<proptest::sample::Index>(),
             byte in proptest::prelude::any::<u8>(),
             how in 0..3u8,
+            keys in proptest::collection::vec("[ab]|id|data|error|message|urls", 1..4),
         ) {
+            let path = format!(".{}", keys.join("."));
             let mut text = value.to_string().into_bytes();
             // Whole, or broken at one place: one byte changed, cut or inserted.
             let at = cut.index(text.len() + 1);
@@ -443,7 +447,7 @@ mod tests {
                 1 => text.truncate(at.saturating_sub(1)),
                 _ => text.insert(at, byte),
             }
-            for code in CODES {
+            for code in CODES.iter().copied().chain([path.as_str()]) {
                 proptest::prop_assert_eq!(ours(code, &text), jaqs(code, &text), "{} on {:?}", code, String::from_utf8_lossy(&text));
             }
         }

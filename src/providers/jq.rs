@@ -255,6 +255,12 @@ impl Jq {
         Some(out)
     }
 
+    /// jaq's own output, no short way taken: what the short ways are tested against.
+    #[cfg(test)]
+    pub(super) fn by_jaq(&self, input: Val, vars: &JqVars) -> Result<Option<Val>, String> {
+        self.run(input, vars)
+    }
+
     /// Run by jaq.
     fn run(&self, input: Val, vars: &JqVars) -> Result<Option<Val>, String> {
         let ctx = Ctx::<Data>::new(&self.filter.lut, Vars::new(vars.values.iter().cloned()));
@@ -768,18 +774,23 @@ mod tests {
         )
     }
 
+    /// Programs whose output the model alone decides.
+    const MODEL_ONLY: [&str; 10] = [
+        r#""/v2/model-center/tasks""#,
+        "{kind: $kind}",
+        "{$kind, model: $upstream_model}",
+        r#""/v1/\($upstream_model | @uri)/generate""#,
+        r#"if $kind == "video" then "/videos" else "/images" end"#,
+        r#"[$model, 1, -2] | {m: ($model + "-x")}"#,
+        r#"$upstream_model | ascii_downcase | "/m/\(.)/\(@uri)""#,
+        "{a: null, b: true, c: [false]}",
+        r#"$model | tojson | length"#,
+        r#"($kind == "image") // [$model, -1.5] | tostring"#,
+    ];
+
     #[test]
     fn knows_the_programs_that_read_only_the_model() {
-        for code in [
-            r#""/v2/model-center/tasks""#,
-            "{kind: $kind}",
-            "{$kind, model: $upstream_model}",
-            r#""/v1/\($upstream_model | @uri)/generate""#,
-            r#"if $kind == "video" then "/videos" else "/images" end"#,
-            r#"[$model, 1, -2] | {m: ($model + "-x")}"#,
-            r#"$upstream_model | ascii_downcase | "/m/\(.)/\(@uri)""#,
-            "{a: null, b: true, c: [false]}",
-        ] {
+        for code in MODEL_ONLY {
             assert!(Jq::compile(code).unwrap().model_only(), "{code}");
         }
         for code in [
@@ -903,8 +914,13 @@ mod tests {
 
     proptest::proptest! {
         #[test]
-        fn field_programs_answer_as_jaq_does(value in any_json()) {
-            for code in [".a", ".id", ".data.id", ".a.b.i", " .data.a "] {
+        fn field_programs_answer_as_jaq_does(
+            value in any_json(),
+            keys in proptest::collection::vec("[abi_]{1,2}|id|data|_0|i9", 1..5),
+            spaced in proptest::prelude::any::<bool>(),
+        ) {
+            let generated = format!("{}.{}{}", if spaced { " " } else { "" }, keys.join("."), if spaced { "\n" } else { "" });
+            for code in [".a", ".id", ".data.id", ".a.b.i", " .data.a ", generated.as_str()] {
                 let jq = Jq::compile(code).unwrap();
                 proptest::prop_assert!(jq.fields.is_some(), "{}", code);
                 let ours = jq.first(from_json(&value), &vars());
@@ -915,9 +931,70 @@ mod tests {
         }
 
         #[test]
+        fn string_literals_answer_as_jaq_does(
+            chars in proptest::collection::vec((proptest::prelude::any::<char>(), 0..4u8), 0..12),
+            lone in proptest::option::of(0xd800u32..0xe000),
+        ) {
+            // The text written as JSON would allow: raw where it may be, else escaped
+            // (`\uXXXX`, pairs above the BMP, the short escapes), now and then a lone
+            // surrogate escape, which neither may accept.
+            let mut code = String::from("\"");
+            for (c, how) in &chars {
+                match (c, how) {
+                    ('"' | '\\', 0) => code.push_str(&format!("\\{c}")),
+                    ('/', 1) => code.push_str("\\/"),
+                    ('\n', 1) => code.push_str("\\n"),
+                    ('\t', 1) => code.push_str("\\t"),
+                    (c, 0) if *c >= ' ' && *c != '"' && *c != '\\' => code.push(*c),
+                    (c, _) => {
+                        let mut units = [0u16; 2];
+                        for unit in c.encode_utf16(&mut units) {
+                            code.push_str(&format!("\\u{unit:04x}"));
+                        }
+                    }
+                }
+            }
+            if let Some(lone) = lone {
+                code.push_str(&format!("\\u{lone:04x}"));
+            }
+            code.push('"');
+            // A program jaq refuses (it takes no surrogate pair escapes) is refused
+            // at load: nothing runs it.
+            let Ok(jq) = Jq::compile(&code) else {
+                return Ok(());
+            };
+            if lone.is_none() {
+                proptest::prop_assert!(jq.is_constant(), "{}", code);
+            }
+            let ours = jq.first(Val::Null, &vars());
+            let jaqs = jq.run(Val::Null, &vars());
+            proptest::prop_assert_eq!(ours, jaqs, "{}", code);
+        }
+
+        #[test]
+        fn programs_of_the_model_alone_give_jaqs_output_whatever_else_is_given(
+            value in any_json(),
+            id in proptest::option::of("\\PC{0,8}"),
+            params in any_json(),
+        ) {
+            // What a plan builds once per model (`by_model`) must be what jaq gives for
+            // any request of the model.
+            let given = JqVars::new("sd_2.0_special", "seedance-2", MediaKind::Video, id.as_deref(), Some(from_json(&params)));
+            let bare = JqVars::new("sd_2.0_special", "seedance-2", MediaKind::Video, None, None);
+            for code in MODEL_ONLY {
+                let jq = Jq::compile(code).unwrap();
+                proptest::prop_assert!(jq.model_only(), "{}", code);
+                let once = jq.run(Val::Null, &bare).map(|v| v.map(|v| to_json(&v)));
+                let now = jq.run(from_json(&value), &given).map(|v| v.map(|v| to_json(&v)));
+                proptest::prop_assert_eq!(once, now, "{}", code);
+            }
+        }
+
+        #[test]
         fn merged_bodies_are_what_jaq_writes(
             fields in proptest::collection::btree_map("[ab]|model|prompt|id", any_json(), 0..5),
             big in proptest::prelude::any::<u64>(),
+            models in proptest::collection::vec(("\\PC{0,8}", proptest::prelude::any::<bool>()), 1..3),
         ) {
             let mut input: serde_json::Map<String, Value> = fields.into_iter().collect();
             input.insert("big".into(), Value::from(big));
@@ -929,11 +1006,17 @@ mod tests {
                 "null + .",
                 "if $kind == \"video\" then {v: true} else null end + .",
             ] {
+                // One program for several models: each model's own fields, kept apart.
                 let jq = Jq::compile(code).unwrap();
-                let merged = jq.write_merged(&input, &vars());
-                proptest::prop_assert!(merged.is_some(), "{}", code);
-                let out = jq.first(from_json(&Value::Object(input.clone())), &vars()).unwrap().unwrap();
-                proptest::prop_assert_eq!(merged.unwrap(), write_json(&out), "{}", code);
+                for (upstream, video) in &models {
+                    let kind = if *video { MediaKind::Video } else { MediaKind::Image };
+                    let vars = JqVars::new("m", upstream, kind, None, None);
+                    let merged = jq.write_merged(&input, &vars);
+                    proptest::prop_assert!(merged.is_some(), "{}", code);
+                    let out = jq.run(from_json(&Value::Object(input.clone())), &vars).unwrap().unwrap();
+                    let expected = serde_json::to_vec(&to_json(&out)).unwrap();
+                    proptest::prop_assert_eq!(merged.unwrap(), expected, "{} for {}", code, upstream);
+                }
             }
         }
 

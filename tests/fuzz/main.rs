@@ -1,7 +1,8 @@
 //! Property-based fuzzing on stable Rust (proptest), one module per surface that reads
 //! untrusted input: task ids, upstream answers through the shipped and documented jq
-//! programs, redaction, and config loading. (Routing and body reading are fuzzed
-//! beside their code: `api::fuzz`, `edge::body::tests::fuzz`.)
+//! programs, redaction, and config loading; and the upstream pool held to the
+//! hyper-util client it stands in for. (Routing and body reading are fuzzed beside
+//! their code: `api::fuzz`, `edge::body::tests::fuzz`.)
 //!
 //! `cargo test --test fuzz` runs a few hundred cases of each; CI runs more with
 //! `PROPTEST_CASES` (`.ci/run`). A failure proptest finds is saved under
@@ -11,3 +12,4 @@ mod answers;
 mod config_loading;
 mod redaction;
 mod task_ids;
+mod upstream_pool;
