@@ -1,10 +1,14 @@
 //! A submit, from admission to its recorded outcome: the ledger's admission
 //! (idempotency key, quota, the write-ahead row) → the model's providers in failover
-//! order → the sealed id → the row completed. Once admitted, it runs in a task of its
-//! own to its end (bounded by the providers' submit timeouts), so the ledger always
-//! learns what the provider answered and paid work is never cancelled half-way.
+//! order → the sealed id → the row completed. Once admitted, it runs to its end
+//! (bounded by the providers' submit timeouts) — in the request's task while the
+//! request waits for it, in a task of its own once the request is gone — so the
+//! ledger always learns what the provider answered and paid work is never cancelled
+//! half-way.
 
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll, ready};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
@@ -125,13 +129,9 @@ impl TaskService {
                 Err(e) => return (Err(e), Attempted::default()),
             },
         };
-        match self.submits.spawn(run_to_end(order, row)).await {
-            Ok((outcome, attempted)) => (outcome.map(Submitted::Created), attempted),
-            Err(_) => (
-                Err(ApiError::submit_outcome_unknown()),
-                Attempted::default(),
-            ),
-        }
+        let (outcome, attempted) =
+            RunToEnd::new(self.submits.track_future(run_to_end(order, row))).await;
+        (outcome.map(Submitted::Created), attempted)
     }
 
     /// The ledger's admission: one transaction for the idempotency key, the quota
@@ -183,8 +183,44 @@ async fn admitted_before(
     }
 }
 
-/// The submit from the first provider on, in its own task: forwarded, and its outcome
-/// written to the row.
+/// A future awaited where it is (no task of its own, no wake-up across tasks) that,
+/// if its caller drops it before its end (the client left, the request timed out),
+/// goes on in a task of its own: an admitted submit is never cut half-way.
+struct RunToEnd<F: Future + Send + 'static>(Option<Pin<Box<F>>>);
+
+impl<F: Future + Send + 'static> RunToEnd<F> {
+    fn new(future: F) -> Self {
+        Self(Some(Box::pin(future)))
+    }
+}
+
+impl<F: Future + Send + 'static> Future for RunToEnd<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let Some(future) = self.0.as_mut() else {
+            return Poll::Pending;
+        };
+        let output = ready!(future.as_mut().poll(cx));
+        self.0 = None;
+        Poll::Ready(output)
+    }
+}
+
+impl<F: Future + Send + 'static> Drop for RunToEnd<F> {
+    fn drop(&mut self) {
+        if let Some(rest) = self.0.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(async move {
+                rest.await;
+            });
+        }
+    }
+}
+
+/// The submit from the first provider on: forwarded, and its outcome written to the
+/// row.
 async fn run_to_end(
     order: SubmitOrder,
     row: Option<(Arc<Ledger>, i64)>,
