@@ -17,6 +17,7 @@ mod admission;
 mod deliveries;
 mod error;
 mod postgres;
+mod reads;
 mod record;
 mod sqlite;
 mod store;

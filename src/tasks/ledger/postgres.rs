@@ -3,11 +3,12 @@
 
 use std::time::Duration;
 
-use sqlx::postgres::{PgArguments, PgConnection, PgPool, PgPoolOptions};
-use sqlx::{Arguments, Connection};
+use sqlx::Connection;
+use sqlx::postgres::{PgConnection, PgPoolOptions, Postgres};
 
 use super::admission::{self, AdmissionTx};
 use super::deliveries::{Delivery, DeliveryBacklog, DeliveryOf};
+use super::reads::Reads;
 use super::record::{self, NewTask, RawTaskRecord, TaskRecord, UsageRow};
 use super::store::{Clock, Param, PerEngine, Store, StoreFuture};
 use super::{Admission, LedgerError};
@@ -19,7 +20,8 @@ static MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres
 const LOCK_OWNER: &str = "SELECT pg_advisory_xact_lock(hashtext($1))";
 
 pub(super) struct PostgresStore {
-    pool: PgPool,
+    /// The pool, every statement goes through; its reads are the engines' shared ones.
+    reads: Reads<Postgres>,
 }
 
 impl PostgresStore {
@@ -38,7 +40,7 @@ impl PostgresStore {
             .run(&pool)
             .await
             .map_err(|e| format!("cannot migrate the ledger: {e}"))?;
-        Ok(Self { pool })
+        Ok(Self { reads: Reads(pool) })
     }
 
     async fn admit_once(
@@ -46,7 +48,7 @@ impl PostgresStore {
         new: &NewTask<'_>,
         at: Clock,
     ) -> Result<Option<Admission>, LedgerError> {
-        let mut conn = self.pool.acquire().await?;
+        let mut conn = self.reads.0.acquire().await?;
         if new.quota.is_none() {
             // No count to agree on: the insert takes the key or finds it taken, each
             // statement on its own.
@@ -63,18 +65,6 @@ impl PostgresStore {
     }
 }
 
-fn arguments(args: &[Param<'_>]) -> Result<PgArguments, LedgerError> {
-    let mut out = PgArguments::default();
-    for arg in args {
-        match *arg {
-            Param::Int(v) => out.add(v),
-            Param::Text(v) => out.add(v),
-        }
-        .map_err(|e| LedgerError::Unavailable(e.to_string()))?;
-    }
-    Ok(out)
-}
-
 impl Store for PostgresStore {
     fn engine(&self) -> &'static str {
         "postgres"
@@ -86,8 +76,8 @@ impl Store for PostgresStore {
 
     fn execute<'a>(&'a self, sql: &'static str, args: Vec<Param<'a>>) -> StoreFuture<'a, usize> {
         Box::pin(async move {
-            let done = sqlx::query_with(sql, arguments(&args)?)
-                .execute(&self.pool)
+            let done = sqlx::query_with(sql, Reads::<Postgres>::arguments(&args)?)
+                .execute(&self.reads.0)
                 .await?;
             Ok(done.rows_affected() as usize)
         })
@@ -106,12 +96,7 @@ impl Store for PostgresStore {
         sql: &'static str,
         args: Vec<Param<'a>>,
     ) -> StoreFuture<'a, Vec<TaskRecord>> {
-        Box::pin(async move {
-            let rows: Vec<RawTaskRecord> = sqlx::query_as_with(sql, arguments(&args)?)
-                .fetch_all(&self.pool)
-                .await?;
-            rows.into_iter().map(RawTaskRecord::decode).collect()
-        })
+        self.reads.tasks(sql, args)
     }
 
     fn read_int<'a>(
@@ -119,11 +104,7 @@ impl Store for PostgresStore {
         sql: &'static str,
         args: Vec<Param<'a>>,
     ) -> StoreFuture<'a, Option<i64>> {
-        Box::pin(async move {
-            Ok(sqlx::query_scalar_with(sql, arguments(&args)?)
-                .fetch_optional(&self.pool)
-                .await?)
-        })
+        self.reads.int(sql, args)
     }
 
     fn read_text<'a>(
@@ -131,11 +112,7 @@ impl Store for PostgresStore {
         sql: &'static str,
         args: Vec<Param<'a>>,
     ) -> StoreFuture<'a, Option<Option<String>>> {
-        Box::pin(async move {
-            Ok(sqlx::query_scalar_with(sql, arguments(&args)?)
-                .fetch_optional(&self.pool)
-                .await?)
-        })
+        self.reads.text(sql, args)
     }
 
     fn read_usage<'a>(
@@ -143,11 +120,7 @@ impl Store for PostgresStore {
         sql: &'static str,
         args: Vec<Param<'a>>,
     ) -> StoreFuture<'a, Vec<UsageRow>> {
-        Box::pin(async move {
-            Ok(sqlx::query_as_with(sql, arguments(&args)?)
-                .fetch_all(&self.pool)
-                .await?)
-        })
+        self.reads.usage(sql, args)
     }
 
     fn write_deliveries<'a>(
@@ -156,14 +129,16 @@ impl Store for PostgresStore {
         args: Vec<Param<'a>>,
     ) -> StoreFuture<'a, Vec<Delivery>> {
         Box::pin(async move {
-            Ok(sqlx::query_as_with(sql.postgres, arguments(&args)?)
-                .fetch_all(&self.pool)
-                .await?)
+            Ok(
+                sqlx::query_as_with(sql.postgres, Reads::<Postgres>::arguments(&args)?)
+                    .fetch_all(&self.reads.0)
+                    .await?,
+            )
         })
     }
 
     fn read_backlog<'a>(&'a self, sql: &'static str) -> StoreFuture<'a, DeliveryBacklog> {
-        Box::pin(async move { Ok(sqlx::query_as(sql).fetch_one(&self.pool).await?) })
+        self.reads.backlog(sql)
     }
 
     fn read_delivery<'a>(
@@ -171,11 +146,7 @@ impl Store for PostgresStore {
         sql: &'static str,
         args: Vec<Param<'a>>,
     ) -> StoreFuture<'a, Option<DeliveryOf>> {
-        Box::pin(async move {
-            Ok(sqlx::query_as_with(sql, arguments(&args)?)
-                .fetch_optional(&self.pool)
-                .await?)
-        })
+        self.reads.delivery(sql, args)
     }
 }
 

@@ -8,14 +8,13 @@ use std::time::Duration;
 
 use futures_util::FutureExt;
 use rusqlite::types::Value;
-use sqlx::Arguments;
 use sqlx::sqlite::{
-    SqliteArguments, SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
-    SqliteSynchronous,
+    Sqlite, SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous,
 };
 
 use super::admission::{self, AdmissionTx};
 use super::deliveries::{Delivery, DeliveryBacklog, DeliveryOf};
+use super::reads::Reads;
 use super::record::{self, NewTask, RawTaskRecord, TaskRecord, UsageRow};
 use super::store::{Clock, Param, PerEngine, Store, StoreFuture};
 use super::writer::{Writer, bind};
@@ -29,7 +28,8 @@ pub(super) static MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("migratio
 /// that commits them in groups; readers run beside it (WAL).
 pub(super) struct SqliteStore {
     writer: Writer,
-    reader: SqlitePool,
+    /// Read connections beside the writer (WAL lets them read while it writes).
+    reads: Reads<Sqlite>,
 }
 
 impl SqliteStore {
@@ -66,7 +66,10 @@ impl SqliteStore {
         migrating.close().await;
         let writer = Writer::open(path)?;
         let reader = open(max_connections.max(1)).await.map_err(cannot_open)?;
-        Ok(Self { writer, reader })
+        Ok(Self {
+            writer,
+            reads: Reads(reader),
+        })
     }
 
     /// One writing statement on the writer, its rows read by `row`.
@@ -97,19 +100,6 @@ fn owned(args: &[Param<'_>]) -> Vec<Value> {
             Param::Text(v) => v.map_or(Value::Null, |s| Value::Text(s.to_owned())),
         })
         .collect()
-}
-
-/// Values bound on a reader.
-fn arguments(args: &[Param<'_>]) -> Result<SqliteArguments, LedgerError> {
-    let mut out = SqliteArguments::default();
-    for arg in args {
-        match *arg {
-            Param::Int(v) => out.add(v),
-            Param::Text(v) => out.add(v),
-        }
-        .map_err(|e| LedgerError::Unavailable(e.to_string()))?;
-    }
-    Ok(out)
 }
 
 fn task_row(row: &rusqlite::Row<'_>) -> Result<TaskRecord, LedgerError> {
@@ -159,12 +149,7 @@ impl Store for SqliteStore {
         sql: &'static str,
         args: Vec<Param<'a>>,
     ) -> StoreFuture<'a, Vec<TaskRecord>> {
-        Box::pin(async move {
-            let rows: Vec<RawTaskRecord> = sqlx::query_as_with(sql, arguments(&args)?)
-                .fetch_all(&self.reader)
-                .await?;
-            rows.into_iter().map(RawTaskRecord::decode).collect()
-        })
+        self.reads.tasks(sql, args)
     }
 
     fn read_int<'a>(
@@ -172,11 +157,7 @@ impl Store for SqliteStore {
         sql: &'static str,
         args: Vec<Param<'a>>,
     ) -> StoreFuture<'a, Option<i64>> {
-        Box::pin(async move {
-            Ok(sqlx::query_scalar_with(sql, arguments(&args)?)
-                .fetch_optional(&self.reader)
-                .await?)
-        })
+        self.reads.int(sql, args)
     }
 
     fn read_text<'a>(
@@ -184,11 +165,7 @@ impl Store for SqliteStore {
         sql: &'static str,
         args: Vec<Param<'a>>,
     ) -> StoreFuture<'a, Option<Option<String>>> {
-        Box::pin(async move {
-            Ok(sqlx::query_scalar_with(sql, arguments(&args)?)
-                .fetch_optional(&self.reader)
-                .await?)
-        })
+        self.reads.text(sql, args)
     }
 
     fn read_usage<'a>(
@@ -196,11 +173,7 @@ impl Store for SqliteStore {
         sql: &'static str,
         args: Vec<Param<'a>>,
     ) -> StoreFuture<'a, Vec<UsageRow>> {
-        Box::pin(async move {
-            Ok(sqlx::query_as_with(sql, arguments(&args)?)
-                .fetch_all(&self.reader)
-                .await?)
-        })
+        self.reads.usage(sql, args)
     }
 
     fn write_deliveries<'a>(
@@ -212,7 +185,7 @@ impl Store for SqliteStore {
     }
 
     fn read_backlog<'a>(&'a self, sql: &'static str) -> StoreFuture<'a, DeliveryBacklog> {
-        Box::pin(async move { Ok(sqlx::query_as(sql).fetch_one(&self.reader).await?) })
+        self.reads.backlog(sql)
     }
 
     fn read_delivery<'a>(
@@ -220,11 +193,7 @@ impl Store for SqliteStore {
         sql: &'static str,
         args: Vec<Param<'a>>,
     ) -> StoreFuture<'a, Option<DeliveryOf>> {
-        Box::pin(async move {
-            Ok(sqlx::query_as_with(sql, arguments(&args)?)
-                .fetch_optional(&self.reader)
-                .await?)
-        })
+        self.reads.delivery(sql, args)
     }
 
     #[cfg(test)]
