@@ -145,11 +145,14 @@ impl Ledger {
 
     /// How many deliveries are owed, and since when the oldest.
     pub async fn delivery_backlog(&self) -> Result<DeliveryBacklog, LedgerError> {
-        self.store.read_backlog(BACKLOG).await
+        self.store.reads().backlog(BACKLOG).await
     }
 
     /// A task's delivery, for operators: state, attempts, last status and error.
     pub async fn delivery_of(&self, task_row: i64) -> Result<Option<DeliveryOf>, LedgerError> {
-        self.store.read_delivery(OF_TASK, params![task_row]).await
+        self.store
+            .reads()
+            .delivery(OF_TASK, params![task_row])
+            .await
     }
 }

@@ -192,13 +192,16 @@ impl Ledger {
         upstream_id: &str,
     ) -> Result<Option<TaskStatus>, LedgerError> {
         let args = params![provider, upstream_id];
-        let status = self.store.read_text(record::STATUS_OF, args).await?;
+        let status = self.store.reads().text(record::STATUS_OF, args).await?;
         record::decode_status(status.flatten().as_deref())
     }
 
     /// One row by its number.
     pub async fn row(&self, row: i64) -> Result<Option<TaskRecord>, LedgerError> {
-        let rows = self.store.read_tasks(record::SELECT_BY_ROW, params![row]);
+        let rows = self
+            .store
+            .reads()
+            .tasks(record::SELECT_BY_ROW, params![row]);
         Ok(rows.await?.into_iter().next())
     }
 
@@ -284,14 +287,14 @@ impl Ledger {
                     after.task_id,
                     endpoint
                 ];
-                match self.store.read_int(record::ROW_OF_TASK, args).await? {
+                match self.store.reads().int(record::ROW_OF_TASK, args).await? {
                     Some(row) => row,
                     None => return Ok(Page::unknown_cursor()),
                 }
             }
         };
         let args = params![owner, endpoint, before, i64::from(limit) + 1];
-        let mut rows = self.store.read_tasks(record::LIST, args).await?;
+        let mut rows = self.store.reads().tasks(record::LIST, args).await?;
         let has_more = rows.len() > limit as usize;
         rows.truncate(limit as usize);
         Ok(Page {
@@ -327,7 +330,7 @@ impl Ledger {
     /// Rows in `state` now.
     pub async fn count(&self, state: State) -> Result<i64, LedgerError> {
         let args = params![state.as_str()];
-        let count = self.store.read_int(record::COUNT_STATE, args).await?;
+        let count = self.store.reads().int(record::COUNT_STATE, args).await?;
         Ok(count.unwrap_or(0))
     }
 
@@ -338,7 +341,7 @@ impl Ledger {
         since_ms: i64,
     ) -> Result<Vec<UsageRow>, LedgerError> {
         let args = params![key, since_ms];
-        self.store.read_usage(record::USAGE, args).await
+        self.store.reads().usage(record::USAGE, args).await
     }
 
     /// Rows for operators, newest first, optionally of one state and one key.
@@ -349,12 +352,18 @@ impl Ledger {
         limit: i64,
     ) -> Result<Vec<TaskRecord>, LedgerError> {
         let args = params![state.map(State::as_str), key, limit];
-        self.store.read_tasks(record::SELECT_FILTERED, args).await
+        self.store
+            .reads()
+            .tasks(record::SELECT_FILTERED, args)
+            .await
     }
 
     /// One row by its sealed task id or its upstream id.
     pub async fn find(&self, id: &str) -> Result<Option<TaskRecord>, LedgerError> {
-        let rows = self.store.read_tasks(record::SELECT_BY_ANY_ID, params![id]);
+        let rows = self
+            .store
+            .reads()
+            .tasks(record::SELECT_BY_ANY_ID, params![id]);
         Ok(rows.await?.into_iter().next())
     }
 }

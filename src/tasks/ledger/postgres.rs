@@ -7,9 +7,9 @@ use sqlx::Connection;
 use sqlx::postgres::{PgConnection, PgPoolOptions, Postgres};
 
 use super::admission::{self, AdmissionTx};
-use super::deliveries::{Delivery, DeliveryBacklog, DeliveryOf};
-use super::reads::Reads;
-use super::record::{self, NewTask, RawTaskRecord, TaskRecord, UsageRow};
+use super::deliveries::Delivery;
+use super::reads::{Reader, Reads, arguments};
+use super::record::{self, NewTask, RawTaskRecord, TaskRecord};
 use super::store::{Clock, Param, PerEngine, Store, StoreFuture};
 use super::{Admission, LedgerError};
 
@@ -76,7 +76,7 @@ impl Store for PostgresStore {
 
     fn execute<'a>(&'a self, sql: &'static str, args: Vec<Param<'a>>) -> StoreFuture<'a, usize> {
         Box::pin(async move {
-            let done = sqlx::query_with(sql, Reads::<Postgres>::arguments(&args)?)
+            let done = sqlx::query_with(sql, arguments::<Postgres>(&args)?)
                 .execute(&self.reads.0)
                 .await?;
             Ok(done.rows_affected() as usize)
@@ -88,39 +88,7 @@ impl Store for PostgresStore {
         sql: PerEngine,
         args: Vec<Param<'a>>,
     ) -> StoreFuture<'a, Vec<TaskRecord>> {
-        self.read_tasks(sql.postgres, args)
-    }
-
-    fn read_tasks<'a>(
-        &'a self,
-        sql: &'static str,
-        args: Vec<Param<'a>>,
-    ) -> StoreFuture<'a, Vec<TaskRecord>> {
-        self.reads.tasks(sql, args)
-    }
-
-    fn read_int<'a>(
-        &'a self,
-        sql: &'static str,
-        args: Vec<Param<'a>>,
-    ) -> StoreFuture<'a, Option<i64>> {
-        self.reads.int(sql, args)
-    }
-
-    fn read_text<'a>(
-        &'a self,
-        sql: &'static str,
-        args: Vec<Param<'a>>,
-    ) -> StoreFuture<'a, Option<Option<String>>> {
-        self.reads.text(sql, args)
-    }
-
-    fn read_usage<'a>(
-        &'a self,
-        sql: &'static str,
-        args: Vec<Param<'a>>,
-    ) -> StoreFuture<'a, Vec<UsageRow>> {
-        self.reads.usage(sql, args)
+        self.reads.tasks(sql.postgres, args)
     }
 
     fn write_deliveries<'a>(
@@ -130,23 +98,15 @@ impl Store for PostgresStore {
     ) -> StoreFuture<'a, Vec<Delivery>> {
         Box::pin(async move {
             Ok(
-                sqlx::query_as_with(sql.postgres, Reads::<Postgres>::arguments(&args)?)
+                sqlx::query_as_with(sql.postgres, arguments::<Postgres>(&args)?)
                     .fetch_all(&self.reads.0)
                     .await?,
             )
         })
     }
 
-    fn read_backlog<'a>(&'a self, sql: &'static str) -> StoreFuture<'a, DeliveryBacklog> {
-        self.reads.backlog(sql)
-    }
-
-    fn read_delivery<'a>(
-        &'a self,
-        sql: &'static str,
-        args: Vec<Param<'a>>,
-    ) -> StoreFuture<'a, Option<DeliveryOf>> {
-        self.reads.delivery(sql, args)
+    fn reads(&self) -> &dyn Reader {
+        &self.reads
     }
 }
 

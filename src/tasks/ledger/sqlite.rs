@@ -13,9 +13,9 @@ use sqlx::sqlite::{
 };
 
 use super::admission::{self, AdmissionTx};
-use super::deliveries::{Delivery, DeliveryBacklog, DeliveryOf};
-use super::reads::Reads;
-use super::record::{self, NewTask, RawTaskRecord, TaskRecord, UsageRow};
+use super::deliveries::Delivery;
+use super::reads::{Reader, Reads};
+use super::record::{self, NewTask, RawTaskRecord, TaskRecord};
 use super::store::{Clock, Param, PerEngine, Store, StoreFuture};
 use super::writer::{Writer, bind};
 use super::{Admission, LedgerError};
@@ -144,38 +144,6 @@ impl Store for SqliteStore {
         self.write_rows(sql.sqlite, &args, task_row)
     }
 
-    fn read_tasks<'a>(
-        &'a self,
-        sql: &'static str,
-        args: Vec<Param<'a>>,
-    ) -> StoreFuture<'a, Vec<TaskRecord>> {
-        self.reads.tasks(sql, args)
-    }
-
-    fn read_int<'a>(
-        &'a self,
-        sql: &'static str,
-        args: Vec<Param<'a>>,
-    ) -> StoreFuture<'a, Option<i64>> {
-        self.reads.int(sql, args)
-    }
-
-    fn read_text<'a>(
-        &'a self,
-        sql: &'static str,
-        args: Vec<Param<'a>>,
-    ) -> StoreFuture<'a, Option<Option<String>>> {
-        self.reads.text(sql, args)
-    }
-
-    fn read_usage<'a>(
-        &'a self,
-        sql: &'static str,
-        args: Vec<Param<'a>>,
-    ) -> StoreFuture<'a, Vec<UsageRow>> {
-        self.reads.usage(sql, args)
-    }
-
     fn write_deliveries<'a>(
         &'a self,
         sql: PerEngine,
@@ -184,21 +152,13 @@ impl Store for SqliteStore {
         self.write_rows(sql.sqlite, &args, delivery_row)
     }
 
-    fn read_backlog<'a>(&'a self, sql: &'static str) -> StoreFuture<'a, DeliveryBacklog> {
-        self.reads.backlog(sql)
-    }
-
-    fn read_delivery<'a>(
-        &'a self,
-        sql: &'static str,
-        args: Vec<Param<'a>>,
-    ) -> StoreFuture<'a, Option<DeliveryOf>> {
-        self.reads.delivery(sql, args)
-    }
-
     #[cfg(test)]
     fn sqlite_writer(&self) -> Option<&Writer> {
         Some(&self.writer)
+    }
+
+    fn reads(&self) -> &dyn Reader {
+        &self.reads
     }
 }
 

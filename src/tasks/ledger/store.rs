@@ -7,8 +7,9 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use super::deliveries::{Delivery, DeliveryBacklog, DeliveryOf};
-use super::record::{NewTask, TaskRecord, UsageRow};
+use super::deliveries::Delivery;
+use super::reads::Reader;
+use super::record::{NewTask, TaskRecord};
 use super::{Admission, LedgerError};
 
 /// A store's answer, boxed: sqlx's futures are several KiB (a PostgreSQL
@@ -91,35 +92,6 @@ pub(super) trait Store: Send + Sync {
         args: Vec<Param<'a>>,
     ) -> StoreFuture<'a, Vec<TaskRecord>>;
 
-    /// Task rows read.
-    fn read_tasks<'a>(
-        &'a self,
-        sql: &'static str,
-        args: Vec<Param<'a>>,
-    ) -> StoreFuture<'a, Vec<TaskRecord>>;
-
-    /// One integer read (a count, a row number), if there is a row.
-    fn read_int<'a>(
-        &'a self,
-        sql: &'static str,
-        args: Vec<Param<'a>>,
-    ) -> StoreFuture<'a, Option<i64>>;
-
-    /// One text column of the first row read: the outer `None` when there is no
-    /// row, the inner one when the column is NULL.
-    fn read_text<'a>(
-        &'a self,
-        sql: &'static str,
-        args: Vec<Param<'a>>,
-    ) -> StoreFuture<'a, Option<Option<String>>>;
-
-    /// Usage rows read.
-    fn read_usage<'a>(
-        &'a self,
-        sql: &'static str,
-        args: Vec<Param<'a>>,
-    ) -> StoreFuture<'a, Vec<UsageRow>>;
-
     /// One writing statement returning leased deliveries.
     fn write_deliveries<'a>(
         &'a self,
@@ -127,15 +99,8 @@ pub(super) trait Store: Send + Sync {
         args: Vec<Param<'a>>,
     ) -> StoreFuture<'a, Vec<Delivery>>;
 
-    /// The backlog of deliveries read.
-    fn read_backlog<'a>(&'a self, sql: &'static str) -> StoreFuture<'a, DeliveryBacklog>;
-
-    /// One delivery's standing read, if there is one.
-    fn read_delivery<'a>(
-        &'a self,
-        sql: &'static str,
-        args: Vec<Param<'a>>,
-    ) -> StoreFuture<'a, Option<DeliveryOf>>;
+    /// The engine's reads.
+    fn reads(&self) -> &dyn Reader;
 
     /// The SQLite writer, for tests of its batching.
     #[cfg(test)]
