@@ -42,14 +42,6 @@ pub enum SubmitError {
     Unknown(UpstreamError),
 }
 
-impl SubmitError {
-    pub fn error(&self) -> &UpstreamError {
-        match self {
-            Self::Refused(e) | Self::Rejected(e) | Self::Unknown(e) => e,
-        }
-    }
-}
-
 /// The submit request and the programs that read its answer.
 pub(super) struct SubmitPlan {
     request: RequestPlan,
