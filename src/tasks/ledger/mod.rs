@@ -17,9 +17,12 @@ mod admission;
 mod deliveries;
 mod error;
 mod postgres;
+mod postgres_reads;
 mod reads;
 mod record;
 mod sqlite;
+mod sqlite_reads;
+mod sqlite_schema;
 mod store;
 mod writer;
 
@@ -917,48 +920,56 @@ mod tests {
         // The schema of 0001–0003, with rows written by its statements: tasks of two
         // owners, one with an idempotency key, one finished with a webhook owed.
         {
-            let options = sqlx::sqlite::SqliteConnectOptions::new()
-                .filename(&path)
-                .create_if_missing(true);
-            let pool = sqlx::sqlite::SqlitePoolOptions::new()
-                .max_connections(1)
-                .connect_with(options)
-                .await
-                .unwrap();
-            sqlite::MIGRATIONS.run_to(3, &pool).await.unwrap();
+            let mut conn = rusqlite::Connection::open(&path).unwrap();
+            sqlite_schema::migrate_to(&mut conn, 3).unwrap();
             for n in 0..5_i64 {
                 let owner = if n == 4 { "b" } else { "a" };
                 let key = (n == 2).then_some("k");
-                let row: i64 = sqlx::query_scalar(record::INSERT)
-                    .bind(owner)
-                    .bind("model-center")
-                    .bind("m")
-                    .bind("video")
-                    .bind("fp")
-                    .bind(key)
-                    .bind(5_i64)
-                    .bind(1_000 + n)
-                    .bind("p")
-                    .bind((n == 1).then_some("https://hooks.example/x"))
-                    .fetch_one(&pool)
-                    .await
-                    .unwrap();
+                let callback = (n == 1).then_some("https://hooks.example/x");
+                // Bound by name: SQLite numbers `$n` by first appearance.
+                let row: i64 = writer::bind(
+                    &conn,
+                    record::INSERT,
+                    rusqlite::params![
+                        owner,
+                        "model-center",
+                        "m",
+                        "video",
+                        "fp",
+                        key,
+                        5_i64,
+                        1_000 + n,
+                        "p",
+                        callback
+                    ],
+                )
+                .unwrap()
+                .raw_query()
+                .next()
+                .unwrap()
+                .unwrap()
+                .get(0)
+                .unwrap();
                 let a = answer(n as u32);
-                sqlx::query(record::SET_CREATED)
-                    .bind(row)
-                    .bind("p")
-                    .bind(format!("up-{n}"))
-                    .bind(format!("task_{n}"))
-                    .bind("queued")
-                    .bind(i64::from(a.status))
-                    .bind(a.body)
-                    .bind(2_000 + n)
-                    .bind(5_000_i64)
-                    .execute(&pool)
-                    .await
-                    .unwrap();
+                writer::bind(
+                    &conn,
+                    record::SET_CREATED,
+                    rusqlite::params![
+                        row,
+                        "p",
+                        format!("up-{n}"),
+                        format!("task_{n}"),
+                        "queued",
+                        i64::from(a.status),
+                        a.body,
+                        2_000 + n,
+                        5_000_i64
+                    ],
+                )
+                .unwrap()
+                .raw_execute()
+                .unwrap();
             }
-            pool.close().await;
         }
         let l = ledger(&dir).await;
         // The file as another reader sees it.

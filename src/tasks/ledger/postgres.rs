@@ -4,11 +4,12 @@
 use std::time::Duration;
 
 use sqlx::Connection;
-use sqlx::postgres::{PgConnection, PgPoolOptions, Postgres};
+use sqlx::postgres::{PgConnection, PgPoolOptions};
 
 use super::admission::{self, AdmissionTx};
 use super::deliveries::Delivery;
-use super::reads::{Reader, Reads, arguments};
+use super::postgres_reads::{PostgresReads, arguments};
+use super::reads::Reader;
 use super::record::{self, NewTask, RawTaskRecord, TaskRecord};
 use super::store::{Clock, Param, PerEngine, Store, StoreFuture};
 use super::{Admission, LedgerError};
@@ -21,7 +22,7 @@ const LOCK_OWNER: &str = "SELECT pg_advisory_xact_lock(hashtext($1))";
 
 pub(super) struct PostgresStore {
     /// The pool, every statement goes through; its reads are the engines' shared ones.
-    reads: Reads<Postgres>,
+    reads: PostgresReads,
 }
 
 impl PostgresStore {
@@ -40,7 +41,9 @@ impl PostgresStore {
             .run(&pool)
             .await
             .map_err(|e| format!("cannot migrate the ledger: {e}"))?;
-        Ok(Self { reads: Reads(pool) })
+        Ok(Self {
+            reads: PostgresReads(pool),
+        })
     }
 
     async fn admit_once(
@@ -76,7 +79,7 @@ impl Store for PostgresStore {
 
     fn execute<'a>(&'a self, sql: &'static str, args: Vec<Param<'a>>) -> StoreFuture<'a, usize> {
         Box::pin(async move {
-            let done = sqlx::query_with(sql, arguments::<Postgres>(&args)?)
+            let done = sqlx::query_with(sql, arguments(&args)?)
                 .execute(&self.reads.0)
                 .await?;
             Ok(done.rows_affected() as usize)
@@ -97,11 +100,9 @@ impl Store for PostgresStore {
         args: Vec<Param<'a>>,
     ) -> StoreFuture<'a, Vec<Delivery>> {
         Box::pin(async move {
-            Ok(
-                sqlx::query_as_with(sql.postgres, arguments::<Postgres>(&args)?)
-                    .fetch_all(&self.reads.0)
-                    .await?,
-            )
+            Ok(sqlx::query_as_with(sql.postgres, arguments(&args)?)
+                .fetch_all(&self.reads.0)
+                .await?)
         })
     }
 

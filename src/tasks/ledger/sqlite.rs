@@ -1,35 +1,29 @@
-//! The ledger on SQLite: every write goes to the writer thread (`writer.rs`), which
-//! commits them in groups; reads go through a pool of sqlx connections beside it
-//! (WAL lets them read while it writes).
+//! The ledger on SQLite, with rusqlite: every write goes to the writer thread
+//! (`writer.rs`), which commits them in groups; reads go to reading threads beside
+//! it (`sqlite_reads.rs`; WAL lets them read while it writes).
 
 use std::path::Path;
-use std::str::FromStr;
-use std::time::Duration;
 
 use futures_util::FutureExt;
-use rusqlite::types::Value;
-use sqlx::sqlite::{
-    Sqlite, SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous,
-};
 
 use super::admission::{self, AdmissionTx};
 use super::deliveries::Delivery;
-use super::reads::{Reader, Reads};
+use super::reads::Reader;
 use super::record::{self, NewTask, RawTaskRecord, TaskRecord};
+use super::sqlite_reads::SqliteReads;
+use super::sqlite_schema;
 use super::store::{Clock, Param, PerEngine, Store, StoreFuture};
-use super::writer::{Writer, bind};
+use super::writer::{Writer, bind, owned, query_rows};
 use super::{Admission, LedgerError};
 use crate::config::{Endpoint, QuotaConfig};
 use crate::tasks::MediaKind;
-
-pub(super) static MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
 
 /// SQLite writes one transaction at a time: every write goes to one writer thread
 /// that commits them in groups; readers run beside it (WAL).
 pub(super) struct SqliteStore {
     writer: Writer,
-    /// Read connections beside the writer (WAL lets them read while it writes).
-    reads: Reads<Sqlite>,
+    /// Reading threads beside the writer (WAL lets them read while it writes).
+    reads: SqliteReads,
 }
 
 impl SqliteStore {
@@ -40,36 +34,15 @@ impl SqliteStore {
             std::fs::create_dir_all(dir)
                 .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         }
-        let options = SqliteConnectOptions::from_str("sqlite://")
-            .map_err(|e| e.to_string())?
-            .filename(path)
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            // WAL with NORMAL: a commit survives a crash of the process; only a power
-            // loss may lose the last transactions.
-            .synchronous(SqliteSynchronous::Normal)
-            .busy_timeout(Duration::from_secs(5));
-        let open = |connections: u32| {
-            SqlitePoolOptions::new()
-                .max_connections(connections)
-                // A ping per acquire is a hand-off to the connection's thread and back.
-                .test_before_acquire(false)
-                .connect_with(options.clone())
-        };
-        let cannot_open = |e: sqlx::Error| format!("cannot open {}: {e}", path.display());
-        // sqlx creates the file and runs the migrations; the writer thread takes over.
-        let migrating = open(1).await.map_err(cannot_open)?;
-        MIGRATIONS
-            .run(&migrating)
-            .await
+        let mut migrating = rusqlite::Connection::open(path)
+            .and_then(|c| c.execute_batch("PRAGMA journal_mode = WAL;").map(|()| c))
+            .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+        sqlite_schema::migrate(&mut migrating)
             .map_err(|e| format!("cannot migrate the ledger in {}: {e}", path.display()))?;
-        migrating.close().await;
+        drop(migrating);
         let writer = Writer::open(path)?;
-        let reader = open(max_connections.max(1)).await.map_err(cannot_open)?;
-        Ok(Self {
-            writer,
-            reads: Reads(reader),
-        })
+        let reads = SqliteReads::open(path, max_connections)?;
+        Ok(Self { writer, reads })
     }
 
     /// One writing statement on the writer, its rows read by `row`.
@@ -80,29 +53,14 @@ impl SqliteStore {
         row: fn(&rusqlite::Row<'_>) -> Result<T, LedgerError>,
     ) -> StoreFuture<'a, Vec<T>> {
         let args = owned(args);
-        Box::pin(self.writer.run_single(move |conn| {
-            let mut stmt = bind(conn, sql, &args)?;
-            let mut rows = stmt.raw_query();
-            let mut out = Vec::new();
-            while let Some(r) = rows.next()? {
-                out.push(row(r)?);
-            }
-            Ok(out)
-        }))
+        Box::pin(
+            self.writer
+                .run_single(move |conn| query_rows(conn, sql, &args, row)),
+        )
     }
 }
 
-/// Values bound on the writer thread: owned, they cross to it.
-fn owned(args: &[Param<'_>]) -> Vec<Value> {
-    args.iter()
-        .map(|arg| match *arg {
-            Param::Int(v) => v.map_or(Value::Null, Value::Integer),
-            Param::Text(v) => v.map_or(Value::Null, |s| Value::Text(s.to_owned())),
-        })
-        .collect()
-}
-
-fn task_row(row: &rusqlite::Row<'_>) -> Result<TaskRecord, LedgerError> {
+pub(super) fn task_row(row: &rusqlite::Row<'_>) -> Result<TaskRecord, LedgerError> {
     RawTaskRecord::from_sqlite(row)?.decode()
 }
 

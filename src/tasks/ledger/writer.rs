@@ -273,6 +273,17 @@ impl Writer {
     }
 }
 
+/// Values bound on another thread (the writer's, a reader's): owned, they cross to it.
+pub(super) fn owned(args: &[super::store::Param<'_>]) -> Vec<rusqlite::types::Value> {
+    use rusqlite::types::Value;
+    args.iter()
+        .map(|arg| match *arg {
+            super::store::Param::Int(v) => v.map_or(Value::Null, Value::Integer),
+            super::store::Param::Text(v) => v.map_or(Value::Null, |s| Value::Text(s.to_owned())),
+        })
+        .collect()
+}
+
 /// `sql` prepared (or taken from the connection's cache) with `args` bound as
 /// `$1`, `$2`, …: the statements are shared with PostgreSQL, and SQLite numbers
 /// named parameters by first appearance, not by their digits.
@@ -291,6 +302,22 @@ pub(super) fn bind<'c>(
         }
     }
     Ok(stmt)
+}
+
+/// Every row `sql` yields with `args` bound, each read by `row`.
+pub(super) fn query_rows<T>(
+    conn: &Connection,
+    sql: &str,
+    args: &[rusqlite::types::Value],
+    row: fn(&rusqlite::Row<'_>) -> Result<T, LedgerError>,
+) -> Result<Vec<T>, LedgerError> {
+    let mut stmt = bind(conn, sql, args)?;
+    let mut rows = stmt.raw_query();
+    let mut out = Vec::new();
+    while let Some(r) = rows.next()? {
+        out.push(row(r)?);
+    }
+    Ok(out)
 }
 
 /// What the writer and the checkpointer tell each other.
