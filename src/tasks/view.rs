@@ -109,6 +109,24 @@ mod tests {
     }
 
     #[test]
+    fn the_view_is_the_submit_answer_then_the_state() {
+        let state = TaskState {
+            status: TaskStatus::Failed,
+            progress: Some(100),
+            urls: vec![],
+            error: Some(TaskError {
+                code: "c".into(),
+                message: "m".into(),
+            }),
+        };
+        let view = TaskView::new("t", MediaKind::Video, "m1", 7, &state);
+        assert_eq!(
+            serde_json::to_string(&view).unwrap(),
+            r#"{"id":"t","object":"video","model":"m1","status":"failed","created":7,"progress":100,"urls":[],"error":{"code":"c","message":"m"}}"#
+        );
+    }
+
+    #[test]
     fn unfinished_view_omits_progress_when_unknown() {
         let state = TaskState {
             status: TaskStatus::Queued,
