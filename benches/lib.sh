@@ -3,6 +3,19 @@
 
 log() { printf '== %s\n' "$*" >&2; }
 
+# Stop the processes the script started (the pids in its PIDS array).
+stop_started() { for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done; }
+
+# Build the gateway, the fault upstream and the load generator in PROFILE (memory.sh,
+# soak.sh); sets DIR (where they are), MEDIAGATE and LOADGEN.
+build_fault_tools() {
+  log "building ($PROFILE)"
+  cargo build --quiet --profile "$PROFILE" --bin mediagate --example fault_upstream --example loadgen
+  DIR=${CARGO_TARGET_DIR:-target}/$PROFILE
+  MEDIAGATE=$DIR/mediagate
+  LOADGEN=$DIR/examples/loadgen
+}
+
 # A TCP port nothing listens on now.
 free_port() {
   local p

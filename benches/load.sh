@@ -81,7 +81,7 @@ PG_STOP=()
 
 
 cleanup() {
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  stop_started
   # Gateways are started inside command substitutions: their pids are in files.
   for f in "$WORK"/mediagate*.pid; do [[ -f $f ]] && kill "$(cat "$f")" 2>/dev/null || true; done
   if [[ -f $WORK/nginx.pid ]]; then kill "$(cat "$WORK/nginx.pid")" 2>/dev/null || true; fi

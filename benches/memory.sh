@@ -31,17 +31,13 @@ SECRET=memory-task-secret-of-at-least-32-characters-$$
 PIDS=()
 
 cleanup() {
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  stop_started
   wait 2>/dev/null || true
   rm -rf "$WORK"
 }
 trap cleanup EXIT
 
-
-log "building ($PROFILE)"
-cargo build --quiet --profile "$PROFILE" --bin mediagate --example fault_upstream --example loadgen
-DIR=${CARGO_TARGET_DIR:-target}/$PROFILE
-LOADGEN=$DIR/examples/loadgen
+build_fault_tools
 
 # An upstream in `mode`; prints its address.
 upstream() {
@@ -64,7 +60,7 @@ routes() {
 # Start a gateway on routes-$1.toml; sets GW_PID and GW_ADDR.
 gateway() {
   MEMORY_TASK_SECRET=$SECRET RUST_LOG=warn,mediagate=info \
-    "$DIR/mediagate" serve --config "$WORK/routes-$1.toml" >/dev/null 2>"$WORK/gw-$1.log" &
+    "$MEDIAGATE" serve --config "$WORK/routes-$1.toml" >/dev/null 2>"$WORK/gw-$1.log" &
   GW_PID=$!
   PIDS+=($GW_PID)
   GW_ADDR=$(wait_for "$WORK/gw-$1.log" "listening on http://" | sed 's/.*listening on http:\/\/\([0-9.:]*\).*/\1/')

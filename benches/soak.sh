@@ -35,19 +35,14 @@ KEY=sk-demo
 PIDS=()
 
 cleanup() {
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  stop_started
   [[ -f $WORK/gw.pid ]] && kill "$(cat "$WORK/gw.pid")" 2>/dev/null || true
   wait 2>/dev/null || true
   rm -rf "$WORK"
 }
 trap cleanup EXIT
 
-
-log "building ($PROFILE)"
-cargo build --quiet --profile "$PROFILE" --bin mediagate --example fault_upstream --example loadgen
-DIR=${CARGO_TARGET_DIR:-target}/$PROFILE
-MEDIAGATE=$DIR/mediagate
-LOADGEN=$DIR/examples/loadgen
+build_fault_tools
 
 # The error catalogue: every code of src/error.rs.
 perl -0777 -ne 'while (/Self::new\(\s*StatusCode::\w+,\s*"[a-z_]+",\s*"([a-z_]+)"/g) { print "$1\n" }' \

@@ -29,6 +29,8 @@ use hyper_util::rt::TokioIo;
 use mediagate::simulator::SimTask;
 use tokio::net::TcpListener;
 
+mod cli;
+
 const TASKS: &str = "/v2/model-center/tasks";
 
 #[derive(Default)]
@@ -45,23 +47,14 @@ struct Timing {
     processing_ms: u64,
 }
 
-fn arg(args: &[String], name: &str) -> Option<String> {
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1).cloned())
-}
-
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let listen: SocketAddr = arg(&args, "--listen")
-        .unwrap_or_else(|| "127.0.0.1:0".into())
-        .parse()
-        .expect("--listen ADDR:PORT");
+    let listen = cli::listen(&args);
     let timing = Timing {
-        queued_ms: arg(&args, "--queued-ms").map_or(3_600_000, |v| v.parse().expect("ms")),
-        processing_ms: arg(&args, "--processing-ms").map_or(3_600_000, |v| v.parse().expect("ms")),
+        queued_ms: cli::number(&args, "--queued-ms", 3_600_000),
+        processing_ms: cli::number(&args, "--processing-ms", 3_600_000),
     };
-    let threads: usize = arg(&args, "--threads").map_or(1, |v| v.parse().expect("threads"));
+    let threads: usize = cli::number(&args, "--threads", 1);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads)
         .enable_all()

@@ -37,6 +37,8 @@ use hyper_util::server::conn::auto;
 use mediagate::simulator::SimTask;
 use tokio::net::TcpListener;
 
+mod cli;
+
 const TASKS: &str = "/v2/model-center/tasks";
 type Body = BoxBody<Bytes, std::io::Error>;
 
@@ -113,37 +115,24 @@ impl State {
     }
 }
 
-fn arg(args: &[String], name: &str) -> Option<String> {
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1).cloned())
-}
-
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let listen: SocketAddr = arg(&args, "--listen")
-        .unwrap_or_else(|| "127.0.0.1:0".into())
-        .parse()
-        .expect("--listen ADDR:PORT");
+    let listen = cli::listen(&args);
     assert!(listen.ip().is_loopback(), "loopback only");
-    let mode = match arg(&args, "--mode").as_deref() {
+    let mode = match cli::arg(&args, "--mode").as_deref() {
         Some("hold") => Mode::Hold,
         Some("hostile") => Mode::Hostile,
         Some("faults") | None => Mode::Faults,
         Some(other) => panic!("unknown mode {other}"),
     };
-    let seconds: u64 = arg(&args, "--seconds").map_or(600, |v| v.parse().expect("seconds"));
+    let seconds: u64 = cli::number(&args, "--seconds", 600);
     let state = Arc::new(State {
         mode,
-        stall: Duration::from_millis(
-            arg(&args, "--stall-ms").map_or(40_000, |v| v.parse().expect("ms")),
-        ),
-        rng: AtomicU64::new(arg(&args, "--seed").map_or(0x9e37_79b9_7f4a_7c15, |v| {
-            v.parse::<u64>().expect("seed").max(1)
-        })),
+        stall: Duration::from_millis(cli::number(&args, "--stall-ms", 40_000)),
+        rng: AtomicU64::new(cli::number(&args, "--seed", 0x9e37_79b9_7f4a_7c15_u64).max(1)),
         burst: Mutex::new((0, Fault::Good)),
         served: Mutex::default(),
-        ids: arg(&args, "--ids-file").map(|f| {
+        ids: cli::arg(&args, "--ids-file").map(|f| {
             Mutex::new(
                 std::fs::OpenOptions::new()
                     .create(true)

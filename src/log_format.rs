@@ -19,6 +19,8 @@ use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, FormattedFields};
 use tracing_subscriber::registry::LookupSpan;
 
+use crate::calendar::civil_from_days;
+
 /// The target of the access line.
 pub const ACCESS: &str = "mediagate::access";
 
@@ -415,19 +417,10 @@ fn write_timestamp(w: &mut Writer<'_>) -> fmt::Result {
     })
 }
 
-/// `YYYY-MM-DDTHH:MM:SS` of a Unix time (UTC; the proleptic Gregorian calendar, as in
-/// `civil_from_days` of Howard Hinnant's date algorithms).
+/// `YYYY-MM-DDTHH:MM:SS` of a Unix time (UTC).
 fn write_second(w: &mut impl fmt::Write, unix: u64) -> fmt::Result {
     let (days, secs) = ((unix / 86_400) as i64, unix % 86_400);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
+    let (year, month, day) = civil_from_days(days);
     write!(
         w,
         "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}",

@@ -5,6 +5,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
+use crate::calendar::{civil_from_days, days_from_civil};
 use crate::config::{TaskStatus, config_dir, read_routes};
 use crate::tasks::ledger::{Ledger, LedgerUrl, State, TaskRecord, UsageRow, now_ms};
 
@@ -156,17 +157,9 @@ fn timestamp(ms: i64) -> String {
     format!("{}T{h:02}:{m:02}:{s:02}Z", date_of_days(days))
 }
 
-/// Days since 1970-01-01 → `YYYY-MM-DD` (the proleptic Gregorian calendar).
+/// Days since 1970-01-01 → `YYYY-MM-DD`.
 fn date_of_days(days: i64) -> String {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
+    let (y, m, d) = civil_from_days(days);
     format!("{y:04}-{m:02}-{d:02}")
 }
 
@@ -179,13 +172,7 @@ fn days_from_date(date: &str) -> Option<i64> {
     if !(1..=12).contains(&m) || !(1..=31).contains(&d) {
         return None;
     }
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y.rem_euclid(400);
-    let mp = if m > 2 { m - 3 } else { m + 9 };
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
+    let days = days_from_civil(y, m, d);
     (date_of_days(days) == date).then_some(days)
 }
 

@@ -7,6 +7,7 @@ use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full, combinators::BoxBody};
 use serde::Serialize;
+use tower::Service;
 
 /// Error type of streamed bodies (upstream content passes through).
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -18,6 +19,25 @@ pub type ResponseBody = BoxBody<Bytes, BoxError>;
 /// failure is already an error response.
 pub type ResponseFuture =
     Pin<Box<dyn Future<Output = Result<Response<ResponseBody>, Infallible>> + Send>>;
+
+/// A service that answers every `Req` with a response of ours and never fails (a
+/// refusal is already an answer): the client API and the admin listener, each of
+/// their layers, and what a connection is served by.
+pub trait Answers<Req>:
+    Service<Req, Response = Response<ResponseBody>, Error = Infallible, Future: Send>
+    + Clone
+    + Send
+    + 'static
+{
+}
+
+impl<T, Req> Answers<Req> for T where
+    T: Service<Req, Response = Response<ResponseBody>, Error = Infallible, Future: Send>
+        + Clone
+        + Send
+        + 'static
+{
+}
 
 /// A complete in-memory response body.
 pub fn full(bytes: impl Into<Bytes>) -> ResponseBody {

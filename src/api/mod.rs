@@ -36,19 +36,10 @@ use self::request_log::RequestLogLayer;
 use self::stack::PhaseLayer;
 use crate::error::ApiError;
 use crate::gateway::Gateway;
-use crate::response::ResponseBody;
+use crate::response::Answers;
 
 /// The client API's service, for the plain and the TLS listener.
-pub fn service<B>(
-    gateway: Arc<Gateway>,
-) -> impl tower::Service<
-    Request<B>,
-    Response = http::Response<ResponseBody>,
-    Error = Infallible,
-    Future: Send,
-> + Clone
-+ Send
-+ 'static
+pub fn service<B>(gateway: Arc<Gateway>) -> impl Answers<Request<B>>
 where
     B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
     B::Error: std::error::Error + Send + Sync + 'static,
@@ -61,16 +52,7 @@ where
 }
 
 /// The admin listener's service: `/metrics` and `/healthz`, nothing else.
-pub fn admin_service<B>(
-    gateway: Arc<Gateway>,
-) -> impl tower::Service<
-    Request<B>,
-    Response = http::Response<ResponseBody>,
-    Error = Infallible,
-    Future: Send,
-> + Clone
-+ Send
-+ 'static
+pub fn admin_service<B>(gateway: Arc<Gateway>) -> impl Answers<Request<B>>
 where
     B: Send + 'static,
 {

@@ -10,28 +10,12 @@ use http::{Request, Response};
 use tower::{Layer, Service};
 
 use super::context::Ctx;
-use crate::response::{ResponseBody, ResponseFuture};
+use crate::response::{Answers, ResponseBody, ResponseFuture};
 
 /// The rest of the stack, as a phase sees it.
-pub trait Next<B>:
-    Service<(Ctx, Request<B>), Response = Response<ResponseBody>, Error = Infallible, Future: Send>
-    + Clone
-    + Send
-    + 'static
-{
-}
+pub trait Next<B>: Answers<(Ctx, Request<B>)> {}
 
-impl<T, B> Next<B> for T where
-    T: Service<
-            (Ctx, Request<B>),
-            Response = Response<ResponseBody>,
-            Error = Infallible,
-            Future: Send,
-        > + Clone
-        + Send
-        + 'static
-{
-}
+impl<T: Answers<(Ctx, Request<B>)>, B> Next<B> for T {}
 
 /// One phase of the request path.
 pub trait Phase: Clone + Send + 'static {

@@ -37,13 +37,12 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tower::Service;
 
 use super::conn::{Activity, ClientLimits, ConnService, IpSlot, PerIp};
 
 use crate::config::ServerConfig;
 use crate::metrics::Metrics;
-use crate::response::ResponseBody;
+use crate::response::Answers;
 use crate::workers::Workers;
 
 /// What the edge needs from the gateway it serves, so that it needs nothing else of it.
@@ -194,29 +193,9 @@ where
 }
 
 /// A service a connection can be served by.
-pub trait HttpService:
-    Service<
-        http::Request<Incoming>,
-        Response = http::Response<ResponseBody>,
-        Error = std::convert::Infallible,
-        Future: Send,
-    > + Clone
-    + Send
-    + 'static
-{
-}
+pub trait HttpService: Answers<http::Request<Incoming>> {}
 
-impl<T> HttpService for T where
-    T: Service<
-            http::Request<Incoming>,
-            Response = http::Response<ResponseBody>,
-            Error = std::convert::Infallible,
-            Future: Send,
-        > + Clone
-        + Send
-        + 'static
-{
-}
+impl<T: Answers<http::Request<Incoming>>> HttpService for T {}
 
 /// The connection's slots, taken before any handshake or read: past a cap it is closed
 /// at once. The admin listener has its own small cap (an overloaded gateway can still

@@ -6,7 +6,8 @@ use super::ledger::TaskRecord;
 use super::{MediaKind, TaskError, TaskState, TaskStatus};
 
 /// Answer to a successful submit (kept by the ledger for a retry with the same
-/// idempotency key, so it lives here, below the API, as the task's shape does).
+/// idempotency key, so it lives here, below the API, as the task's shape does), and
+/// the fields every [`TaskView`] starts with.
 #[derive(Debug, Serialize)]
 pub struct SubmitResponse<'a> {
     pub id: &'a str,
@@ -19,11 +20,8 @@ pub struct SubmitResponse<'a> {
 /// A task as a query answers it, a listing lists it and a webhook posts it.
 #[derive(Debug, Serialize)]
 pub struct TaskView<'a> {
-    pub id: &'a str,
-    pub object: MediaKind,
-    pub model: &'a str,
-    pub status: TaskStatus,
-    pub created: u64,
+    #[serde(flatten)]
+    pub task: SubmitResponse<'a>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub progress: Option<u8>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -44,11 +42,13 @@ impl<'a> TaskView<'a> {
     ) -> Self {
         let first = state.urls.first().map(String::as_str);
         Self {
-            id,
-            object: kind,
-            model,
-            status: state.status,
-            created,
+            task: SubmitResponse {
+                id,
+                object: kind,
+                model,
+                status: state.status,
+                created,
+            },
             progress: state.progress,
             video_url: first.filter(|_| kind == MediaKind::Video),
             image_url: first.filter(|_| kind == MediaKind::Image),
@@ -106,6 +106,24 @@ mod tests {
         assert_eq!(v["urls"].as_array().unwrap().len(), 2);
         assert_eq!(v["status"], "completed");
         assert!(v["error"].is_null());
+    }
+
+    #[test]
+    fn the_view_is_the_submit_answer_then_the_state() {
+        let state = TaskState {
+            status: TaskStatus::Failed,
+            progress: Some(100),
+            urls: vec![],
+            error: Some(TaskError {
+                code: "c".into(),
+                message: "m".into(),
+            }),
+        };
+        let view = TaskView::new("t", MediaKind::Video, "m1", 7, &state);
+        assert_eq!(
+            serde_json::to_string(&view).unwrap(),
+            r#"{"id":"t","object":"video","model":"m1","status":"failed","created":7,"progress":100,"urls":[],"error":{"code":"c","message":"m"}}"#
+        );
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use std::process::Output;
 
-use crate::support::{DEMO, DEMO2, check, replace_once, sha256_hex, shipped_routes_file};
+use crate::support::{DEMO, DEMO2, check, family, replace_once, sha256_hex, shipped_routes_file};
 
 /// Run `mediagate check` on `routes` written as `name` in a fresh directory (also the
 /// working directory). Returns the output and the file's path as the tool prints it.
@@ -108,7 +108,8 @@ fn a_bad_key_digest_is_named() {
     }
 }
 
-/// A provider whose every program is broken, and a family with an invalid schema.
+/// A provider whose every program is broken, and a family with an invalid schema. (A
+/// family serving the provider is added beside it.)
 const BROKEN_PROVIDER: &str = r#"
 [providers.broken]
 base_url = "http://127.0.0.1:9"
@@ -127,13 +128,6 @@ urls = '.[] |'
 [providers.broken.content]
 path = '"/c"'
 public_base_url = "ftp://example.com"
-
-[families.f]
-kind = "video"
-providers = ["broken"]
-models = ["m1"]
-schema = "video"
-default_seconds = 5
 
 [families.badschema]
 kind = "video"
@@ -166,7 +160,8 @@ fn every_problem_of_a_file_is_reported_at_once() {
     .iter()
     .fold(shipped_routes_file(), |text, (from, to)| {
         replace_once(&text, from, to)
-    }) + BROKEN_PROVIDER;
+    }) + BROKEN_PROVIDER
+        + &family("f", &["broken"], &["m1"]).to_string();
     let (out, file) = check_file("many.toml", &routes);
     assert_refused(
         &out,

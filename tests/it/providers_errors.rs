@@ -37,11 +37,51 @@ async fn submit(http: &Http, model: &str) -> Reply {
         .await
 }
 
+async fn submit_ok(http: &Http, model: &str) -> String {
+    let r = submit(http, model).await;
+    assert_eq!(r.status, 200, "{:?}", r.text());
+    r.json()["id"].as_str().unwrap().to_string()
+}
+
+/// A fake provider and a gateway serving `m1` from it (with `extra` blocks), and a
+/// task submitted through them: the upstream's `t1`, the client's `id`.
+struct OneTask {
+    fake: Fake,
+    http: Http,
+    id: String,
+    /// Kept running while the test uses the task.
+    _gw: Gateway,
+}
+
+async fn one_task(extra: &str) -> OneTask {
+    let fake = Fake::start().await;
+    let gw = start_one(&fake.url(), extra).await;
+    let http = gw.client();
+    fake.on("POST /tasks", Answer::json(200, json!({"id": "t1"})));
+    let id = submit_ok(&http, "m1").await;
+    OneTask {
+        fake,
+        http,
+        id,
+        _gw: gw,
+    }
+}
+
 /// Nothing of our upstream key in what the client receives.
 fn assert_no_secret(r: &Reply) {
     let text = r.text();
     assert!(!text.contains(KEY), "secret leaked: {text}");
     assert!(!text.contains("upstream-secret"), "secret leaked: {text}");
+}
+
+/// `r` is a refusal with `status` and the catalogue's `code`, its message has
+/// `words`, and nothing of our key is in it.
+#[track_caller]
+fn assert_refused(r: &Reply, status: u16, code: &str, words: &str) {
+    assert_eq!(r.status, status, "{:?}", r.text());
+    assert_eq!(r.error_code(), code);
+    assert!(r.error_message().contains(words), "{}", r.error_message());
+    assert_no_secret(r);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -56,13 +96,7 @@ async fn submit_errors_are_mapped() {
         Answer::json(400, json!({"error": {"message": "prompt is too long"}})),
     );
     let r = submit(&http, "m1").await;
-    assert_eq!(r.status, 400);
-    assert_eq!(r.error_code(), "upstream_invalid_request");
-    assert!(
-        r.error_message().contains("prompt is too long"),
-        "{}",
-        r.error_message()
-    );
+    assert_refused(&r, 400, "upstream_invalid_request", "prompt is too long");
 
     // A reason that quotes our key is cleaned before it is passed on.
     fake.on(
@@ -86,9 +120,7 @@ async fn submit_errors_are_mapped() {
         Answer::json(401, json!({"error": {"message": format!("bad key {KEY}")}})),
     );
     let r = submit(&http, "m1").await;
-    assert_eq!(r.status, 502);
-    assert_eq!(r.error_code(), "upstream_auth_failed");
-    assert_no_secret(&r);
+    assert_refused(&r, 502, "upstream_auth_failed", "");
 
     // 429 with and without Retry-After.
     fake.on(
@@ -96,8 +128,7 @@ async fn submit_errors_are_mapped() {
         Answer::json(429, json!({"error": {"message": "slow down"}})).header("retry-after", "7"),
     );
     let r = submit(&http, "m1").await;
-    assert_eq!(r.status, 429);
-    assert_eq!(r.error_code(), "upstream_rate_limited");
+    assert_refused(&r, 429, "upstream_rate_limited", "");
     assert_eq!(r.header("retry-after"), Some("7"));
     fake.on("POST /tasks", Answer::json(429, json!({})));
     let r = submit(&http, "m1").await;
@@ -107,8 +138,7 @@ async fn submit_errors_are_mapped() {
     // 5xx: 502.
     fake.on("POST /tasks", Answer::json(500, json!({"message": "oops"})));
     let r = submit(&http, "m1").await;
-    assert_eq!(r.status, 502);
-    assert_eq!(r.error_code(), "upstream_error");
+    assert_refused(&r, 502, "upstream_error", "");
 
     // Contract breaks: 502 naming the step.
     for (canned, what) in [
@@ -125,17 +155,18 @@ async fn submit_errors_are_mapped() {
     ] {
         fake.on("POST /tasks", canned);
         let r = submit(&http, "m1").await;
-        assert_eq!(r.status, 502);
-        assert_eq!(r.error_code(), "upstream_bad_response");
-        let m = r.error_message();
-        assert!(m.contains("submit") && m.contains(what), "{m}");
+        assert_refused(&r, 502, "upstream_bad_response", what);
+        assert!(
+            r.error_message().contains("submit"),
+            "{}",
+            r.error_message()
+        );
     }
 
     // Timeout: 504. A broken connection: 502.
     let held = fake.hold("POST /tasks", Answer::json(200, json!({"id": "late"})));
     let r = submit(&http, "m1").await;
-    assert_eq!(r.status, 504);
-    assert_eq!(r.error_code(), "upstream_timeout");
+    assert_refused(&r, 504, "upstream_timeout", "");
     held.arrived(1).await;
     fake.on("POST /tasks", Answer::hang_up());
     let r = submit(&http, "m1").await;
@@ -152,14 +183,12 @@ async fn submit_errors_are_mapped() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn query_errors_are_mapped() {
-    let fake = Fake::start().await;
-    let gw = start_one(&fake.url(), "").await;
-    let http = gw.client();
-    fake.on("POST /tasks", Answer::json(200, json!({"id": "t1"})));
-    let id = submit(&http, "m1").await.json()["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let OneTask {
+        fake,
+        http,
+        id,
+        _gw,
+    } = one_task("").await;
     let path = format!("{MODEL_CENTER}/{id}");
 
     let (slow, held) = Answer::json(200, json!({"status": "running"})).held();
@@ -197,10 +226,7 @@ async fn query_errors_are_mapped() {
     for (canned, status, code, words) in cases {
         fake.on("GET /tasks/t1", canned);
         let r = http.get(&path, DEMO).await;
-        assert_eq!(r.status, status, "{:?}", r.text());
-        assert_eq!(r.error_code(), code);
-        assert!(r.error_message().contains(words), "{}", r.error_message());
-        assert_no_secret(&r);
+        assert_refused(&r, status, code, words);
         if status == 429 {
             assert_eq!(r.header("retry-after"), Some("3"));
         }
@@ -211,19 +237,17 @@ async fn query_errors_are_mapped() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broken_result_request_names_its_step() {
-    let fake = Fake::start().await;
     let result = r#"
 [providers.one.result]
 path = '"/files/\(.file)"'
 urls = '.download_url'
 "#;
-    let gw = start_one(&fake.url(), result).await;
-    let http = gw.client();
-    fake.on("POST /tasks", Answer::json(200, json!({"id": "t1"})));
-    let id = submit(&http, "m1").await.json()["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let OneTask {
+        fake,
+        http,
+        id,
+        _gw,
+    } = one_task(result).await;
     fake.on(
         "GET /tasks/t1",
         Answer::json(200, json!({"status": "done", "file": "f9"})),
@@ -243,12 +267,6 @@ urls = '.download_url'
     }
     let lines: Vec<String> = fake.take().iter().map(|s| s.line()).collect();
     assert!(lines.ends_with(&["GET /tasks/t1".into(), "GET /files/f9".into()]));
-}
-
-async fn submit_ok(http: &Http, model: &str) -> String {
-    let r = submit(http, model).await;
-    assert_eq!(r.status, 200, "{:?}", r.text());
-    r.json()["id"].as_str().unwrap().to_string()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -357,16 +375,17 @@ async fn failover_only_when_no_task_was_created() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn content_errors_are_mapped() {
-    let fake = Fake::start().await;
     let content = r#"
 [providers.one.content]
 path = '"/files/\($id)"'
 timeout_ms = 1000
 "#;
-    let gw = start_one(&fake.url(), content).await;
-    let http = gw.client();
-    fake.on("POST /tasks", Answer::json(200, json!({"id": "t1"})));
-    let id = submit_ok(&http, "m1").await;
+    let OneTask {
+        fake,
+        http,
+        id,
+        _gw,
+    } = one_task(content).await;
     fake.on(
         "GET /tasks/t1",
         Answer::json(200, json!({"status": "done"})),
@@ -410,10 +429,7 @@ timeout_ms = 1000
     ] {
         fake.on("GET /files/t1", canned);
         let r = http.get(&path, DEMO).await;
-        assert_eq!(r.status, status, "{:?}", r.text());
-        assert_eq!(r.error_code(), code);
-        assert!(r.error_message().contains(words), "{}", r.error_message());
-        assert_no_secret(&r);
+        assert_refused(&r, status, code, words);
     }
     // One request per case, but four for the loop: the first and three redirects.
     let seen = fake.take();
@@ -440,13 +456,7 @@ async fn a_deeply_nested_answer_is_a_502_not_a_crash() {
         Answer::raw(200, "application/json", deep.clone()),
     );
     let r = submit(&http, "m1").await;
-    assert_eq!(r.status, 502);
-    assert_eq!(r.error_code(), "upstream_bad_response");
-    assert!(
-        r.error_message().contains("nested deeper"),
-        "{}",
-        r.error_message()
-    );
+    assert_refused(&r, 502, "upstream_bad_response", "nested deeper");
     // Nor behind a `#` comment (jaq's reader skips them) with a quote in it.
     fake.on(
         "POST /tasks",
@@ -467,8 +477,7 @@ async fn a_deeply_nested_answer_is_a_502_not_a_crash() {
     );
     let id = submit_ok(&http, "m1").await;
     let r = http.get(&format!("{MODEL_CENTER}/{id}"), DEMO).await;
-    assert_eq!(r.status, 502);
-    assert_eq!(r.error_code(), "upstream_bad_response");
+    assert_refused(&r, 502, "upstream_bad_response", "");
     assert_eq!(http.get("/healthz", DEMO).await.status, 200);
 }
 

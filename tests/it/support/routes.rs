@@ -204,24 +204,19 @@ seconds = { type = "integer" }
 /// A provider speaking our own model-center protocol (as the simulator does) at
 /// `base_url`; `extra` lines go into its table (auth, timeouts).
 pub fn model_center_provider(name: &str, base_url: &str, extra: &str) -> String {
-    format!(
-        r#"
-[providers.{name}]
-base_url = "{base_url}"
-{extra}
-
-[providers.{name}.submit]
-path = '"/v2/model-center/tasks"'
-body = '{{model: $upstream_model}} + .'
+    provider_block(
+        name,
+        &format!("base_url = \"{base_url}\"\n{extra}\n"),
+        r#"path = '"/v2/model-center/tasks"'
+body = '{model: $upstream_model} + .'
 id = '.id'
 status = '.status'
-
-[providers.{name}.query]
-path = '"/v2/model-center/tasks/\($id | @uri)"'
+"#,
+        r#"path = '"/v2/model-center/tasks/\($id | @uri)"'
 status = '.status'
-status_map = {{ queued = "queued", processing = "processing", completed = "completed", failed = "failed" }}
+status_map = { queued = "queued", processing = "processing", completed = "completed", failed = "failed" }
 urls = '.urls'
-"#
+"#,
     )
 }
 
@@ -235,25 +230,33 @@ pub fn tasks_provider_with_files(name: &str, base_url: &str) -> String {
 /// `POST /tasks` → `{id}`, `GET /tasks/{id}` → `{status, url, reason}`; `extra`
 /// lines go into its table.
 pub fn tasks_provider(name: &str, base_url: &str, extra: &str) -> String {
-    format!(
-        r#"
-[providers.{name}]
-base_url = "{base_url}"
+    let table = format!(
+        r#"base_url = "{base_url}"
 auth = {{ secret_file = "{UPSTREAM_KEY_FILE}" }}
 connect_timeout_ms = 500
 submit_timeout_ms = 1000
 query_timeout_ms = 1000
-{extra}
-[providers.{name}.submit]
-path = '"/tasks"'
-id = '.id'
-[providers.{name}.query]
-path = '"/tasks/\($id | @uri)"'
+{extra}"#
+    );
+    provider_block(
+        name,
+        &table,
+        r#"path = '"/tasks"'
+id = '.id'"#,
+        r#"path = '"/tasks/\($id | @uri)"'
 status = '.status'
-status_map = {{ queued = "queued", running = "processing", done = "completed", failed = "failed" }}
+status_map = { queued = "queued", running = "processing", done = "completed", failed = "failed" }
 urls = '.url'
 error_message = '.reason'
-"#
+"#,
+    )
+}
+
+/// A `[providers.NAME]` block: its `table` (base URL, auth, timeouts), then the
+/// programs of its submit and query steps.
+fn provider_block(name: &str, table: &str, submit: &str, query: &str) -> String {
+    format!(
+        "\n[providers.{name}]\n{table}\n[providers.{name}.submit]\n{submit}\n[providers.{name}.query]\n{query}"
     )
 }
 
