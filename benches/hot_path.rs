@@ -382,6 +382,7 @@ fn ledger(c: &mut Criterion) {
                                 quota: None,
                                 provider: Some("simulator"),
                                 callback_url: None,
+                                keep_days: None,
                             };
                             let Ok(Admission::Fresh(row)) = ledger.admit(&new).await else {
                                 panic!("a fresh row");

@@ -453,6 +453,44 @@ impl ApiError {
         .with_param("id")
     }
 
+    /// A signed link past its expiry.
+    pub fn link_expired() -> Self {
+        Self::new(
+            StatusCode::FORBIDDEN,
+            "permission_error",
+            "link_expired",
+            "this link has expired: query the task for a fresh one",
+        )
+    }
+    /// A signed link whose signature does not hold for this task, result and expiry.
+    pub fn invalid_signature() -> Self {
+        Self::new(
+            StatusCode::FORBIDDEN,
+            "permission_error",
+            "invalid_signature",
+            "this link's signature is not valid for this result",
+        )
+    }
+    /// The stored result was deleted: its `keep_days` passed, or the task was deleted.
+    pub fn result_expired() -> Self {
+        Self::new(
+            StatusCode::GONE,
+            "not_found_error",
+            "result_expired",
+            "this result is no longer kept: its retention has passed or it was deleted",
+        )
+    }
+    /// Storage could not be read.
+    pub fn storage_unavailable() -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "service_unavailable",
+            "storage_unavailable",
+            "the result storage is unavailable; retry later",
+        )
+        .with_retry_after(Duration::from_secs(1))
+    }
+
     // 416
     pub fn range_not_satisfiable() -> Self {
         Self::new(
@@ -507,6 +545,10 @@ impl ApiError {
             Self::model_not_allowed("…"),
             Self::task_not_found(),
             Self::content_not_ready(),
+            Self::link_expired(),
+            Self::invalid_signature(),
+            Self::result_expired(),
+            Self::storage_unavailable(),
             Self::model_not_found(),
             Self::path_not_found(),
             Self::method_not_allowed("GET"),

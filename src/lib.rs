@@ -53,6 +53,7 @@ mod response;
 mod running;
 pub mod simulator;
 pub mod snapshot;
+pub mod storage;
 pub mod tasks;
 pub mod webhooks;
 pub mod workers;

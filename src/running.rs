@@ -81,6 +81,7 @@ pub async fn start(config: &Path) -> Result<Running, StartError> {
     tokio::spawn(crate::gateway::sweep::run(gateway.clone()));
     tokio::spawn(crate::gateway::tracker::run(gateway.clone()));
     tokio::spawn(crate::gateway::deliveries::run(gateway.clone()));
+    tokio::spawn(crate::gateway::copies::run(gateway.clone()));
     let listeners = Listeners::bind(&snapshot.server)
         .await
         .map_err(|(addr, e)| StartError::Listen(addr, e))?;

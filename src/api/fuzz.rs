@@ -38,7 +38,7 @@ proptest! {
         let _ = r.label();
         let _ = r.is_public();
         match r {
-            Route::Query(_, id) | Route::Content(_, id) => {
+            Route::Query(_, id) | Route::Content(_, id, _) => {
                 prop_assert!(!id.is_empty() && !id.contains('/'), "{id}");
                 prop_assert!(method == Method::GET || method == Method::HEAD);
             }

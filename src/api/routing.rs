@@ -13,8 +13,9 @@ pub enum Route {
     List(Endpoint),
     /// `{collection}/{id}`.
     Query(Endpoint, Box<str>),
-    /// `{collection}/{id}/content`: a result streamed from an upstream that needs our key.
-    Content(Endpoint, Box<str>),
+    /// `{collection}/{id}/content` and `…/content/{n}`: result `n` (0 for the first),
+    /// from storage or streamed from the provider.
+    Content(Endpoint, Box<str>, usize),
     /// `GET {models}`: the models the key may submit on the endpoint.
     Models(Endpoint),
     /// `GET {models}/{id}`: one of them; the id as sent (percent-encoded).
@@ -58,8 +59,8 @@ impl Route {
             Route::List(Endpoint::AlphaVideos) => "GET /v1/alpha/videos",
             Route::Query(Endpoint::ModelCenter, _) => "GET /v2/model-center/tasks/{id}",
             Route::Query(Endpoint::AlphaVideos, _) => "GET /v1/alpha/videos/{id}",
-            Route::Content(Endpoint::ModelCenter, _) => "GET /v2/model-center/tasks/{id}/content",
-            Route::Content(Endpoint::AlphaVideos, _) => "GET /v1/alpha/videos/{id}/content",
+            Route::Content(Endpoint::ModelCenter, ..) => "GET /v2/model-center/tasks/{id}/content",
+            Route::Content(Endpoint::AlphaVideos, ..) => "GET /v1/alpha/videos/{id}/content",
             Route::Models(Endpoint::ModelCenter) => "GET /v2/model-center/models",
             Route::Models(Endpoint::AlphaVideos) => "GET /v1/alpha/models",
             Route::Model(Endpoint::ModelCenter, _) => "GET /v2/model-center/models/{id}",
@@ -146,15 +147,31 @@ fn tasks(method: &Method, path: &str) -> Result<(Route, &'static str), ApiError>
             Some(id) if !id.is_empty() && !id.contains('/') => {
                 (Route::Query(endpoint, id.into()), "GET, HEAD")
             }
-            Some(rest) => match rest.strip_suffix("/content") {
-                Some(id) if !id.is_empty() && !id.contains('/') => {
-                    (Route::Content(endpoint, id.into()), "GET, HEAD")
-                }
-                _ => return Err(ApiError::path_not_found()),
+            Some(rest) => match content_path(rest) {
+                Some((id, n)) => (Route::Content(endpoint, id.into(), n), "GET, HEAD"),
+                None => return Err(ApiError::path_not_found()),
             },
             _ => return Err(ApiError::path_not_found()),
         },
     })
+}
+
+/// Results a task may have, at most: `…/content/{n}` takes up to three digits.
+const MAX_RESULT_DIGITS: usize = 3;
+
+/// `{id}/content` (result 0) or `{id}/content/{n}`.
+fn content_path(rest: &str) -> Option<(&str, usize)> {
+    let (id, tail) = rest.split_once('/')?;
+    if id.is_empty() {
+        return None;
+    }
+    if tail == "content" {
+        return Some((id, 0));
+    }
+    let n = tail.strip_prefix("content/")?;
+    let digits =
+        !n.is_empty() && n.len() <= MAX_RESULT_DIGITS && n.bytes().all(|b| b.is_ascii_digit());
+    Some((id, n.parse().ok().filter(|_| digits)?))
 }
 
 #[cfg(test)]
@@ -190,7 +207,7 @@ mod tests {
         ));
         assert!(matches!(
             route(&Method::GET, "/v1/alpha/videos/task_abc/content", NONE),
-            Route::Content(Endpoint::AlphaVideos, id) if &*id == "task_abc"
+            Route::Content(Endpoint::AlphaVideos, id, 0) if &*id == "task_abc"
         ));
         assert_eq!(label(Method::GET, "/metrics"), "GET /metrics");
         assert_eq!(
@@ -215,6 +232,35 @@ mod tests {
         match route(&method, path, ALL) {
             Route::Refused { error, .. } => error,
             other => panic!("{path} routed to {other:?}"),
+        }
+    }
+
+    #[test]
+    fn content_paths_name_their_result() {
+        let content = |path: &str| match route(&Method::GET, path, NONE) {
+            Route::Content(_, id, n) => Some((id.to_string(), n)),
+            _ => None,
+        };
+        assert_eq!(
+            content("/v2/model-center/tasks/t1/content"),
+            Some(("t1".into(), 0))
+        );
+        assert_eq!(
+            content("/v2/model-center/tasks/t1/content/0"),
+            Some(("t1".into(), 0))
+        );
+        assert_eq!(
+            content("/v1/alpha/videos/t1/content/12"),
+            Some(("t1".into(), 12))
+        );
+        for no in [
+            "/v2/model-center/tasks/t1/content/",
+            "/v2/model-center/tasks/t1/content/1234",
+            "/v2/model-center/tasks/t1/content/+1",
+            "/v2/model-center/tasks/t1/content/1/2",
+            "/v2/model-center/tasks//content/1",
+        ] {
+            assert_eq!(content(no), None, "{no}");
         }
     }
 

@@ -21,6 +21,9 @@ pub struct RoutesFile {
     /// The task ledger: where every task is recorded.
     #[serde(default)]
     pub ledger: LedgerConfig,
+    /// Where completed tasks' results are kept.
+    #[serde(default)]
+    pub storage: StorageConfig,
     /// The background tracker that follows unfinished tasks in the ledger.
     #[serde(default)]
     pub tracker: TrackerConfig,
@@ -286,6 +289,39 @@ impl Default for LedgerConfig {
     }
 }
 
+/// Where completed tasks' results are kept, so that their links outlive the
+/// provider's.
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields, default)]
+pub struct StorageConfig {
+    /// `file://PATH` (relative to the routes file), `s3://BUCKET/PREFIX` (endpoint,
+    /// region and credentials from the standard AWS environment variables), or `none`
+    /// (results stay at the provider, for as long as it keeps them). Unset:
+    /// `file://.mediagate/media`, or `none` when the ledger is off (stored results are
+    /// recorded in the ledger).
+    pub url: Option<String>,
+    /// How long a signed link to a stored result is valid.
+    pub link_ttl_secs: u64,
+    /// Copies running at once.
+    pub max_in_flight: usize,
+    /// Longest a copy may take before it is abandoned and retried.
+    pub copy_timeout_ms: u64,
+    /// How long a failed copy is retried before the task keeps its provider's links.
+    pub retry_for_hours: u64,
+}
+
+impl Default for StorageConfig {
+    fn default() -> Self {
+        Self {
+            url: None,
+            link_ttl_secs: 24 * 3600,
+            max_in_flight: 4,
+            copy_timeout_ms: 600_000,
+            retry_for_hours: 24,
+        }
+    }
+}
+
 /// The background tracker: it follows every unfinished task in the ledger until it is
 /// completed or failed, so that long-polling clients learn the outcome at once.
 #[derive(Debug, Deserialize, Clone)]
@@ -454,6 +490,27 @@ pub struct FamilyConfig {
     /// (counted toward usage and `video_seconds_per_day`).
     #[serde(default)]
     pub default_seconds: Option<u32>,
+    /// Copy a completed task's results into `[storage]` (when it is on).
+    #[serde(default = "default_true")]
+    pub keep_results: bool,
+    /// A result larger than this is not copied: the task keeps its provider's links.
+    #[serde(default = "default_max_result_bytes")]
+    pub max_result_bytes: u64,
+    /// Stored results are deleted this many days after they were stored.
+    #[serde(default = "default_keep_days")]
+    pub keep_days: u32,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_max_result_bytes() -> u64 {
+    2 * 1024 * 1024 * 1024
+}
+
+fn default_keep_days() -> u32 {
+    30
 }
 
 fn default_endpoints() -> Vec<Endpoint> {

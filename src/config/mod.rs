@@ -12,8 +12,8 @@ use std::path::Path;
 
 pub use self::file::{
     Endpoint, FamilyConfig, KeyConfig, KeyLimitsConfig, LedgerConfig, LimitsConfig, LogFormat,
-    MediaKind, QuotaConfig, RoutesFile, ServerConfig, SimulatorConfig, TaskStatus, TasksConfig,
-    TlsConfig, TrackerConfig, WebhooksConfig,
+    MediaKind, QuotaConfig, RoutesFile, ServerConfig, SimulatorConfig, StorageConfig, TaskStatus,
+    TasksConfig, TlsConfig, TrackerConfig, WebhooksConfig,
 };
 pub use self::network::Network;
 pub use self::problems::{LoadError, Problems, Scope};

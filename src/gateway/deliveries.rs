@@ -358,9 +358,16 @@ fn task_body(row: &TaskRecord, snapshot: &Snapshot) -> Option<Vec<u8>> {
         .and_then(|p| snapshot.providers.get(p));
     // No request whose Host could complete a content link: the path alone, unless
     // the provider names a public base URL.
-    links::make_public(&mut state, provider.map(|p| &**p), row.endpoint, id, || {
-        None
-    });
+    let provider = provider.map(|p| &**p);
+    links::make_public(
+        snapshot,
+        &mut state,
+        provider,
+        &model,
+        row.endpoint,
+        id,
+        || None,
+    );
     serde_json::to_vec(&TaskView::new(id, kind, &model, created, &state)).ok()
 }
 

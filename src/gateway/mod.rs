@@ -4,6 +4,7 @@
 //! (the tracker, the webhook deliverer, the ledger sweep). It knows nothing of HTTP:
 //! `api` serves requests with it and `edge` runs connections for it.
 
+pub mod copies;
 pub mod deliveries;
 pub mod reload;
 mod rounds;
@@ -81,7 +82,17 @@ impl Gateway {
                 problems.push("ledger.url", e);
                 problems.into_error(config_path)
             })?;
-        let tasks = TaskService::new(cache, ledger.map(Arc::new), metrics.ledger_errors.clone());
+        let storage = crate::storage::Storage::open(&snapshot.storage_url).map_err(|e| {
+            let mut problems = crate::config::Problems::default();
+            problems.push("storage.url", e);
+            problems.into_error(config_path)
+        })?;
+        let tasks = TaskService::new(
+            cache,
+            ledger.map(Arc::new),
+            storage,
+            metrics.ledger_errors.clone(),
+        );
         Ok(Arc::new(Self {
             config_path: config_path.to_path_buf(),
             snapshot: ArcSwap::from_pointee(snapshot),

@@ -1,19 +1,25 @@
 //! The links a client is given for a completed task, in a query, a listing or a
-//! webhook alike: the provider's own result URLs, unless only our key can download
-//! them (the provider has a content step); then the gateway's content route.
+//! webhook alike: the gateway's content route, signed so that it works without the
+//! key, when the task's family keeps its results in storage; else the gateway's
+//! content route when only our key can download the result (the provider has a
+//! content step); else the provider's own result URLs.
 
 use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::config::Endpoint;
 use crate::providers::Provider;
+use crate::snapshot::Snapshot;
 use crate::tasks::{TaskState, TaskStatus};
 
 /// `state`'s links as the client sees them. The content route's base is the
 /// provider's `content.public_base_url`, else `client_base` (the address the asking
 /// client used; none for a webhook), else the path alone.
 pub fn make_public(
+    snapshot: &Snapshot,
     state: &mut Arc<TaskState>,
     provider: Option<&Provider>,
+    model: &str,
     endpoint: Endpoint,
     id: &str,
     client_base: impl FnOnce() -> Option<String>,
@@ -21,7 +27,38 @@ pub fn make_public(
     if state.status != TaskStatus::Completed {
         return;
     }
-    let Some(configured) = provider.and_then(Provider::content_url_base) else {
+    let content_step = provider.and_then(Provider::content_url_base);
+    let kept = snapshot
+        .models
+        .get(model)
+        .is_some_and(|m| m.results.keep_days.is_some());
+    if kept && !state.urls.is_empty() {
+        let base = content_link(content_step.flatten(), client_base, endpoint, id);
+        // A content step gives the one result it knows.
+        let count = if content_step.is_some() {
+            1
+        } else {
+            state.urls.len()
+        };
+        let ttl = Duration::from_secs(snapshot.storage.link_ttl_secs);
+        let expires = (SystemTime::now() + ttl)
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let urls = (0..count)
+            .map(|n| {
+                let signature = snapshot.sealer.sign_link(id, n, expires);
+                let path = if n == 0 {
+                    String::new()
+                } else {
+                    format!("/{n}")
+                };
+                format!("{base}{path}?expires={expires}&signature={signature}")
+            })
+            .collect();
+        Arc::make_mut(state).urls = urls;
+        return;
+    }
+    let Some(configured) = content_step else {
         return;
     };
     Arc::make_mut(state).urls = vec![content_link(configured, client_base, endpoint, id)];

@@ -8,6 +8,7 @@ use super::TaskService;
 use crate::error::ApiError;
 use crate::providers::{Call, UpstreamError};
 use crate::snapshot::Snapshot;
+use crate::tasks::ledger::StoredResult;
 use crate::tasks::{MediaKind, TaskCache, TaskId, TaskState};
 
 /// What a lookup needs of a task: where it lives upstream, and the model and kind its
@@ -90,6 +91,22 @@ impl TaskService {
             state,
             upstream_time,
         })
+    }
+
+    /// The results of `task` kept in storage, in order; none when storage is off or
+    /// nothing was stored (yet).
+    pub async fn stored_results(&self, task: TaskRef<'_>) -> Result<Vec<StoredResult>, ApiError> {
+        let (Some(ledger), Some(_)) = (&self.ledger, &self.storage) else {
+            return Ok(Vec::new());
+        };
+        ledger
+            .results_of_task(task.provider, task.upstream_id)
+            .await
+            .map_err(|e| {
+                self.ledger_errors.inc();
+                tracing::warn!(error = %e, "ledger read failed: the stored results of a task");
+                ApiError::ledger_unavailable()
+            })
     }
 
     /// The state the results cache holds of a task, without asking anybody.

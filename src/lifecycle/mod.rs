@@ -31,6 +31,7 @@ pub use self::lookup::{Lookup, TaskRef};
 pub use self::submit::{Attempted, SealedTask, SubmitOrder, Submitted};
 use self::waiters::Waiters;
 pub use self::waiters::Woken;
+use crate::storage::Storage;
 use crate::tasks::ledger::Ledger;
 use crate::tasks::{TaskCache, TaskState, TaskStatus};
 
@@ -52,6 +53,7 @@ pub struct Finished {
 pub struct TaskService {
     cache: TaskCache,
     ledger: Option<Arc<Ledger>>,
+    storage: Option<Storage>,
     waiters: Waiters,
     submits: TaskTracker,
     finished: broadcast::Sender<Finished>,
@@ -61,10 +63,16 @@ pub struct TaskService {
 impl TaskService {
     /// `ledger` is `None` when `[ledger] url = "none"`; `ledger_errors` counts the
     /// ledger's failures seen here.
-    pub fn new(cache: TaskCache, ledger: Option<Arc<Ledger>>, ledger_errors: Counter) -> Self {
+    pub fn new(
+        cache: TaskCache,
+        ledger: Option<Arc<Ledger>>,
+        storage: Option<Storage>,
+        ledger_errors: Counter,
+    ) -> Self {
         Self {
             cache,
             ledger,
+            storage,
             waiters: Waiters::default(),
             submits: TaskTracker::new(),
             finished: broadcast::Sender::new(EVENTS_KEPT),
@@ -75,6 +83,11 @@ impl TaskService {
     /// The task ledger, when the gateway keeps one.
     pub fn ledger(&self) -> Option<&Arc<Ledger>> {
         self.ledger.as_ref()
+    }
+
+    /// Where completed tasks' results are kept, when they are.
+    pub fn storage(&self) -> Option<&Storage> {
+        self.storage.as_ref()
     }
 
     /// The results cache (its size for the metrics; emptied by a reload).

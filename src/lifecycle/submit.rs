@@ -152,6 +152,7 @@ impl TaskService {
             quota: order.quota,
             provider: order.model.providers.first().map(|p| p.name.as_str()),
             callback_url: order.callback_url.as_deref(),
+            keep_days: order.model.results.keep_days.map(i64::from),
         };
         ledger.admit(&new).await.map_err(|e| {
             self.ledger_errors.inc();

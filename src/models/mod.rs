@@ -32,6 +32,18 @@ pub struct Model {
     pub validator: Arc<ParamsValidator>,
     /// Seconds a video task produces when the submit does not say.
     pub default_seconds: Option<u32>,
+    /// Whether, and how, its results are kept in storage.
+    pub results: ResultsPolicy,
+}
+
+/// The family's `keep_results`, `keep_days` and `max_result_bytes`, storage allowing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResultsPolicy {
+    /// Days a stored result is kept; `None`: results are not copied (the family
+    /// says so, or storage is off).
+    pub keep_days: Option<u32>,
+    /// A larger result is not copied.
+    pub max_bytes: u64,
 }
 
 impl Model {

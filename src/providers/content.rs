@@ -71,13 +71,53 @@ impl Provider {
         let Some(plan) = &self.content else {
             return Err(UpstreamError::TaskGone);
         };
-        let mut request = {
+        let request = {
             let vars = call.vars(Some(upstream_id));
             let input = from_json(&serde_json::json!({ "urls": urls }));
             plan.request
                 .build(&self.origin, &input, &vars, None)
                 .map_err(|e| self.cleaned(e))?
         };
+        self.open_content(request, plan.timeout, range).await
+    }
+
+    /// Open result `n` of a completed task to copy it: through the content step when
+    /// the provider has one (its one result), else a GET of the result's URL, with
+    /// our headers only when it is on the provider's own origin, and never into a
+    /// private network the provider may not reach.
+    pub async fn result(
+        &self,
+        call: Call<'_>,
+        upstream_id: &str,
+        urls: &[String],
+        n: usize,
+        idle: Duration,
+    ) -> Result<http::Response<client::IdleTimeout<hyper::body::Incoming>>, UpstreamError> {
+        if self.content.is_some() {
+            return self.content(call, upstream_id, urls, None).await;
+        }
+        let url = urls
+            .get(n)
+            .and_then(|u| u.parse::<http::Uri>().ok())
+            .filter(|u| matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some())
+            .ok_or_else(|| {
+                UpstreamError::failed("content", "the result's URL is not an http(s) URL")
+            })?;
+        if !self.origin.may_reach(&url) {
+            return Err(UpstreamError::failed(
+                "content",
+                "the result's URL is in a private network; refused",
+            ));
+        }
+        self.open_content(self.follow(url), idle, None).await
+    }
+
+    async fn open_content(
+        &self,
+        mut request: Request<Full<Bytes>>,
+        timeout: Duration,
+        range: Option<HeaderValue>,
+    ) -> Result<http::Response<client::IdleTimeout<hyper::body::Incoming>>, UpstreamError> {
         for _ in 0..=MAX_CONTENT_REDIRECTS {
             if let Some(range) = &range {
                 request
@@ -85,7 +125,7 @@ impl Provider {
                     .insert(http::header::RANGE, range.clone());
             }
             let at = request.uri().clone();
-            let response = match self.client.open(request, plan.timeout).await {
+            let response = match self.client.open(request, timeout).await {
                 Ok(r) => r,
                 Err(e) => {
                     tracing::warn!(provider = %self.name, step = "content", error = %e, "upstream call failed");
@@ -113,8 +153,7 @@ impl Provider {
             if let Some(refusal) = Refusal::of_status(Step::Content, status, response.headers()) {
                 return Err(refusal.into_error(&self.name, Step::Content, None));
             }
-            let idle = plan.timeout;
-            return Ok(response.map(|body| client::IdleTimeout::new(body, idle)));
+            return Ok(response.map(|body| client::IdleTimeout::new(body, timeout)));
         }
         Err(UpstreamError::failed("content", "too many redirects"))
     }

@@ -59,3 +59,20 @@ impl UpstreamError {
         }
     }
 }
+
+/// For logs and the ledger's notes; the texts were cleaned of secrets where they
+/// were made.
+impl std::fmt::Display for UpstreamError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::RateLimited(_) => f.write_str("the provider is rate limiting"),
+            Self::CredentialsRefused => f.write_str("the provider refused our credentials"),
+            Self::InvalidRequest(why) => write!(f, "the provider refused the request: {why}"),
+            Self::Failed { step, what } => write!(f, "{step} failed: {what}"),
+            Self::BadAnswer { step, what } => write!(f, "{step}: unreadable answer: {what}"),
+            Self::TimedOut { step } => write!(f, "{step} timed out"),
+            Self::TaskGone => f.write_str("the task is gone at the provider"),
+            Self::RangeNotSatisfiable => f.write_str("range not satisfiable"),
+        }
+    }
+}

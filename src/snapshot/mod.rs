@@ -23,11 +23,12 @@ use crate::FastMap;
 use crate::access::{KeyLimits, KeyRing};
 use crate::config::{
     Endpoint, LedgerConfig, LoadError, Problems, RoutesFile, Scope, ServerConfig, SimulatorConfig,
-    TasksConfig, TrackerConfig, WebhooksConfig, config_dir, read_routes,
+    StorageConfig, TasksConfig, TrackerConfig, WebhooksConfig, config_dir, read_routes,
 };
 use crate::edge;
 use crate::models::Model;
 use crate::providers::Provider;
+use crate::storage::StorageUrl;
 use crate::tasks::TaskSealer;
 use crate::tasks::ledger::LedgerUrl;
 use crate::webhooks::CallbackPolicy;
@@ -55,6 +56,9 @@ pub struct Snapshot {
     /// Where the ledger lives (opened once, at start).
     pub ledger_url: LedgerUrl,
     pub ledger: LedgerConfig,
+    /// Where completed tasks' results are kept (opened once, at start).
+    pub storage_url: StorageUrl,
+    pub storage: StorageConfig,
     pub tracker: TrackerConfig,
     pub webhooks: Webhooks,
     /// Keys that sign webhooks with the published demo secret.
@@ -130,11 +134,13 @@ impl Snapshot {
 
     fn compile(file: RoutesFile, dir: &Path, ctx: &LoadContext, p: &mut Problems) -> Option<Self> {
         let (providers, uses_simulator) = providers::compile(&file, dir, ctx, p);
-        let models = models::compile(&file, &providers, p);
         let ledger = p
             .at("ledger")
             .check("url", LedgerUrl::parse(&file.ledger.url, dir));
         let ledger_on = ledger.as_ref().is_some_and(|l| *l != LedgerUrl::Off);
+        let storage_url = storage_url(&file.storage, dir, ledger_on, &mut p.at("storage"));
+        let storage_on = storage_url.as_ref().is_some_and(|s| *s != StorageUrl::Off);
+        let models = models::compile(&file, &providers, storage_on, p);
         let callbacks = p.at("webhooks").check(
             "allow_private_networks",
             CallbackPolicy::new(&file.webhooks),
@@ -159,6 +165,8 @@ impl Snapshot {
             demo_webhook_secrets: keys.demo_webhook_secrets,
             ledger_url: ledger?,
             ledger: file.ledger,
+            storage_url: storage_url?,
+            storage: file.storage,
             tracker: file.tracker,
             webhooks: Webhooks {
                 settings: file.webhooks,
@@ -177,4 +185,32 @@ impl Snapshot {
     pub fn model(&self, id: &str, endpoint: Endpoint) -> Option<&Arc<Model>> {
         self.models.get(id).filter(|m| m.served_on(endpoint))
     }
+}
+
+/// `[storage] url`, or its default: local files beside the ledger, none without one
+/// (stored results are recorded in the ledger).
+fn storage_url(
+    cfg: &StorageConfig,
+    dir: &Path,
+    ledger_on: bool,
+    at: &mut Scope,
+) -> Option<StorageUrl> {
+    let Some(url) = &cfg.url else {
+        return Some(if ledger_on {
+            StorageUrl::File(dir.join(".mediagate/media"))
+        } else {
+            StorageUrl::Off
+        });
+    };
+    let parsed = at.check("url", StorageUrl::parse(url, dir))?;
+    if parsed != StorageUrl::Off && !ledger_on {
+        at.push(
+            "url",
+            "needs the ledger (stored results are recorded in it); set `url = \"none\"` or turn the ledger on",
+        );
+    }
+    if cfg.max_in_flight == 0 {
+        at.push("max_in_flight", "must be at least 1");
+    }
+    Some(parsed)
 }

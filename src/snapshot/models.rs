@@ -8,13 +8,14 @@ use serde_json::Value;
 
 use crate::FastMap;
 use crate::config::{FamilyConfig, Problems, RoutesFile, Scope};
-use crate::models::{MAX_VIDEO_SECONDS, Model, ParamsValidator, SECONDS_PARAMS};
+use crate::models::{MAX_VIDEO_SECONDS, Model, ParamsValidator, ResultsPolicy, SECONDS_PARAMS};
 use crate::providers::Provider;
 use crate::tasks::MediaKind;
 
 pub(super) fn compile(
     file: &RoutesFile,
     providers: &FastMap<String, Arc<Provider>>,
+    storage_on: bool,
     p: &mut Problems,
 ) -> FastMap<String, Arc<Model>> {
     let mut models: FastMap<String, Arc<Model>> = FastMap::default();
@@ -37,6 +38,10 @@ pub(super) fn compile(
                 providers: chain.clone(),
                 validator: validator.clone(),
                 default_seconds: cfg.default_seconds,
+                results: ResultsPolicy {
+                    keep_days: (storage_on && cfg.keep_results).then_some(cfg.keep_days),
+                    max_bytes: cfg.max_result_bytes,
+                },
             };
             if let Some(other) = models.insert(id.clone(), Arc::new(model)) {
                 let msg = format!("`{id}` is also listed in family `{}`", other.family);

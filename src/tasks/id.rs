@@ -9,8 +9,8 @@
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use ring::aead::{Aad, CHACHA20_POLY1305, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
-use ring::hkdf;
 use ring::rand::{SecureRandom, SystemRandom};
+use ring::{hkdf, hmac};
 
 use crate::tasks::MediaKind;
 
@@ -48,6 +48,9 @@ pub struct TaskId {
 pub struct TaskSealer {
     current: LessSafeKey,
     previous: Vec<LessSafeKey>,
+    /// Keys that sign links to stored results: from the same secrets, by another
+    /// HKDF label, so that a link made by any replica opens on every other.
+    links: Vec<hmac::Key>,
 }
 
 impl std::fmt::Debug for TaskSealer {
@@ -59,6 +62,18 @@ impl std::fmt::Debug for TaskSealer {
 }
 
 fn derive_key(secret: &[u8]) -> LessSafeKey {
+    let key = derive(secret, b"chacha20-poly1305");
+    LessSafeKey::new(
+        UnboundKey::new(&CHACHA20_POLY1305, &key).expect("key length matches the algorithm"),
+    )
+}
+
+fn derive_link_key(secret: &[u8]) -> hmac::Key {
+    hmac::Key::new(hmac::HMAC_SHA256, &derive(secret, b"result-link"))
+}
+
+/// 32 bytes of key for `purpose` from the task secret.
+fn derive(secret: &[u8], purpose: &[u8]) -> [u8; 32] {
     struct Len(usize);
     impl hkdf::KeyType for Len {
         fn len(&self) -> usize {
@@ -67,12 +82,10 @@ fn derive_key(secret: &[u8]) -> LessSafeKey {
     }
     let prk = hkdf::Salt::new(hkdf::HKDF_SHA256, b"mediagate-task-id").extract(secret);
     let mut key = [0u8; 32];
-    prk.expand(&[b"chacha20-poly1305"], Len(32))
+    prk.expand(&[purpose], Len(32))
         .and_then(|okm| okm.fill(&mut key))
         .expect("32 bytes is a valid HKDF-SHA256 output length");
-    LessSafeKey::new(
-        UnboundKey::new(&CHACHA20_POLY1305, &key).expect("key length matches the algorithm"),
-    )
+    key
 }
 
 /// Nonces fetched from the system random source at once, per thread.
@@ -118,7 +131,31 @@ impl TaskSealer {
         Self {
             current: derive_key(current),
             previous: previous.iter().map(|s| derive_key(s)).collect(),
+            links: std::iter::once(current)
+                .chain(previous.iter().map(Vec::as_slice))
+                .map(derive_link_key)
+                .collect(),
         }
+    }
+
+    /// The signature of a link to result `n` of task `id`, valid until `expires`
+    /// (Unix seconds).
+    pub fn sign_link(&self, id: &str, n: usize, expires: u64) -> String {
+        let tag = hmac::sign(&self.links[0], link_message(id, n, expires).as_bytes());
+        URL_SAFE_NO_PAD.encode(tag.as_ref())
+    }
+
+    /// Whether `signature` was made by [`TaskSealer::sign_link`] for exactly this
+    /// task, result and expiry, with the current secret or an older one (compared in
+    /// constant time). Whether it has expired is the caller's to check.
+    pub fn link_signed(&self, id: &str, n: usize, expires: u64, signature: &str) -> bool {
+        let Ok(tag) = URL_SAFE_NO_PAD.decode(signature) else {
+            return false;
+        };
+        let message = link_message(id, n, expires);
+        self.links
+            .iter()
+            .any(|key| hmac::verify(key, message.as_bytes(), &tag).is_ok())
     }
 
     /// Seal a task into an opaque id.
@@ -184,6 +221,10 @@ impl TaskSealer {
     }
 }
 
+fn link_message(id: &str, n: usize, expires: u64) -> String {
+    format!("mediagate result link v1\n{id}\n{n}\n{expires}")
+}
+
 fn decode(mut b: &[u8]) -> Option<TaskId> {
     fn take<'a>(b: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
         if b.len() < n {
@@ -243,6 +284,36 @@ mod tests {
                 .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_')
         );
         assert_eq!(s.open(&id), Some(task()));
+    }
+
+    #[test]
+    fn a_link_signature_holds_for_its_task_result_and_expiry_only() {
+        let s = TaskSealer::new(b"secret", &[]);
+        let sig = s.sign_link("task_a", 0, 1_800_000_000);
+        assert!(s.link_signed("task_a", 0, 1_800_000_000, &sig));
+        assert!(
+            !s.link_signed("task_b", 0, 1_800_000_000, &sig),
+            "another task"
+        );
+        assert!(
+            !s.link_signed("task_a", 1, 1_800_000_000, &sig),
+            "another result"
+        );
+        assert!(
+            !s.link_signed("task_a", 0, 1_800_000_001, &sig),
+            "another expiry"
+        );
+        let mut tampered = sig.clone().into_bytes();
+        tampered[0] = if tampered[0] == b'A' { b'B' } else { b'A' };
+        let tampered = String::from_utf8(tampered).unwrap();
+        assert!(!s.link_signed("task_a", 0, 1_800_000_000, &tampered));
+        assert!(!s.link_signed("task_a", 0, 1_800_000_000, "not base64!"));
+        // After a rotation, links signed with the old secret still open; another
+        // secret's never do.
+        let rotated = TaskSealer::new(b"new secret", &[b"secret".to_vec()]);
+        assert!(rotated.link_signed("task_a", 0, 1_800_000_000, &sig));
+        let other = TaskSealer::new(b"other", &[]);
+        assert!(!other.link_signed("task_a", 0, 1_800_000_000, &sig));
     }
 
     #[test]

@@ -27,6 +27,7 @@ mod providers_tls;
 mod quota_counting;
 mod redaction;
 mod reload;
+mod results;
 mod shutdown;
 mod tls;
 mod tracker;

@@ -1,6 +1,10 @@
-//! `GET {collection}/{id}/content`: open the id (owner checked, same 404 as a query)
-//! → the completed state (cached or queried) → the upstream content request with our
-//! key → the bytes streamed through as they arrive.
+//! `GET {collection}/{id}/content[/{n}]`: open the id (owner checked, same 404 as a
+//! query; or a signed link's signature) → result `n` from storage when it was kept
+//! (`stored.rs`) → else the completed state (cached or queried) and the upstream
+//! content request (the provider's content step with our key, or the result's URL),
+//! the bytes streamed through as they arrive.
+
+use std::time::Duration;
 
 use http::{HeaderValue, Response, header};
 use http_body_util::BodyExt;
@@ -13,6 +17,7 @@ use crate::gateway::Gateway;
 use crate::lifecycle::TaskRef;
 use crate::response::ResponseBody;
 use crate::tasks::TaskStatus;
+use crate::tasks::ledger::now_ms;
 
 /// Headers of an upstream content answer passed on to the client (`Cache-Control` is
 /// made private, see [`private_cache_control`]).
@@ -32,18 +37,40 @@ pub(super) async fn content(
     ctx: &RequestContext,
     endpoint: Endpoint,
     id: &str,
-    range: Option<HeaderValue>,
+    n: usize,
+    request: &http::request::Parts,
 ) -> Result<Response<ResponseBody>, ApiError> {
-    let open = OpenTask::open(ctx, endpoint, id)?;
+    let open = match ctx.key_if_any() {
+        Some(_) => OpenTask::open(ctx, endpoint, id)?,
+        None => OpenTask::open_signed(ctx, endpoint, id, n, request.uri.query())?,
+    };
+    let task = TaskRef::from(&open.task);
+    let stored = gateway.tasks.stored_results(task).await?;
+    if let (Some(result), Some(storage)) = (
+        stored.iter().find(|r| r.n == n as i64),
+        gateway.tasks.storage(),
+    ) {
+        return super::stored::answer(storage, result, &request.headers, now_ms()).await;
+    }
     let state = open.state(gateway, ctx).await?;
     if state.status != TaskStatus::Completed {
         return Err(ApiError::content_not_ready());
     }
-    let call = TaskRef::from(&open.task).call(&ctx.snapshot);
-    let upstream = open
-        .provider
-        .content(call, &open.task.upstream_id, &state.urls, range)
-        .await?;
+    let range = request.headers.get(header::RANGE).cloned();
+    let call = task.call(&ctx.snapshot);
+    let upstream_id = &open.task.upstream_id;
+    let upstream = if n == 0 && open.provider.content_url_base().is_some() {
+        open.provider
+            .content(call, upstream_id, &state.urls, range)
+            .await?
+    } else if n < state.urls.len() {
+        let idle = Duration::from_millis(ctx.snapshot.storage.copy_timeout_ms);
+        open.provider
+            .result(call, upstream_id, &state.urls, n, idle)
+            .await?
+    } else {
+        return Err(ApiError::path_not_found());
+    };
     let (parts, body) = upstream.into_parts();
     let mut resp = Response::new(BodyExt::boxed(body));
     // 200, or 206 for a range.

@@ -127,7 +127,16 @@ impl Item {
         };
         let provider = ctx.snapshot.providers.get(&task.provider).map(|p| &**p);
         let client_base = || PublicBase::of(req).as_seen_by_client();
-        links::make_public(&mut state, provider, endpoint, &id, client_base);
+        let snapshot = &ctx.snapshot;
+        links::make_public(
+            snapshot,
+            &mut state,
+            provider,
+            &task.model,
+            endpoint,
+            &id,
+            client_base,
+        );
         Some(Self {
             id,
             kind: task.kind,

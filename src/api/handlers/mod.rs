@@ -11,6 +11,7 @@ mod models;
 mod ops;
 mod public_url;
 mod query;
+mod stored;
 mod submit;
 mod task_ref;
 
@@ -106,9 +107,9 @@ where
             let (parts, _) = req.into_parts();
             query::query(gateway, ctx, *endpoint, id, &parts).await
         }
-        Route::Content(endpoint, id) => {
-            let range = req.headers().get(http::header::RANGE).cloned();
-            content::content(gateway, ctx, *endpoint, id, range).await
+        Route::Content(endpoint, id, n) => {
+            let (parts, _) = req.into_parts();
+            content::content(gateway, ctx, *endpoint, id, *n, &parts).await
         }
     }
 }

@@ -39,8 +39,18 @@ pub(super) async fn query(
         };
     }
     let client_base = || PublicBase::of(req).as_seen_by_client();
-    links::make_public(&mut state, Some(open.provider), endpoint, id, client_base);
     let task = &open.task;
+    let snapshot = &ctx.snapshot;
+    let provider = Some(&**open.provider);
+    links::make_public(
+        snapshot,
+        &mut state,
+        provider,
+        &task.model,
+        endpoint,
+        id,
+        client_base,
+    );
     let mut resp = json(
         StatusCode::OK,
         &TaskView::new(id, task.kind, &task.model, task.created, &state),

@@ -20,11 +20,56 @@ impl<'s> OpenTask<'s> {
     /// Open the id, check the owner and the endpoint, find the provider sealed in it.
     /// Made-up, tampered, other keys' and other endpoints' ids all look the same (404).
     pub fn open(ctx: &'s RequestContext, endpoint: Endpoint, id: &str) -> Result<Self, ApiError> {
-        let (snapshot, key) = (&ctx.snapshot, ctx.key()?);
-        let task = snapshot
+        let key = ctx.key()?;
+        let task = ctx
+            .snapshot
             .sealer
             .open(id)
-            .filter(|t| *t.owner == *key.name)
+            .filter(|t| *t.owner == *key.name);
+        Self::served(ctx, endpoint, task)
+    }
+
+    /// Open the id of a signed link to result `n` (`?expires=…&signature=…`): the
+    /// signature stands in for the owner's key. A signature that does not hold is
+    /// refused before its expiry is looked at.
+    pub fn open_signed(
+        ctx: &'s RequestContext,
+        endpoint: Endpoint,
+        id: &str,
+        n: usize,
+        query: Option<&str>,
+    ) -> Result<Self, ApiError> {
+        let (mut expires, mut signature) = (None, None);
+        for (name, value) in form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
+            match &*name {
+                "expires" => expires = value.parse::<u64>().ok(),
+                "signature" => signature = Some(value.into_owned()),
+                _ => {}
+            }
+        }
+        let (Some(expires), Some(signature)) = (expires, signature) else {
+            return Err(ApiError::invalid_signature());
+        };
+        if !ctx.snapshot.sealer.link_signed(id, n, expires, &signature) {
+            return Err(ApiError::invalid_signature());
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        if expires < now {
+            return Err(ApiError::link_expired());
+        }
+        Self::served(ctx, endpoint, ctx.snapshot.sealer.open(id))
+    }
+
+    /// The opened task, if its model is served on `endpoint`, with its provider.
+    fn served(
+        ctx: &'s RequestContext,
+        endpoint: Endpoint,
+        task: Option<TaskId>,
+    ) -> Result<Self, ApiError> {
+        let snapshot = &ctx.snapshot;
+        let task = task
             .filter(|t| {
                 snapshot
                     .models

@@ -47,7 +47,9 @@ pub fn document(snapshot: &Snapshot) -> Value {
         );
         paths.insert(format!("{}/{{id}}", endpoint.path()), get(ops.query()));
         let content = format!("{}/{{id}}/content", endpoint.path());
-        paths.insert(content, get(ops.content()));
+        paths.insert(content, get(ops.content(false)));
+        let nth = format!("{}/{{id}}/content/{{n}}", endpoint.path());
+        paths.insert(nth, get(ops.content(true)));
         paths.insert(endpoint.models_path().into(), get(ops.list_models()));
         let model = format!("{}/{{id}}", endpoint.models_path());
         paths.insert(model, get(ops.model()));
@@ -328,22 +330,61 @@ impl Ops {
         op
     }
 
-    fn content(&self) -> Operation {
+    /// `…/content`, or with `nth` `…/content/{n}`.
+    fn content(&self, nth: bool) -> Operation {
+        let (id, summary) = if nth {
+            (
+                format!("get{}ContentN", self.task),
+                "Download result `n` of a task (0 for the first)",
+            )
+        } else {
+            (
+                format!("get{}Content", self.task),
+                "Download a task's (first) result",
+            )
+        };
         let mut op = self.operation(
-            format!("get{}Content", self.task),
-            "Download a result the provider serves only with its own key".into(),
+            id,
+            summary.into(),
             ("The result.", json!({})),
             &[CONTENT, UPSTREAM],
         );
         op.parameters
             .push(id_parameter("The task id the submit returned."));
+        if nth {
+            op.parameters.push(Parameter {
+                name: "n",
+                location: "path",
+                required: true,
+                description: "Which result, from 0.",
+                schema: json!({"type": "string", "pattern": "^[0-9]{1,3}$"}),
+            });
+        }
         op.parameters.push(Parameter {
             name: "Range",
             location: "header",
             required: false,
-            description: "A byte range, passed to the provider.",
+            description: "A byte range (one).",
             schema: json!({"type": "string"}),
         });
+        for (name, description) in [
+            (
+                "expires",
+                "A signed link's expiry (Unix seconds), as the task's links carry it: with `signature`, no key is needed.",
+            ),
+            (
+                "signature",
+                "A signed link's signature, as the task's links carry it.",
+            ),
+        ] {
+            op.parameters.push(Parameter {
+                name,
+                location: "query",
+                required: false,
+                description,
+                schema: json!({"type": "string"}),
+            });
+        }
         // The bytes as the provider sends them, whole (200) or the range asked (206).
         let mut partial = success("The range asked for.", json!({}), true);
         let bytes = BTreeMap::from([("*/*", objects::MediaType { schema: json!({}) })]);

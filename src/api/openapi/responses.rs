@@ -60,6 +60,10 @@ pub(super) const CONTENT: &[&str] = &[
     "not_found",
     "content_not_ready",
     "range_not_satisfiable",
+    "link_expired",
+    "invalid_signature",
+    "result_expired",
+    "storage_unavailable",
 ];
 pub(super) const MODEL: &[&str] = &["model_not_found", "not_found"];
 pub(super) const READY: &[&str] = &["shutting_down", "too_many_connections"];

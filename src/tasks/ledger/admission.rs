@@ -105,6 +105,7 @@ mod tests {
             quota,
             provider: None,
             callback_url: None,
+            keep_days: None,
         }
     }
 

@@ -14,6 +14,7 @@
 //! is stored.
 
 mod admission;
+mod copies;
 mod deliveries;
 mod error;
 mod postgres;
@@ -34,6 +35,7 @@ use self::postgres::PostgresStore;
 use self::sqlite::SqliteStore;
 use self::store::{Clock, PerEngine, Store, params};
 
+pub use self::copies::{CopyOutcome, Leased, StoredResult};
 pub use self::deliveries::{Delivery, DeliveryBacklog, DeliveryOutcome, PutBack};
 pub use self::error::LedgerError;
 pub use self::record::{
@@ -406,6 +408,7 @@ mod tests {
             quota: None,
             provider: Some("p"),
             callback_url: None,
+            keep_days: None,
         }
     }
 
@@ -912,6 +915,9 @@ mod tests {
         }
     }
 
+    /// The write-ahead insert as it was while the schema was at 0003.
+    const INSERT_AT_0003: &str = "INSERT INTO tasks (owner, endpoint, model, kind, fingerprint, idempotency_key, video_seconds, state, provider, created_ms, updated_ms, callback_url) VALUES ($1, $2, $3, $4, $5, $6, $7, 'submitting', $9, $8, $8, $10) RETURNING id";
+
     #[tokio::test]
     async fn a_ledger_written_at_0003_upgrades_and_keeps_its_rows() {
         let dir = tempfile::tempdir().unwrap();
@@ -929,7 +935,7 @@ mod tests {
                 // Bound by name: SQLite numbers `$n` by first appearance.
                 let row: i64 = writer::bind(
                     &conn,
-                    record::INSERT,
+                    INSERT_AT_0003,
                     rusqlite::params![
                         owner,
                         "model-center",
@@ -1148,6 +1154,7 @@ mod tests {
     async fn finished_with_webhook(l: &Ledger, n: u32) -> i64 {
         let hooked = NewTask {
             callback_url: Some("https://hooks.example/h"),
+            keep_days: None,
             ..new("a", None, "fp")
         };
         let Admission::Fresh(row) = l.admit(&hooked).await.unwrap() else {

@@ -7,6 +7,7 @@ use sqlx::Connection;
 use sqlx::postgres::{PgConnection, PgPoolOptions};
 
 use super::admission::{self, AdmissionTx};
+use super::copies::Leased;
 use super::deliveries::Delivery;
 use super::postgres_reads::{PostgresReads, arguments};
 use super::reads::Reader;
@@ -106,6 +107,18 @@ impl Store for PostgresStore {
         })
     }
 
+    fn write_leases<'a>(
+        &'a self,
+        sql: PerEngine,
+        args: Vec<Param<'a>>,
+    ) -> StoreFuture<'a, Vec<Leased>> {
+        Box::pin(async move {
+            Ok(sqlx::query_as_with(sql.postgres, arguments(&args)?)
+                .fetch_all(&self.reads.0)
+                .await?)
+        })
+    }
+
     fn reads(&self) -> &dyn Reader {
         &self.reads
     }
@@ -144,6 +157,7 @@ impl AdmissionTx for ConnTx<'_> {
             .bind(now)
             .bind(new.provider)
             .bind(new.callback_url)
+            .bind(new.keep_days)
             .fetch_optional(&mut *self.0)
             .await?)
     }

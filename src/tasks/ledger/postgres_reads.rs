@@ -4,6 +4,7 @@ use sqlx::Arguments;
 use sqlx::postgres::{PgArguments, PgPool};
 
 use super::LedgerError;
+use super::copies::StoredResult;
 use super::deliveries::{DeliveryBacklog, DeliveryOf};
 use super::reads::Reader;
 use super::record::{RawTaskRecord, TaskRecord, UsageRow};
@@ -64,6 +65,18 @@ impl Reader for PostgresReads {
         sql: &'static str,
         args: Vec<Param<'a>>,
     ) -> StoreFuture<'a, Vec<UsageRow>> {
+        Box::pin(async move {
+            Ok(sqlx::query_as_with(sql, arguments(&args)?)
+                .fetch_all(&self.0)
+                .await?)
+        })
+    }
+
+    fn results<'a>(
+        &'a self,
+        sql: &'static str,
+        args: Vec<Param<'a>>,
+    ) -> StoreFuture<'a, Vec<StoredResult>> {
         Box::pin(async move {
             Ok(sqlx::query_as_with(sql, arguments(&args)?)
                 .fetch_all(&self.0)

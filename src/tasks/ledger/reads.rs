@@ -1,6 +1,7 @@
 //! The reads the ledger makes, one interface over both engines: a store hands the
 //! ledger its [`Reader`] (`sqlite_reads.rs`, `postgres_reads.rs`).
 
+use super::copies::StoredResult;
 use super::deliveries::{DeliveryBacklog, DeliveryOf};
 use super::record::{TaskRecord, UsageRow};
 use super::store::{Param, StoreFuture};
@@ -31,6 +32,13 @@ pub(super) trait Reader: Send + Sync {
         sql: &'static str,
         args: Vec<Param<'a>>,
     ) -> StoreFuture<'a, Vec<UsageRow>>;
+
+    /// Stored results read.
+    fn results<'a>(
+        &'a self,
+        sql: &'static str,
+        args: Vec<Param<'a>>,
+    ) -> StoreFuture<'a, Vec<StoredResult>>;
 
     /// The backlog of deliveries read.
     fn backlog<'a>(&'a self, sql: &'static str) -> StoreFuture<'a, DeliveryBacklog>;

@@ -63,6 +63,8 @@ pub struct NewTask<'a> {
     pub provider: Option<&'a str>,
     /// Where the outcome is posted when the task finishes.
     pub callback_url: Option<&'a str>,
+    /// Days to keep the task's results in storage; `None`: they are not copied.
+    pub keep_days: Option<i64>,
 }
 
 impl NewTask<'_> {
@@ -470,7 +472,7 @@ pub(super) const USED_TODAY: &str = concat!(
 );
 macro_rules! insert {
     () => {
-        "INSERT INTO tasks (owner, endpoint, model, kind, fingerprint, idempotency_key, video_seconds, state, provider, created_ms, updated_ms, callback_url) VALUES ($1, $2, $3, $4, $5, $6, $7, 'submitting', $9, $8, $8, $10) ON CONFLICT (owner, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"
+        "INSERT INTO tasks (owner, endpoint, model, kind, fingerprint, idempotency_key, video_seconds, state, provider, created_ms, updated_ms, callback_url, keep_days) VALUES ($1, $2, $3, $4, $5, $6, $7, 'submitting', $9, $8, $8, $10, $11) ON CONFLICT (owner, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"
     };
 }
 /// The write-ahead row; nothing when another request took the idempotency key first.

@@ -7,6 +7,7 @@ use std::path::Path;
 use futures_util::FutureExt;
 
 use super::admission::{self, AdmissionTx};
+use super::copies::Leased;
 use super::deliveries::Delivery;
 use super::reads::Reader;
 use super::record::{self, NewTask, RawTaskRecord, TaskRecord};
@@ -110,6 +111,21 @@ impl Store for SqliteStore {
         self.write_rows(sql.sqlite, &args, delivery_row)
     }
 
+    fn write_leases<'a>(
+        &'a self,
+        sql: PerEngine,
+        args: Vec<Param<'a>>,
+    ) -> StoreFuture<'a, Vec<Leased>> {
+        self.write_rows(sql.sqlite, &args, |row| {
+            Ok(Leased {
+                id: row.get(0)?,
+                task_row: row.get(1)?,
+                attempts: row.get(2)?,
+                created_ms: row.get(3)?,
+            })
+        })
+    }
+
     #[cfg(test)]
     fn sqlite_writer(&self) -> Option<&Writer> {
         Some(&self.writer)
@@ -132,6 +148,7 @@ struct OwnedTask {
     quota: Option<QuotaConfig>,
     provider: Option<String>,
     callback_url: Option<String>,
+    keep_days: Option<i64>,
 }
 
 impl From<&NewTask<'_>> for OwnedTask {
@@ -147,6 +164,7 @@ impl From<&NewTask<'_>> for OwnedTask {
             quota: new.quota,
             provider: new.provider.map(str::to_owned),
             callback_url: new.callback_url.map(str::to_owned),
+            keep_days: new.keep_days,
         }
     }
 }
@@ -171,6 +189,7 @@ impl OwnedTask {
             quota: self.quota,
             provider: self.provider.as_deref(),
             callback_url: self.callback_url.as_deref(),
+            keep_days: self.keep_days,
         };
         admission::admit(&mut WriterTx(conn), &new, at)
             .now_or_never()
@@ -202,7 +221,7 @@ impl AdmissionTx for WriterTx<'_> {
     }
 
     async fn insert(&mut self, new: &NewTask<'_>, now: i64) -> Result<Option<i64>, LedgerError> {
-        let args: [&dyn rusqlite::ToSql; 10] = [
+        let args: [&dyn rusqlite::ToSql; 11] = [
             &new.owner,
             &new.endpoint_name(),
             &new.model,
@@ -213,6 +232,7 @@ impl AdmissionTx for WriterTx<'_> {
             &now,
             &new.provider,
             &new.callback_url,
+            &new.keep_days,
         ];
         Ok(
             match bind(self.0, record::INSERT_SQLITE, &args)?.raw_execute()? {

@@ -10,6 +10,7 @@ use rusqlite::{Connection, OpenFlags};
 use tokio::sync::oneshot;
 
 use super::LedgerError;
+use super::copies::StoredResult;
 use super::deliveries::{DeliveryBacklog, DeliveryOf};
 use super::reads::Reader;
 use super::record::{TaskRecord, UsageRow};
@@ -128,6 +129,25 @@ impl Reader for SqliteReads {
         args: Vec<Param<'a>>,
     ) -> StoreFuture<'a, Vec<UsageRow>> {
         self.rows(sql, &args, usage_row)
+    }
+
+    fn results<'a>(
+        &'a self,
+        sql: &'static str,
+        args: Vec<Param<'a>>,
+    ) -> StoreFuture<'a, Vec<StoredResult>> {
+        self.rows(sql, &args, |row| {
+            Ok(StoredResult {
+                n: row.get(0)?,
+                object_key: row.get(1)?,
+                bytes: row.get(2)?,
+                content_type: row.get(3)?,
+                sha256: row.get(4)?,
+                stored_ms: row.get(5)?,
+                expires_ms: row.get(6)?,
+                deleted_ms: row.get(7)?,
+            })
+        })
     }
 
     fn backlog<'a>(&'a self, sql: &'static str) -> StoreFuture<'a, DeliveryBacklog> {

@@ -99,6 +99,13 @@ pub(super) trait Store: Send + Sync {
         args: Vec<Param<'a>>,
     ) -> StoreFuture<'a, Vec<Delivery>>;
 
+    /// One writing statement returning leased work (copies).
+    fn write_leases<'a>(
+        &'a self,
+        sql: PerEngine,
+        args: Vec<Param<'a>>,
+    ) -> StoreFuture<'a, Vec<super::copies::Leased>>;
+
     /// The engine's reads.
     fn reads(&self) -> &dyn Reader;
 

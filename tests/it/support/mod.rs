@@ -18,8 +18,8 @@ pub use gateway::{ConfigDir, Gateway, Proc, check, operator};
 pub use http::{Alpn, Http, Reply, assert_error, read_response, read_to_close};
 pub use postgres::Postgres;
 pub use routes::{
-    Family, Routes, UPSTREAM_KEY, family, replace_once, shipped_routes, shipped_routes_file,
-    tasks_provider, tasks_provider_with_files,
+    Family, Routes, UPSTREAM_KEY, family, model_center_provider, replace_once, shipped_routes,
+    shipped_routes_file, tasks_provider, tasks_provider_with_files,
 };
 pub use tls::Certs;
 

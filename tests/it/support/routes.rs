@@ -67,6 +67,7 @@ pub struct Routes {
     demo_key: Vec<String>,
     providers: Vec<String>,
     families: Vec<String>,
+    storage: Option<String>,
 }
 
 impl Routes {
@@ -109,6 +110,13 @@ impl Routes {
     /// Top-level tables (e.g. `[limits]`).
     pub fn top(mut self, toml: &str) -> Self {
         self.top.push(toml.to_string());
+        self
+    }
+
+    /// `[storage] url`: where results are kept. Unset: `none` (results stay at the
+    /// provider, and a test's fake upstream sees no downloads it did not ask for).
+    pub fn storage(mut self, url: &str) -> Self {
+        self.storage = Some(url.to_string());
         self
     }
 
@@ -155,6 +163,9 @@ poll_cache_ttl_ms = 0
 queued_ms = 100
 processing_ms = 100
 
+[storage]
+url = "{storage}"
+
 {top}
 
 [[keys]]
@@ -172,6 +183,7 @@ sha256 = "{demo2}"
 "#,
             server = self.server.join("\n"),
             top = self.top.join("\n"),
+            storage = self.storage.as_deref().unwrap_or("none"),
             demo = sha256_hex(DEMO),
             demo_key = self.demo_key.join("\n"),
             demo2 = sha256_hex(DEMO2),

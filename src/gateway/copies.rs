@@ -1,0 +1,258 @@
+//! Copies of completed tasks' results into storage: every replica leases due copies
+//! from the ledger (a copy is owed from the moment a task that keeps its results is
+//! recorded completed, whoever saw it), downloads each result from its provider
+//! through the provider's guarded client (its content step when it has one), streams
+//! it into storage with its size and SHA-256, and writes the outcome back. A failure
+//! of the provider's connection or of storage is retried with backoff until
+//! `[storage] retry_for_hours`; a result over the family's `max_result_bytes`, or
+//! gone at the provider, is not kept (the task keeps its provider's links). A replica
+//! that dies mid-copy leaves its lease to expire, and the copy is made again whole.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Semaphore;
+
+use super::Gateway;
+use super::rounds::Rounds;
+use crate::lifecycle::TaskRef;
+use crate::providers::UpstreamError;
+use crate::snapshot::Snapshot;
+use crate::storage::{Storage, StorageError};
+use crate::tasks::ledger::{CopyOutcome, Leased, Ledger, StoredResult, TaskRecord, now_ms};
+
+/// Copies leased at once at most.
+const BATCH: i64 = 16;
+/// The first retry's pause; each next one doubles, up to [`MAX_RETRY`].
+const FIRST_RETRY: Duration = Duration::from_secs(2);
+const MAX_RETRY: Duration = Duration::from_secs(300);
+/// A family no longer configured keeps its results this long, this big at most.
+const DEFAULT_KEEP_DAYS: u32 = 30;
+const DEFAULT_MAX_BYTES: u64 = 2 * 1024 * 1024 * 1024;
+
+/// Copy results until the gateway stops.
+pub async fn run(gateway: Arc<Gateway>) {
+    let (Some(ledger), Some(storage)) = (
+        gateway.tasks.ledger().cloned(),
+        gateway.tasks.storage().cloned(),
+    ) else {
+        return;
+    };
+    let slots = Arc::new(Semaphore::new(
+        gateway.snapshot().storage.max_in_flight.max(1),
+    ));
+    let mut copier = Copier {
+        gateway: gateway.clone(),
+        ledger,
+        storage,
+        slots,
+    };
+    // A task that completed here owes its copy now: no need to wait for the tick.
+    let finished = Some(gateway.tasks.subscribe());
+    super::rounds::until_stopped(&gateway, finished, &mut copier).await;
+}
+
+struct Copier {
+    gateway: Arc<Gateway>,
+    ledger: Arc<Ledger>,
+    storage: Storage,
+    slots: Arc<Semaphore>,
+}
+
+impl Rounds for Copier {
+    /// Lease as many copies as there are free slots (a batch at most), start each.
+    async fn round(&mut self) -> bool {
+        let free = self.slots.available_permits() as i64;
+        if free == 0 {
+            return false;
+        }
+        let snapshot = self.gateway.snapshot();
+        let limit = free.min(BATCH);
+        // Held for the longest a copy may take, and some: it is not taken over while
+        // it runs.
+        let lease = Duration::from_millis(snapshot.storage.copy_timeout_ms) * 2;
+        let leased = match self
+            .ledger
+            .claim_copies(&self.gateway.replica, lease, limit)
+            .await
+        {
+            Ok(leased) => leased,
+            Err(e) => {
+                tracing::warn!(error = %e, "storage: copies owed cannot be read");
+                return false;
+            }
+        };
+        let full = leased.len() as i64 == limit;
+        for copy in leased {
+            let Ok(slot) = self.slots.clone().acquire_owned().await else {
+                break;
+            };
+            let job = CopyJob {
+                snapshot: snapshot.clone(),
+                ledger: self.ledger.clone(),
+                storage: self.storage.clone(),
+                replica: self.gateway.replica.clone(),
+            };
+            tokio::spawn(async move {
+                job.run(copy).await;
+                drop(slot);
+            });
+        }
+        full
+    }
+}
+
+/// What one copy needs.
+struct CopyJob {
+    snapshot: Arc<Snapshot>,
+    ledger: Arc<Ledger>,
+    storage: Storage,
+    replica: String,
+}
+
+impl CopyJob {
+    async fn run(self, copy: Leased) {
+        let timeout = Duration::from_millis(self.snapshot.storage.copy_timeout_ms);
+        let outcome = match tokio::time::timeout(timeout, self.copy(&copy)).await {
+            Ok(Ok(())) => CopyOutcome::Stored,
+            Ok(Err(Failure::Skip(why))) => {
+                tracing::warn!(task_row = copy.task_row, why = %why, "result not kept");
+                CopyOutcome::Skipped { why }
+            }
+            Ok(Err(Failure::Retry(error))) => self.retry(&copy, error),
+            Err(_) => self.retry(&copy, "the copy took longer than copy_timeout_ms".into()),
+        };
+        if let Err(e) = self
+            .ledger
+            .copy_attempted(copy.id, &self.replica, &outcome)
+            .await
+        {
+            // The lease runs out and the copy is made again.
+            tracing::warn!(error = %e, task_row = copy.task_row, "storage: a copy's outcome cannot be written");
+        }
+    }
+
+    /// The next try, or giving up once the copy has been owed too long.
+    fn retry(&self, copy: &Leased, error: String) -> CopyOutcome {
+        let now = now_ms();
+        let retry_for = self.snapshot.storage.retry_for_hours as i64 * 3_600_000;
+        if now - copy.created_ms > retry_for {
+            tracing::warn!(task_row = copy.task_row, error = %error, "result copy given up");
+            return CopyOutcome::Failed { error };
+        }
+        let pause = FIRST_RETRY
+            .saturating_mul(1 << copy.attempts.clamp(0, 16))
+            .min(MAX_RETRY);
+        tracing::info!(task_row = copy.task_row, error = %error, retry_in_ms = pause.as_millis() as u64, "result copy failed; retried");
+        CopyOutcome::Retry {
+            error,
+            next_ms: now + pause.as_millis() as i64,
+        }
+    }
+
+    /// Every result of the task, into storage.
+    async fn copy(&self, copy: &Leased) -> Result<(), Failure> {
+        let task = match self.ledger.row(copy.task_row).await {
+            Ok(Some(task)) => task,
+            Ok(None) => return Err(Failure::Skip("the task's row is gone".into())),
+            Err(e) => return Err(Failure::Retry(e.to_string())),
+        };
+        let (Some(provider_name), Some(upstream_id)) = (&task.provider, &task.upstream_id) else {
+            return Err(Failure::Skip("the task was never created upstream".into()));
+        };
+        let Some(provider) = self.snapshot.providers.get(provider_name) else {
+            return Err(Failure::Skip("its provider is no longer configured".into()));
+        };
+        let urls: Vec<String> = task
+            .urls
+            .as_deref()
+            .and_then(|u| serde_json::from_str(u).ok())
+            .unwrap_or_default();
+        if urls.is_empty() {
+            return Err(Failure::Skip("the task has no results".into()));
+        }
+        let (keep_days, max_bytes) = self.policy(&task);
+        let reference = TaskRef {
+            provider: provider_name,
+            upstream_id,
+            model: &task.model,
+            kind: task.kind,
+        };
+        // A content step gives the one result it knows.
+        let count = if provider.content_url_base().is_some() {
+            1
+        } else {
+            urls.len()
+        };
+        let idle = Duration::from_millis(self.snapshot.storage.copy_timeout_ms);
+        for n in 0..count {
+            let call = reference.call(&self.snapshot);
+            let response = provider
+                .result(call, upstream_id, &urls, n, idle)
+                .await
+                .map_err(Failure::upstream)?;
+            let content_type = response
+                .headers()
+                .get(http::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string);
+            let key = self.storage.key(copy.task_row, n);
+            let stored = self
+                .storage
+                .put(&key, response.into_body(), max_bytes)
+                .await
+                .map_err(Failure::storage)?;
+            let stored_ms = now_ms();
+            let result = StoredResult {
+                n: n as i64,
+                object_key: key,
+                bytes: stored.bytes as i64,
+                content_type,
+                sha256: stored.sha256,
+                stored_ms,
+                expires_ms: stored_ms + i64::from(keep_days) * 86_400_000,
+                deleted_ms: None,
+            };
+            self.ledger
+                .result_stored(copy.task_row, &result)
+                .await
+                .map_err(|e| Failure::Retry(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// The task's family's `keep_days` and `max_result_bytes`, as configured now.
+    fn policy(&self, task: &TaskRecord) -> (u32, u64) {
+        match self.snapshot.models.get(&task.model) {
+            Some(model) => (
+                model.results.keep_days.unwrap_or(DEFAULT_KEEP_DAYS),
+                model.results.max_bytes,
+            ),
+            None => (DEFAULT_KEEP_DAYS, DEFAULT_MAX_BYTES),
+        }
+    }
+}
+
+/// Why a copy did not complete.
+enum Failure {
+    /// For good: the task keeps its provider's links.
+    Skip(String),
+    /// For now: tried again later.
+    Retry(String),
+}
+
+impl Failure {
+    fn upstream(e: UpstreamError) -> Self {
+        match e {
+            UpstreamError::TaskGone => Self::Skip("the result is gone at the provider".into()),
+            e => Self::Retry(e.to_string()),
+        }
+    }
+
+    fn storage(e: StorageError) -> Self {
+        match e {
+            StorageError::TooLarge(_) => Self::Skip(e.to_string()),
+            e => Self::Retry(e.to_string()),
+        }
+    }
+}

@@ -1,0 +1,341 @@
+//! Where completed tasks' results are kept: the `object_store` crate over local files
+//! (the embedded default) or any S3-compatible service (replicas share it). A result
+//! is streamed in (multipart: memory stays bounded whatever its size), hashed and
+//! counted on the way; read back whole or by range.
+//!
+//! Keys: `{prefix}/results/{ledger row}/{n}`. The ledger row, not the task id: ids
+//! are long and sealed with a secret that may rotate; the row is what the ledger
+//! records the object under.
+
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use http_body::Body;
+use http_body_util::BodyExt;
+use object_store::path::Path as ObjectPath;
+use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt, WriteMultipart};
+
+/// Where results are kept, from `[storage] url`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StorageUrl {
+    /// Not kept: links stay the provider's.
+    Off,
+    /// A directory, created when missing.
+    File(PathBuf),
+    /// A bucket and a prefix in it (may be empty).
+    S3 { bucket: String, prefix: String },
+}
+
+impl StorageUrl {
+    /// Parse the configured URL; a relative path is relative to `dir`.
+    pub fn parse(url: &str, dir: &Path) -> Result<Self, String> {
+        if url == "none" {
+            return Ok(Self::Off);
+        }
+        if let Some(path) = url.strip_prefix("file://") {
+            if path.is_empty() {
+                return Err("file:// needs a directory".into());
+            }
+            return Ok(Self::File(dir.join(path)));
+        }
+        if let Some(rest) = url.strip_prefix("s3://") {
+            let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+            if bucket.is_empty() {
+                return Err("s3:// needs a bucket: `s3://BUCKET/PREFIX`".into());
+            }
+            return Ok(Self::S3 {
+                bucket: bucket.to_string(),
+                prefix: prefix.trim_matches('/').to_string(),
+            });
+        }
+        Err("must be `file://PATH`, `s3://BUCKET/PREFIX` or `none`".into())
+    }
+}
+
+/// What went wrong with storage. The message names no credential: object_store's
+/// errors carry the object's path and the service's answer, never the keys.
+#[derive(Debug)]
+pub enum StorageError {
+    /// The object is not there (deleted, expired, never written).
+    NotFound,
+    /// The source sent more than the limit: nothing is kept.
+    TooLarge(u64),
+    /// Reading the source failed (its connection broke, it timed out).
+    Source(String),
+    /// Storage refused or could not be reached.
+    Unavailable(String),
+}
+
+impl std::fmt::Display for StorageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::NotFound => f.write_str("the stored result is gone"),
+            Self::TooLarge(max) => write!(f, "the result is larger than {max} bytes"),
+            Self::Source(e) => write!(f, "reading the result failed: {e}"),
+            Self::Unavailable(e) => write!(f, "storage failed: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for StorageError {}
+
+impl From<object_store::Error> for StorageError {
+    fn from(e: object_store::Error) -> Self {
+        match e {
+            object_store::Error::NotFound { .. } => Self::NotFound,
+            e => Self::Unavailable(e.to_string()),
+        }
+    }
+}
+
+/// One result written: its size and SHA-256 (hex).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stored {
+    pub bytes: u64,
+    pub sha256: String,
+}
+
+/// A stored result read back: its total size, the bytes asked for, streamed.
+pub struct Read {
+    pub size: u64,
+    pub range: Range<u64>,
+    pub body: futures_util::stream::BoxStream<'static, Result<Bytes, StorageError>>,
+}
+
+/// Parts of a multipart upload in flight at once (each `object_store`'s 5 MiB
+/// chunk at least): what bounds the memory a copy holds.
+const PARTS_IN_FLIGHT: usize = 2;
+
+/// The store results are kept in.
+#[derive(Clone)]
+pub struct Storage {
+    store: Arc<dyn ObjectStore>,
+    prefix: String,
+    /// `file:///…` or `s3://bucket/prefix`, for logs.
+    describe: String,
+}
+
+impl std::fmt::Debug for Storage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.describe)
+    }
+}
+
+impl Storage {
+    /// Open the configured storage; `None` when it is off. S3's endpoint, region and
+    /// credentials come from the standard AWS environment variables
+    /// (`AWS_ENDPOINT_URL`, `AWS_REGION`, `AWS_ACCESS_KEY_ID`, …).
+    pub fn open(url: &StorageUrl) -> Result<Option<Self>, String> {
+        match url {
+            StorageUrl::Off => Ok(None),
+            StorageUrl::File(dir) => {
+                std::fs::create_dir_all(dir)
+                    .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+                let store = object_store::local::LocalFileSystem::new_with_prefix(dir)
+                    .map_err(|e| format!("cannot open {}: {e}", dir.display()))?;
+                Ok(Some(Self {
+                    store: Arc::new(store),
+                    prefix: String::new(),
+                    describe: format!("file://{}", dir.display()),
+                }))
+            }
+            StorageUrl::S3 { bucket, prefix } => {
+                let mut builder =
+                    object_store::aws::AmazonS3Builder::from_env().with_bucket_name(bucket);
+                if std::env::var_os("AWS_ENDPOINT_URL")
+                    .or_else(|| std::env::var_os("AWS_ENDPOINT"))
+                    .is_some_and(|e| e.to_string_lossy().starts_with("http://"))
+                {
+                    // An endpoint the operator named with http:// (MinIO, Ceph on a
+                    // private network): plain HTTP is what was asked for.
+                    builder = builder.with_allow_http(true);
+                }
+                let store = builder
+                    .build()
+                    .map_err(|e| format!("cannot open s3://{bucket}: {e}"))?;
+                Ok(Some(Self {
+                    store: Arc::new(store),
+                    prefix: prefix.clone(),
+                    describe: format!("s3://{bucket}/{prefix}"),
+                }))
+            }
+        }
+    }
+
+    /// Where result `n` of the task in ledger row `row` is kept.
+    pub fn key(&self, row: i64, n: usize) -> String {
+        if self.prefix.is_empty() {
+            format!("results/{row}/{n}")
+        } else {
+            format!("{}/results/{row}/{n}", self.prefix)
+        }
+    }
+
+    /// Stream `body` into `key`, at most `max_bytes` of it; a body that is longer,
+    /// or breaks off, leaves nothing behind.
+    pub async fn put<B>(&self, key: &str, body: B, max_bytes: u64) -> Result<Stored, StorageError>
+    where
+        B: Body<Data = Bytes>,
+        B::Error: std::fmt::Display,
+    {
+        let path = ObjectPath::from(key);
+        let upload = self.store.put_multipart(&path).await?;
+        let mut writer = WriteMultipart::new(upload);
+        let mut hash = ring::digest::Context::new(&ring::digest::SHA256);
+        let mut bytes = 0_u64;
+        let mut body = std::pin::pin!(body);
+        let failed = loop {
+            let frame = match body.frame().await {
+                None => break None,
+                Some(Err(e)) => break Some(StorageError::Source(e.to_string())),
+                Some(Ok(frame)) => frame,
+            };
+            let Ok(data) = frame.into_data() else {
+                continue; // trailers
+            };
+            bytes += data.len() as u64;
+            if bytes > max_bytes {
+                break Some(StorageError::TooLarge(max_bytes));
+            }
+            hash.update(&data);
+            if let Err(e) = writer.wait_for_capacity(PARTS_IN_FLIGHT).await {
+                break Some(e.into());
+            }
+            writer.put(data);
+        };
+        if let Some(e) = failed {
+            // Best effort: S3 keeps the parts of an upload never completed nor
+            // aborted (and bills them) until a lifecycle rule removes them.
+            let _ = writer.abort().await;
+            return Err(e);
+        }
+        writer.finish().await?;
+        Ok(Stored {
+            bytes,
+            sha256: hex::encode(hash.finish()),
+        })
+    }
+
+    /// Read `key`, the bytes of `range` only when one is given (clamped to the
+    /// object; the caller checked it against the size it knows).
+    pub async fn get(&self, key: &str, range: Option<Range<u64>>) -> Result<Read, StorageError> {
+        let options = GetOptions {
+            range: range.map(GetRange::Bounded),
+            ..GetOptions::default()
+        };
+        let got = self.store.get_opts(&ObjectPath::from(key), options).await?;
+        let size = got.meta.size;
+        let range = got.range.clone();
+        let body = got
+            .into_stream()
+            .map(|r| r.map_err(StorageError::from))
+            .boxed();
+        Ok(Read { size, range, body })
+    }
+
+    /// Remove `key`; gone already is done.
+    pub async fn delete(&self, key: &str) -> Result<(), StorageError> {
+        match self.store.delete(&ObjectPath::from(key)).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::{Full, StreamBody};
+
+    fn local(dir: &Path) -> Storage {
+        Storage::open(&StorageUrl::File(dir.join("media")))
+            .unwrap()
+            .unwrap()
+    }
+
+    async fn read_all(read: Read) -> Vec<u8> {
+        let chunks: Vec<Bytes> = read.body.map(|c| c.unwrap()).collect().await;
+        chunks.concat()
+    }
+
+    #[test]
+    fn urls_parse() {
+        let dir = Path::new("/etc/mg");
+        assert_eq!(StorageUrl::parse("none", dir), Ok(StorageUrl::Off));
+        assert_eq!(
+            StorageUrl::parse("file://.mediagate/media", dir),
+            Ok(StorageUrl::File(dir.join(".mediagate/media")))
+        );
+        assert_eq!(
+            StorageUrl::parse("s3://bucket/some/prefix/", dir),
+            Ok(StorageUrl::S3 {
+                bucket: "bucket".into(),
+                prefix: "some/prefix".into()
+            })
+        );
+        assert_eq!(
+            StorageUrl::parse("s3://bucket", dir),
+            Ok(StorageUrl::S3 {
+                bucket: "bucket".into(),
+                prefix: String::new()
+            })
+        );
+        assert!(StorageUrl::parse("s3://", dir).is_err());
+        assert!(StorageUrl::parse("ftp://x", dir).is_err());
+    }
+
+    #[tokio::test]
+    async fn a_result_is_written_hashed_and_read_back_whole_and_by_range() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = local(dir.path());
+        // Eleven chunks of 1 MiB: more than one part of the multipart upload.
+        let chunk: Vec<u8> = (0..1024 * 1024).map(|i| (i % 251) as u8).collect();
+        let chunks: Vec<Result<http_body::Frame<Bytes>, std::io::Error>> = (0..11)
+            .map(|_| Ok(http_body::Frame::data(Bytes::from(chunk.clone()))))
+            .collect();
+        let key = storage.key(7, 0);
+        let stored = storage
+            .put(
+                &key,
+                StreamBody::new(futures_util::stream::iter(chunks)),
+                u64::MAX,
+            )
+            .await
+            .unwrap();
+        let whole = chunk.repeat(11);
+        assert_eq!(stored.bytes, whole.len() as u64);
+        assert_eq!(
+            stored.sha256,
+            hex::encode(ring::digest::digest(&ring::digest::SHA256, &whole))
+        );
+        let read = storage.get(&key, None).await.unwrap();
+        assert_eq!(read.size, whole.len() as u64);
+        assert_eq!(read_all(read).await, whole);
+        let read = storage.get(&key, Some(1_048_570..1_048_590)).await.unwrap();
+        assert_eq!(read.range, 1_048_570..1_048_590);
+        assert_eq!(read_all(read).await, &whole[1_048_570..1_048_590]);
+    }
+
+    #[tokio::test]
+    async fn a_result_over_the_limit_leaves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = local(dir.path());
+        let key = storage.key(1, 0);
+        let e = storage
+            .put(&key, Full::new(Bytes::from(vec![0_u8; 100])), 99)
+            .await
+            .unwrap_err();
+        assert!(matches!(e, StorageError::TooLarge(99)), "{e}");
+        assert!(matches!(
+            storage.get(&key, None).await.err(),
+            Some(StorageError::NotFound)
+        ));
+        storage
+            .delete(&key)
+            .await
+            .expect("deleting nothing is done");
+    }
+}

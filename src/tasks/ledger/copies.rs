@@ -1,0 +1,162 @@
+//! Copies of completed tasks' results into storage, owed and done. A copy is added
+//! by the database itself, in the transaction that records a task's completion when
+//! the task keeps its results (a trigger, migrations/*/000?_results.sql), so no
+//! completion is recorded without its copy. Replicas lease due copies as they lease
+//! webhook deliveries, and write each attempt's outcome back: stored (with a row per
+//! result), skipped, failed, or the next try.
+
+use std::time::Duration;
+
+use super::store::{PerEngine, params};
+use super::{Ledger, LedgerError, now_ms};
+
+/// A copy leased to this replica, or a webhook delivery: the work a lease holds.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Leased {
+    pub id: i64,
+    /// The task's ledger row.
+    pub task_row: i64,
+    /// Attempts made so far.
+    pub attempts: i64,
+    /// When the work was first owed.
+    pub created_ms: i64,
+}
+
+/// One result kept in storage.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct StoredResult {
+    /// Its place among the task's results (0 for the first).
+    pub n: i64,
+    pub object_key: String,
+    pub bytes: i64,
+    pub content_type: Option<String>,
+    /// SHA-256 of the bytes, hex.
+    pub sha256: String,
+    pub stored_ms: i64,
+    pub expires_ms: i64,
+    /// When the object was deleted (expired, or its task deleted).
+    pub deleted_ms: Option<i64>,
+}
+
+/// What became of one attempt at a copy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CopyOutcome {
+    /// Every result stored (their rows written first).
+    Stored,
+    /// Not kept, for good: a result larger than the family allows, or gone at the
+    /// provider. The task keeps the provider's links.
+    Skipped { why: String },
+    /// Retried for too long: given up.
+    Failed { error: String },
+    /// Try again at `next_ms`.
+    Retry { error: String, next_ms: i64 },
+}
+
+const CLAIM_SQLITE: &str = "UPDATE copies SET lease_owner = $1, lease_until_ms = $2 WHERE id IN (SELECT id FROM copies WHERE state = 'pending' AND next_attempt_ms <= $3 AND (lease_until_ms IS NULL OR lease_until_ms < $3) ORDER BY next_attempt_ms LIMIT $4) RETURNING id, task_row, attempts, created_ms";
+const CLAIM_POSTGRES: &str = "UPDATE copies SET lease_owner = $1, lease_until_ms = $2 WHERE id IN (SELECT id FROM copies WHERE state = 'pending' AND next_attempt_ms <= $3 AND (lease_until_ms IS NULL OR lease_until_ms < $3) ORDER BY next_attempt_ms LIMIT $4 FOR UPDATE SKIP LOCKED) RETURNING id, task_row, attempts, created_ms";
+const SET_FINISHED: &str = "UPDATE copies SET state = $3, attempts = attempts + 1, last_error = $4, finished_ms = $5, lease_owner = NULL, lease_until_ms = NULL WHERE id = $1 AND lease_owner = $2";
+const SET_RETRY: &str = "UPDATE copies SET attempts = attempts + 1, last_error = $3, next_attempt_ms = $4, lease_owner = NULL, lease_until_ms = NULL WHERE id = $1 AND lease_owner = $2";
+// A copy redone (a crash after its objects were written) writes its rows again.
+const RECORD_RESULT: &str = "INSERT INTO results (task_row, n, object_key, bytes, content_type, sha256, stored_ms, expires_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $7 + $8) ON CONFLICT (task_row, n) DO UPDATE SET object_key = excluded.object_key, bytes = excluded.bytes, content_type = excluded.content_type, sha256 = excluded.sha256, stored_ms = excluded.stored_ms, expires_ms = excluded.expires_ms, deleted_ms = NULL";
+const RESULTS_OF: &str = "SELECT n, object_key, bytes, content_type, sha256, stored_ms, expires_ms, deleted_ms FROM results WHERE task_row = $1 ORDER BY n";
+// `tasks_by_upstream` finds the task; a sealed id carries its provider and upstream id.
+const RESULTS_OF_UPSTREAM: &str = "SELECT results.n, results.object_key, results.bytes, results.content_type, results.sha256, results.stored_ms, results.expires_ms, results.deleted_ms FROM results JOIN tasks ON tasks.id = results.task_row WHERE tasks.provider = $1 AND tasks.upstream_id = $2 ORDER BY results.n";
+const PENDING_FOR: &str = "SELECT COUNT(*) FROM copies WHERE task_row = $1 AND state = 'pending'";
+
+impl Ledger {
+    /// Lease up to `limit` due copies to `owner` (this replica) for `lease`.
+    pub async fn claim_copies(
+        &self,
+        owner: &str,
+        lease: Duration,
+        limit: i64,
+    ) -> Result<Vec<Leased>, LedgerError> {
+        let now = now_ms();
+        let until = now + lease.as_millis() as i64;
+        let claim = PerEngine {
+            sqlite: CLAIM_SQLITE,
+            postgres: CLAIM_POSTGRES,
+        };
+        self.store
+            .write_leases(claim, params![owner, until, now, limit])
+            .await
+    }
+
+    /// Record result `n` of the task in `task_row` as stored, kept `keep_days`.
+    pub async fn result_stored(
+        &self,
+        task_row: i64,
+        result: &StoredResult,
+    ) -> Result<(), LedgerError> {
+        let keep_ms = result.expires_ms - result.stored_ms;
+        let args = params![
+            task_row,
+            result.n,
+            result.object_key.as_str(),
+            result.bytes,
+            result.content_type.as_deref(),
+            result.sha256.as_str(),
+            result.stored_ms,
+            keep_ms,
+        ];
+        self.store.execute(RECORD_RESULT, args).await?;
+        Ok(())
+    }
+
+    /// Write down what became of an attempt on a copy `owner` leased.
+    pub async fn copy_attempted(
+        &self,
+        id: i64,
+        owner: &str,
+        outcome: &CopyOutcome,
+    ) -> Result<(), LedgerError> {
+        let now = now_ms();
+        let none = None::<&str>;
+        let (sql, args) = match outcome {
+            CopyOutcome::Stored => (SET_FINISHED, params![id, owner, "stored", none, now]),
+            CopyOutcome::Skipped { why } => (
+                SET_FINISHED,
+                params![id, owner, "skipped", why.as_str(), now],
+            ),
+            CopyOutcome::Failed { error } => (
+                SET_FINISHED,
+                params![id, owner, "failed", error.as_str(), now],
+            ),
+            CopyOutcome::Retry { error, next_ms } => {
+                (SET_RETRY, params![id, owner, error.as_str(), *next_ms])
+            }
+        };
+        self.store.execute(sql, args).await?;
+        Ok(())
+    }
+
+    /// The results stored for the task in `task_row`, in order.
+    pub async fn results_of(&self, task_row: i64) -> Result<Vec<StoredResult>, LedgerError> {
+        self.store
+            .reads()
+            .results(RESULTS_OF, params![task_row])
+            .await
+    }
+
+    /// The results stored for the task `upstream_id` of `provider`, in order.
+    pub async fn results_of_task(
+        &self,
+        provider: &str,
+        upstream_id: &str,
+    ) -> Result<Vec<StoredResult>, LedgerError> {
+        self.store
+            .reads()
+            .results(RESULTS_OF_UPSTREAM, params![provider, upstream_id])
+            .await
+    }
+
+    /// True while the task in `task_row` still owes a copy.
+    pub async fn copy_pending(&self, task_row: i64) -> Result<bool, LedgerError> {
+        let n = self
+            .store
+            .reads()
+            .int(PENDING_FOR, params![task_row])
+            .await?;
+        Ok(n.unwrap_or(0) > 0)
+    }
+}
