@@ -453,6 +453,15 @@ impl ApiError {
         .with_param("id")
     }
 
+    /// DELETE of an unfinished task whose provider has no cancel step.
+    pub fn not_cancelable() -> Self {
+        Self::new(
+            StatusCode::CONFLICT,
+            "invalid_request_error",
+            "not_cancelable",
+            "the task is not finished and its provider cannot cancel it; delete it once it has finished",
+        )
+    }
     /// A signed link past its expiry.
     pub fn link_expired() -> Self {
         Self::new(
@@ -546,6 +555,7 @@ impl ApiError {
             Self::task_not_found(),
             Self::content_not_ready(),
             Self::link_expired(),
+            Self::not_cancelable(),
             Self::invalid_signature(),
             Self::result_expired(),
             Self::storage_unavailable(),

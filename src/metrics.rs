@@ -55,6 +55,9 @@ pub const WEBHOOK_PUT_BACK_REASONS: [&str; 3] =
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 /// Every metric of the gateway.
+/// What became of an attempt at copying results into storage.
+pub const RESULT_COPY_RESULTS: [&str; 4] = ["stored", "skipped", "failed", "retry"];
+
 pub struct Metrics {
     registry: Registry,
     requests: Family<RequestLabels, Counter>,
@@ -81,6 +84,16 @@ pub struct Metrics {
     /// Webhook deliveries owed, and the age of the oldest.
     pub webhooks_pending: Gauge,
     pub webhook_oldest_pending_seconds: Gauge,
+    result_copies: Family<ResultLabels, Counter>,
+    /// Bytes of results written to storage.
+    pub result_bytes_stored: Counter,
+    /// Copies running on this replica.
+    pub result_copies_in_flight: Gauge,
+    /// Copies owed (in the ledger, shared by replicas).
+    pub result_copies_pending: Gauge,
+    /// Stored results deleted after their `keep_days`.
+    pub results_expired: Counter,
+    result_copy_seconds: Histogram,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -124,10 +137,18 @@ impl Metrics {
             webhook_put_back: Family::<ReasonLabels, Counter>::default(),
             webhooks_pending: Gauge::default(),
             webhook_oldest_pending_seconds: Gauge::default(),
+            result_copies: Family::<ResultLabels, Counter>::default(),
+            result_bytes_stored: Counter::default(),
+            result_copies_in_flight: Gauge::default(),
+            result_copies_pending: Gauge::default(),
+            results_expired: Counter::default(),
+            // 50 ms … ~14 min: a small image to a large video.
+            result_copy_seconds: Histogram::new(exponential_buckets(0.05, 2.0, 15)),
         };
         metrics.register_serving();
         metrics.register_tasks();
         metrics.register_webhooks();
+        metrics.register_results();
         metrics.create_series();
         metrics
     }
@@ -226,8 +247,42 @@ impl Metrics {
         );
     }
 
+    /// Copies of results into storage, and their retention.
+    fn register_results(&mut self) {
+        let registry = &mut self.registry;
+        registry.register("result_copies", "Attempts at copying a task's results into storage, by result (stored; skipped: too large or gone at the provider; failed: retried too long; retry)", self.result_copies.clone());
+        registry.register(
+            "result_bytes_stored",
+            "Bytes of results written to storage",
+            self.result_bytes_stored.clone(),
+        );
+        registry.register(
+            "result_copies_in_flight",
+            "Copies into storage running on this replica",
+            self.result_copies_in_flight.clone(),
+        );
+        registry.register(
+            "result_copies_pending",
+            "Copies into storage owed (in the ledger, shared by replicas)",
+            self.result_copies_pending.clone(),
+        );
+        registry.register(
+            "results_expired",
+            "Stored results deleted after their family's keep_days",
+            self.results_expired.clone(),
+        );
+        registry.register(
+            "result_copy_seconds",
+            "How long a copy that stored its results took",
+            self.result_copy_seconds.clone(),
+        );
+    }
+
     /// Series that exist from the start, so that rates and alerts see a zero.
     fn create_series(&self) {
+        for result in RESULT_COPY_RESULTS {
+            let _ = self.result_copies.get_or_create(&ResultLabels { result });
+        }
         for result in ["delivered", "gone", "expired"] {
             let _ = self
                 .webhook_deliveries
@@ -313,6 +368,17 @@ impl Metrics {
         self.webhook_put_back
             .get_or_create(&ReasonLabels { reason })
             .inc();
+    }
+
+    /// An attempt at a copy ended: one of [`RESULT_COPY_RESULTS`]; a stored one took
+    /// `took`.
+    pub fn result_copy(&self, result: &'static str, took: Option<std::time::Duration>) {
+        self.result_copies
+            .get_or_create(&ResultLabels { result })
+            .inc();
+        if let Some(took) = took {
+            self.result_copy_seconds.observe(took.as_secs_f64());
+        }
     }
 
     /// A webhook delivery ended: `delivered`, `gone` or `expired`.

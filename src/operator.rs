@@ -117,6 +117,22 @@ pub async fn show(ledger: &Ledger, id: &str) -> Result<String, String> {
             "webhook: {state}, {attempts} attempts, last answer {status}, last error {error}\n"
         ));
     }
+    // The results kept in storage, if any.
+    for r in ledger.results_of(row.id).await.map_err(|e| e.to_string())? {
+        let kept = match r.deleted_ms {
+            Some(at) => format!("deleted {}", timestamp(at)),
+            None => format!("kept until {}", timestamp(r.expires_ms)),
+        };
+        text.push_str(&format!(
+            "result {}: {}, {} bytes, {}, sha256 {}, stored {}, {kept}\n",
+            r.n,
+            r.object_key,
+            r.bytes,
+            r.content_type.as_deref().unwrap_or("-"),
+            r.sha256,
+            timestamp(r.stored_ms),
+        ));
+    }
     Ok(text)
 }
 

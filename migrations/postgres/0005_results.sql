@@ -3,6 +3,9 @@
 -- Days to keep the task's results, set at submit when its family keeps them and
 -- storage is on; NULL: nothing is copied.
 ALTER TABLE tasks ADD COLUMN keep_days BIGINT;
+-- Set when the task's owner deleted it (DELETE …/{id}): it leaves listings; the row
+-- stays for usage.
+ALTER TABLE tasks ADD COLUMN deleted_ms BIGINT;
 -- The copies owed: one per completed task that keeps its results.
 CREATE TABLE copies (
     id              BIGSERIAL PRIMARY KEY,

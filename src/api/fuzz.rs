@@ -42,6 +42,10 @@ proptest! {
                 prop_assert!(!id.is_empty() && !id.contains('/'), "{id}");
                 prop_assert!(method == Method::GET || method == Method::HEAD);
             }
+            Route::Delete(_, id) => {
+                prop_assert!(!id.is_empty() && !id.contains('/'), "{id}");
+                prop_assert!(method == Method::DELETE);
+            }
             Route::Refused { error, .. } => {
                 prop_assert!(matches!(error.status.as_u16(), 404 | 405), "{}", error.status);
             }

@@ -13,6 +13,8 @@ pub enum Route {
     List(Endpoint),
     /// `{collection}/{id}`.
     Query(Endpoint, Box<str>),
+    /// `DELETE {collection}/{id}`: cancel the task if unfinished, remove its results.
+    Delete(Endpoint, Box<str>),
     /// `{collection}/{id}/content` and `…/content/{n}`: result `n` (0 for the first),
     /// from storage or streamed from the provider.
     Content(Endpoint, Box<str>, usize),
@@ -44,6 +46,7 @@ impl Route {
             Self::Submit(_)
             | Self::List(_)
             | Self::Query(..)
+            | Self::Delete(..)
             | Self::Content(..)
             | Self::Models(_)
             | Self::Model(..) => false,
@@ -59,6 +62,8 @@ impl Route {
             Route::List(Endpoint::AlphaVideos) => "GET /v1/alpha/videos",
             Route::Query(Endpoint::ModelCenter, _) => "GET /v2/model-center/tasks/{id}",
             Route::Query(Endpoint::AlphaVideos, _) => "GET /v1/alpha/videos/{id}",
+            Route::Delete(Endpoint::ModelCenter, _) => "DELETE /v2/model-center/tasks/{id}",
+            Route::Delete(Endpoint::AlphaVideos, _) => "DELETE /v1/alpha/videos/{id}",
             Route::Content(Endpoint::ModelCenter, ..) => "GET /v2/model-center/tasks/{id}/content",
             Route::Content(Endpoint::AlphaVideos, ..) => "GET /v1/alpha/videos/{id}/content",
             Route::Models(Endpoint::ModelCenter) => "GET /v2/model-center/models",
@@ -108,7 +113,7 @@ fn resolve(method: &Method, path: &str, optional: Optional) -> Result<Route, Api
         },
     };
     let ok = match route {
-        Route::Submit(_) => true,
+        Route::Submit(_) | Route::Delete(..) => true,
         _ => method == Method::GET || method == Method::HEAD,
     };
     if ok {
@@ -145,7 +150,12 @@ fn tasks(method: &Method, path: &str) -> Result<(Route, &'static str), ApiError>
         "" => (Route::List(endpoint), "GET, HEAD, POST"),
         rest => match rest.strip_prefix('/') {
             Some(id) if !id.is_empty() && !id.contains('/') => {
-                (Route::Query(endpoint, id.into()), "GET, HEAD")
+                let route = if method == Method::DELETE {
+                    Route::Delete(endpoint, id.into())
+                } else {
+                    Route::Query(endpoint, id.into())
+                };
+                (route, "GET, HEAD, DELETE")
             }
             Some(rest) => match content_path(rest) {
                 Some((id, n)) => (Route::Content(endpoint, id.into(), n), "GET, HEAD"),
@@ -273,8 +283,12 @@ mod tests {
             route(&Method::GET, "/v1/alpha/videos", NONE),
             Route::List(Endpoint::AlphaVideos)
         ));
-        let e = refused(Method::DELETE, "/v1/alpha/videos/x");
-        assert_eq!(e.allow, Some("GET, HEAD"));
+        let e = refused(Method::POST, "/v1/alpha/videos/x");
+        assert_eq!(e.allow, Some("GET, HEAD, DELETE"));
+        assert!(matches!(
+            route(&Method::DELETE, "/v1/alpha/videos/x", NONE),
+            Route::Delete(Endpoint::AlphaVideos, id) if &*id == "x"
+        ));
         assert_eq!(refused(Method::POST, "/metrics").allow, Some("GET, HEAD"));
     }
 

@@ -18,7 +18,8 @@ pub use self::file::{
 pub use self::network::Network;
 pub use self::problems::{LoadError, Problems, Scope};
 pub use self::provider::{
-    AuthConfig, ContentConfig, ProviderConfig, QueryConfig, ResultConfig, SubmitConfig,
+    AuthConfig, CancelConfig, ContentConfig, ProviderConfig, QueryConfig, ResultConfig,
+    SubmitConfig,
 };
 pub use self::secret::SecretSource;
 

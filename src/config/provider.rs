@@ -56,6 +56,28 @@ pub struct ProviderConfig {
     /// streams it from this request.
     #[serde(default)]
     pub content: Option<ContentConfig>,
+    /// Stops an unfinished task (`DELETE …/{id}`); without it such a task cannot be
+    /// cancelled (409 `not_cancelable`).
+    #[serde(default)]
+    pub cancel: Option<CancelConfig>,
+}
+
+/// `[providers.NAME.cancel]`: the request that stops an unfinished task; any 2xx
+/// answer means it was stopped.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CancelConfig {
+    #[serde(default = "default_post")]
+    pub method: String,
+    /// jq producing the path (`$id` is the upstream id).
+    pub path: String,
+    /// jq producing an object of query parameters.
+    #[serde(default)]
+    pub query: Option<String>,
+}
+
+fn default_post() -> String {
+    "POST".into()
 }
 
 fn default_max_answer_bytes() -> usize {
@@ -136,9 +158,6 @@ pub struct SubmitConfig {
     pub error_message: Option<String>,
 }
 
-fn default_post() -> String {
-    "POST".into()
-}
 fn default_get() -> String {
     "GET".into()
 }

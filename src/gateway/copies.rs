@@ -7,6 +7,10 @@
 //! `[storage] retry_for_hours`; a result over the family's `max_result_bytes`, or
 //! gone at the provider, is not kept (the task keeps its provider's links). A replica
 //! that dies mid-copy leaves its lease to expire, and the copy is made again whole.
+//!
+//! Every few seconds the copier also deletes the stored results whose family's
+//! `keep_days` have passed (any replica may; deleting twice is harmless), and
+//! refreshes the gauge of copies owed.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,6 +30,10 @@ const BATCH: i64 = 16;
 /// The first retry's pause; each next one doubles, up to [`MAX_RETRY`].
 const FIRST_RETRY: Duration = Duration::from_secs(2);
 const MAX_RETRY: Duration = Duration::from_secs(300);
+/// How often results past their retention are looked for, and the backlog counted.
+const HOUSEKEEPING_EVERY: Duration = Duration::from_secs(5);
+/// Expired results deleted per look at most.
+const EXPIRED_BATCH: i64 = 100;
 /// A family no longer configured keeps its results this long, this big at most.
 const DEFAULT_KEEP_DAYS: u32 = 30;
 const DEFAULT_MAX_BYTES: u64 = 2 * 1024 * 1024 * 1024;
@@ -46,6 +54,7 @@ pub async fn run(gateway: Arc<Gateway>) {
         ledger,
         storage,
         slots,
+        housekeeping_due: tokio::time::Instant::now(),
     };
     // A task that completed here owes its copy now: no need to wait for the tick.
     let finished = Some(gateway.tasks.subscribe());
@@ -57,11 +66,13 @@ struct Copier {
     ledger: Arc<Ledger>,
     storage: Storage,
     slots: Arc<Semaphore>,
+    housekeeping_due: tokio::time::Instant,
 }
 
 impl Rounds for Copier {
     /// Lease as many copies as there are free slots (a batch at most), start each.
     async fn round(&mut self) -> bool {
+        self.housekeeping().await;
         let free = self.slots.available_permits() as i64;
         if free == 0 {
             return false;
@@ -92,13 +103,58 @@ impl Rounds for Copier {
                 ledger: self.ledger.clone(),
                 storage: self.storage.clone(),
                 replica: self.gateway.replica.clone(),
+                gateway: self.gateway.clone(),
             };
+            let in_flight = self.gateway.metrics.result_copies_in_flight.clone();
+            in_flight.inc();
             tokio::spawn(async move {
                 job.run(copy).await;
+                in_flight.dec();
                 drop(slot);
             });
         }
         full
+    }
+}
+
+impl Copier {
+    /// Every few seconds: the results past their retention deleted, the backlog
+    /// gauge refreshed.
+    async fn housekeeping(&mut self) {
+        if tokio::time::Instant::now() < self.housekeeping_due {
+            return;
+        }
+        self.housekeeping_due = tokio::time::Instant::now() + HOUSEKEEPING_EVERY;
+        let metrics = &self.gateway.metrics;
+        match self.ledger.copies_pending().await {
+            Ok(n) => {
+                metrics.result_copies_pending.set(n);
+            }
+            Err(e) => tracing::warn!(error = %e, "storage: the copies owed cannot be counted"),
+        }
+        let expired = match self.ledger.expired_results(EXPIRED_BATCH).await {
+            Ok(expired) => expired,
+            Err(e) => {
+                tracing::warn!(error = %e, "storage: expired results cannot be read");
+                return;
+            }
+        };
+        for result in expired {
+            if let Err(e) = self.storage.delete(&result.object_key).await {
+                // Tried again at the next look.
+                tracing::warn!(error = %e, task_row = result.task_row, "storage: an expired result cannot be deleted");
+                continue;
+            }
+            match self.ledger.result_deleted(result.task_row, result.n).await {
+                Ok(true) => {
+                    metrics.results_expired.inc();
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "storage: a deleted result cannot be recorded")
+                }
+            }
+        }
     }
 }
 
@@ -108,11 +164,13 @@ struct CopyJob {
     ledger: Arc<Ledger>,
     storage: Storage,
     replica: String,
+    gateway: Arc<Gateway>,
 }
 
 impl CopyJob {
     async fn run(self, copy: Leased) {
         let timeout = Duration::from_millis(self.snapshot.storage.copy_timeout_ms);
+        let started = std::time::Instant::now();
         let outcome = match tokio::time::timeout(timeout, self.copy(&copy)).await {
             Ok(Ok(())) => CopyOutcome::Stored,
             Ok(Err(Failure::Skip(why))) => {
@@ -122,6 +180,13 @@ impl CopyJob {
             Ok(Err(Failure::Retry(error))) => self.retry(&copy, error),
             Err(_) => self.retry(&copy, "the copy took longer than copy_timeout_ms".into()),
         };
+        let metrics = &self.gateway.metrics;
+        match &outcome {
+            CopyOutcome::Stored => metrics.result_copy("stored", Some(started.elapsed())),
+            CopyOutcome::Skipped { .. } => metrics.result_copy("skipped", None),
+            CopyOutcome::Failed { .. } => metrics.result_copy("failed", None),
+            CopyOutcome::Retry { .. } => metrics.result_copy("retry", None),
+        }
         if let Err(e) = self
             .ledger
             .copy_attempted(copy.id, &self.replica, &outcome)
@@ -202,8 +267,13 @@ impl CopyJob {
                 .put(&key, response.into_body(), max_bytes)
                 .await
                 .map_err(Failure::storage)?;
+            self.gateway
+                .metrics
+                .result_bytes_stored
+                .inc_by(stored.bytes);
             let stored_ms = now_ms();
             let result = StoredResult {
+                task_row: copy.task_row,
                 n: n as i64,
                 object_key: key,
                 bytes: stored.bytes as i64,

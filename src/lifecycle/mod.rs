@@ -15,6 +15,7 @@
 //! tasks only through it; the public links of a completed task are formed in one
 //! place ([`links`]).
 
+mod delete;
 pub mod links;
 mod lookup;
 mod refusals;

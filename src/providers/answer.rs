@@ -17,6 +17,7 @@ pub enum Step {
     Query,
     Result,
     Content,
+    Cancel,
 }
 
 impl Step {
@@ -26,6 +27,7 @@ impl Step {
             Self::Query => "query",
             Self::Result => "result",
             Self::Content => "content",
+            Self::Cancel => "cancel",
         }
     }
 }

@@ -11,6 +11,7 @@
 
 mod answer;
 mod by_model;
+mod cancel;
 mod content;
 pub mod document;
 mod error;
@@ -33,6 +34,7 @@ use http::HeaderMap;
 use http::header::{HeaderName, HeaderValue};
 use prometheus_client::metrics::counter::Counter;
 
+use self::cancel::CancelPlan;
 use self::content::ContentPlan;
 use self::jq::JqVars;
 use self::query::{QueryPlan, ResultPlan};
@@ -76,6 +78,7 @@ pub struct Provider {
     query: QueryPlan,
     result: Option<ResultPlan>,
     content: Option<ContentPlan>,
+    cancel: Option<CancelPlan>,
     redactor: Redactor,
 }
 
@@ -126,6 +129,10 @@ impl Provider {
             .content
             .as_ref()
             .map(|c| ContentPlan::compile(c, &mut at.at("content")));
+        let cancel = cfg
+            .cancel
+            .as_ref()
+            .map(|c| CancelPlan::compile(c, &mut at.at("cancel")));
         if at.count() != before {
             return None;
         }
@@ -149,6 +156,7 @@ impl Provider {
             query: query?,
             result: result.map_or(Some(None), |r| r.map(Some))?,
             content: content.map_or(Some(None), |c| c.map(Some))?,
+            cancel: cancel.map_or(Some(None), |c| c.map(Some))?,
             redactor,
         })
     }

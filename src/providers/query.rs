@@ -106,7 +106,7 @@ impl Provider {
 
     /// One complete exchange of a query or result step: a successful answer, or its
     /// catalogue error.
-    async fn exchange(
+    pub(super) async fn exchange(
         &self,
         step: Step,
         request: Request<Full<Bytes>>,

@@ -126,6 +126,17 @@ impl TaskCache {
         self.cache.get(key).await.map(|e| e.state)
     }
 
+    /// Keep `state` for `key`, in place of what was kept (a state the gateway itself
+    /// decided: a task it cancelled).
+    pub async fn put(&self, key: Arc<str>, state: TaskState) -> Arc<TaskState> {
+        let state = Arc::new(state.compact());
+        let entry = Entry {
+            state: state.clone(),
+        };
+        self.cache.insert(key, entry).await;
+        state
+    }
+
     /// The cached state, or the result of `fetch` (run once for concurrent callers).
     /// Errors are not cached: the next query asks the upstream again. `fetch` makes
     /// its future only on a miss, so a hit never carries it.

@@ -344,6 +344,7 @@ async fn the_document_is_valid_openapi_3_1() {
         expected.insert((tasks.to_string(), "post"));
         expected.insert((tasks.to_string(), "get"));
         expected.insert((format!("{tasks}/{{id}}"), "get"));
+        expected.insert((format!("{tasks}/{{id}}"), "delete"));
         expected.insert((format!("{tasks}/{{id}}/content"), "get"));
         expected.insert((format!("{tasks}/{{id}}/content/{{n}}"), "get"));
         expected.insert((models.to_string(), "get"));

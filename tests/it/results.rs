@@ -9,7 +9,7 @@ use serde_json::json;
 
 use crate::support::{
     Answer, DEMO, DEMO2, Fake, Gateway, MODEL_CENTER, Routes, assert_error, eventually, family,
-    model_center_provider,
+    model_center_provider, operator,
 };
 
 /// A stored result's row: n, bytes, content type, sha256.
@@ -104,6 +104,14 @@ async fn each_result_of_a_completed_task_is_copied_into_storage_with_its_hash() 
         |n: usize| std::fs::read(dir.join(format!(".mediagate/media/results/1/{n}"))).unwrap();
     assert_eq!(kept(0), first);
     assert_eq!(kept(1), second);
+    // The operator sees them.
+    let shown = operator(gw.dir(), &["tasks", "show", &id]);
+    let first_line = format!(
+        "result 0: results/1/0, 3000000 bytes, video/mp4, sha256 {}",
+        sha256(&first)
+    );
+    assert!(shown.contains(&first_line), "{shown}");
+    assert!(shown.contains("result 1: results/1/1, 24 bytes"), "{shown}");
     // Each result was downloaded once.
     let downloads = fake
         .take()
@@ -353,4 +361,193 @@ async fn a_signed_link_is_refused_when_tampered_with_used_elsewhere_or_expired()
     tokio::time::sleep(std::time::Duration::from_millis(2_100)).await;
     let r = http.get_bare(&link).await;
     assert_error(&r, 403, "link_expired", None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_past_keep_days_is_deleted_and_its_link_answers_410() {
+    let fake = completed_with(&[("/media/a.mp4", b"short-lived".to_vec())]).await;
+    // Kept for no day at all: past its retention as soon as it is stored.
+    let routes = Routes::new()
+        .provider(model_center_provider("up", &fake.url(), ""))
+        .family(family("test", &["up"], &["m1"]).to_string() + "keep_days = 0\n")
+        .storage(FILES)
+        .server("metrics_listen = \"127.0.0.1:0\"");
+    let gw = Gateway::start(routes).await;
+    let http = gw.client();
+    let id = http
+        .submit_id(MODEL_CENTER, DEMO, &json!({"model": "m1", "prompt": "p"}))
+        .await;
+    let link = path_of(
+        http.query(MODEL_CENTER, DEMO, &id).await["video_url"]
+            .as_str()
+            .unwrap(),
+    );
+    let dir = gw.dir().path().to_path_buf();
+    let deleted = || {
+        rusqlite::Connection::open(dir.join(".mediagate/ledger.db"))
+            .and_then(|db| {
+                db.query_row(
+                    "SELECT deleted_ms IS NOT NULL FROM results WHERE task_row = 1 AND n = 0",
+                    [],
+                    |r| r.get::<_, bool>(0),
+                )
+            })
+            .unwrap_or(false)
+    };
+    eventually("the expired result is deleted", async || deleted()).await;
+    assert!(!dir.join(".mediagate/media/results/1/0").exists());
+    let r = http.get_bare(&link).await;
+    assert_error(&r, 410, "result_expired", None);
+    let metrics = gw.admin().metrics().await;
+    assert_eq!(metrics.sum(&["mediagate_results_expired_total"]), 1.0);
+    assert_eq!(
+        metrics.sum(&["mediagate_result_copies_total", "stored"]),
+        1.0
+    );
+    assert_eq!(metrics.sum(&["mediagate_result_bytes_stored_total"]), 11.0);
+}
+
+/// The ids listed for the demo key.
+async fn listed(http: &crate::support::Http) -> Vec<String> {
+    let page = http.get(MODEL_CENTER, DEMO).await.json();
+    page["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_finished_task_removes_its_results_and_its_listing() {
+    let fake = completed_with(&[("/media/a.mp4", b"to be deleted".to_vec())]).await;
+    let gw = Gateway::start(Routes::upstream(&fake.url(), "").storage(FILES)).await;
+    let http = gw.client();
+    let id = http
+        .submit_id(MODEL_CENTER, DEMO, &json!({"model": "m1", "prompt": "p"}))
+        .await;
+    let link = path_of(
+        http.query(MODEL_CENTER, DEMO, &id).await["video_url"]
+            .as_str()
+            .unwrap(),
+    );
+    let ledger = gw.dir().path().join(".mediagate/ledger.db");
+    eventually("the copy is done", async || {
+        stored(&ledger).1.as_deref() == Some("stored")
+    })
+    .await;
+    assert_eq!(listed(&http).await, std::slice::from_ref(&id));
+    let path = format!("{MODEL_CENTER}/{id}");
+    // Another key's DELETE finds nothing, as its query would.
+    let r = http
+        .send(
+            Method::DELETE,
+            &path,
+            &[("authorization", &format!("Bearer {DEMO2}"))],
+            Bytes::new(),
+        )
+        .await;
+    assert_error(&r, 404, "task_not_found", Some("id"));
+    let auth = format!("Bearer {DEMO}");
+    for _ in 0..2 {
+        let r = http
+            .send(
+                Method::DELETE,
+                &path,
+                &[("authorization", &auth)],
+                Bytes::new(),
+            )
+            .await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(
+            r.json(),
+            json!({"id": id, "object": "video", "deleted": true})
+        );
+    }
+    assert!(
+        !gw.dir()
+            .path()
+            .join(".mediagate/media/results/1/0")
+            .exists()
+    );
+    assert_eq!(listed(&http).await, Vec::<String>::new());
+    assert_error(&http.get_bare(&link).await, 410, "result_expired", None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_an_unfinished_task_cancels_it_at_its_provider_once() {
+    let fake = Fake::start().await;
+    fake.on("POST /v2/model-center/tasks", Answer::queued("r-1"));
+    fake.on("GET /v2/model-center/tasks/r-1", Answer::queued("r-1"));
+    fake.on(
+        "POST /v2/model-center/tasks/r-1/cancel",
+        Answer::json(200, json!({})),
+    );
+    let cancel = "\n[providers.up.cancel]\npath = '\"/v2/model-center/tasks/\\($id)/cancel\"'\n";
+    let routes = Routes::new()
+        .provider(model_center_provider("up", &fake.url(), "") + cancel)
+        .family(family("test", &["up"], &["m1"]));
+    let gw = Gateway::start(routes).await;
+    let http = gw.client();
+    let id = http
+        .submit_id(MODEL_CENTER, DEMO, &json!({"model": "m1", "prompt": "p"}))
+        .await;
+    let _ = fake.take();
+    let (path, auth) = (format!("{MODEL_CENTER}/{id}"), format!("Bearer {DEMO}"));
+    for _ in 0..2 {
+        let r = http
+            .send(
+                Method::DELETE,
+                &path,
+                &[("authorization", &auth)],
+                Bytes::new(),
+            )
+            .await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.json()["deleted"], true);
+    }
+    let cancels = fake
+        .take()
+        .iter()
+        .filter(|s| {
+            s.line()
+                .starts_with("POST /v2/model-center/tasks/r-1/cancel")
+        })
+        .count();
+    assert_eq!(
+        cancels, 1,
+        "cancelled once; the second DELETE found it finished"
+    );
+    let task = http.query(MODEL_CENTER, DEMO, &id).await;
+    assert_eq!(task["status"], "failed", "{task}");
+    assert_eq!(task["error"]["code"], "canceled", "{task}");
+    assert_eq!(listed(&http).await, Vec::<String>::new());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unfinished_task_without_a_cancel_step_is_not_deleted() {
+    let fake = Fake::start().await;
+    fake.on("POST /v2/model-center/tasks", Answer::queued("r-1"));
+    fake.on("GET /v2/model-center/tasks/r-1", Answer::queued("r-1"));
+    let gw = Gateway::start(Routes::upstream(&fake.url(), "")).await;
+    let http = gw.client();
+    let id = http
+        .submit_id(MODEL_CENTER, DEMO, &json!({"model": "m1", "prompt": "p"}))
+        .await;
+    let auth = format!("Bearer {DEMO}");
+    let path = format!("{MODEL_CENTER}/{id}");
+    let r = http
+        .send(
+            Method::DELETE,
+            &path,
+            &[("authorization", &auth)],
+            Bytes::new(),
+        )
+        .await;
+    assert_error(&r, 409, "not_cancelable", None);
+    assert_eq!(listed(&http).await, std::slice::from_ref(&id));
+    assert_eq!(
+        http.query(MODEL_CENTER, DEMO, &id).await["status"],
+        "queued"
+    );
 }

@@ -4,6 +4,7 @@
 
 mod callback;
 mod content;
+mod delete;
 mod idempotency;
 mod list;
 mod long_poll;
@@ -107,6 +108,7 @@ where
             let (parts, _) = req.into_parts();
             query::query(gateway, ctx, *endpoint, id, &parts).await
         }
+        Route::Delete(endpoint, id) => delete::delete(gateway, ctx, *endpoint, id).await,
         Route::Content(endpoint, id, n) => {
             let (parts, _) = req.into_parts();
             content::content(gateway, ctx, *endpoint, id, *n, &parts).await

@@ -23,7 +23,8 @@ use self::objects::{
     SecurityScheme, Tag, json_content,
 };
 use self::responses::{
-    ANY, AUTHENTICATED, CONTENT, LIST, MODEL, QUERY, READY, SUBMIT, UPSTREAM, refusals, success,
+    ANY, AUTHENTICATED, CONTENT, DELETE, LIST, MODEL, QUERY, READY, SUBMIT, UPSTREAM, refusals,
+    success,
 };
 use self::schemas::{SubmitBodies, reference};
 use crate::config::Endpoint;
@@ -43,9 +44,14 @@ pub fn document(snapshot: &Snapshot) -> Value {
             PathItem {
                 get: Some(ops.list_tasks()),
                 post: Some(ops.submit(bodies.body(&models, endpoint))),
+                delete: None,
             },
         );
-        paths.insert(format!("{}/{{id}}", endpoint.path()), get(ops.query()));
+        let task = PathItem {
+            delete: Some(ops.delete()),
+            ..get(ops.query())
+        };
+        paths.insert(format!("{}/{{id}}", endpoint.path()), task);
         let content = format!("{}/{{id}}/content", endpoint.path());
         paths.insert(content, get(ops.content(false)));
         let nth = format!("{}/{{id}}/content/{{n}}", endpoint.path());
@@ -135,6 +141,7 @@ fn get(operation: Operation) -> PathItem {
     PathItem {
         get: Some(operation),
         post: None,
+        delete: None,
     }
 }
 
@@ -277,6 +284,30 @@ impl Ops {
                 schema: json!({"type": "string"}),
             },
         ];
+        op
+    }
+
+    fn delete(&self) -> Operation {
+        let deleted = json!({
+            "type": "object",
+            "required": ["id", "object", "deleted"],
+            "properties": {
+                "id": {"type": "string"},
+                "object": {"type": "string", "enum": ["video", "image"]},
+                "deleted": {"const": true},
+            },
+        });
+        let mut op = self.operation(
+            format!("delete{}", self.task),
+            "Delete a task (cancelling it first when unfinished)".into(),
+            ("The task is deleted (also when it already was).", deleted),
+            &[DELETE, UPSTREAM],
+        );
+        op.parameters
+            .push(id_parameter("The task id the submit returned."));
+        op.description = Some(
+            "An unfinished task is first cancelled at its provider (it ends `failed`, code `canceled`); 409 `not_cancelable` when its provider cannot cancel. Its stored results are removed and it leaves listings.".into(),
+        );
         op
     }
 

@@ -39,6 +39,8 @@ pub(super) struct PathItem {
     pub get: Option<Operation>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub post: Option<Operation>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delete: Option<Operation>,
 }
 
 #[derive(Serialize)]

@@ -55,6 +55,13 @@ pub(super) const LIST: &[&str] = &["invalid_parameter", "ledger_off", "ledger_un
 /// A malformed id segment is an unknown path (`not_found`) rather than an unknown task;
 /// a long-poll's `wait` or `status` out of range is `invalid_parameter`.
 pub(super) const QUERY: &[&str] = &["task_not_found", "not_found", "invalid_parameter"];
+pub(super) const DELETE: &[&str] = &[
+    "task_not_found",
+    "not_found",
+    "not_cancelable",
+    "ledger_unavailable",
+    "storage_unavailable",
+];
 pub(super) const CONTENT: &[&str] = &[
     "task_not_found",
     "not_found",
@@ -220,6 +227,7 @@ mod tests {
             SUBMIT,
             LIST,
             QUERY,
+            DELETE,
             CONTENT,
             MODEL,
             READY,

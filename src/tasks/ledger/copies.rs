@@ -25,6 +25,8 @@ pub struct Leased {
 /// One result kept in storage.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct StoredResult {
+    /// The task's ledger row.
+    pub task_row: i64,
     /// Its place among the task's results (0 for the first).
     pub n: i64,
     pub object_key: String,
@@ -58,10 +60,15 @@ const SET_FINISHED: &str = "UPDATE copies SET state = $3, attempts = attempts + 
 const SET_RETRY: &str = "UPDATE copies SET attempts = attempts + 1, last_error = $3, next_attempt_ms = $4, lease_owner = NULL, lease_until_ms = NULL WHERE id = $1 AND lease_owner = $2";
 // A copy redone (a crash after its objects were written) writes its rows again.
 const RECORD_RESULT: &str = "INSERT INTO results (task_row, n, object_key, bytes, content_type, sha256, stored_ms, expires_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $7 + $8) ON CONFLICT (task_row, n) DO UPDATE SET object_key = excluded.object_key, bytes = excluded.bytes, content_type = excluded.content_type, sha256 = excluded.sha256, stored_ms = excluded.stored_ms, expires_ms = excluded.expires_ms, deleted_ms = NULL";
-const RESULTS_OF: &str = "SELECT n, object_key, bytes, content_type, sha256, stored_ms, expires_ms, deleted_ms FROM results WHERE task_row = $1 ORDER BY n";
+const RESULTS_OF: &str = "SELECT task_row, n, object_key, bytes, content_type, sha256, stored_ms, expires_ms, deleted_ms FROM results WHERE task_row = $1 ORDER BY n";
 // `tasks_by_upstream` finds the task; a sealed id carries its provider and upstream id.
-const RESULTS_OF_UPSTREAM: &str = "SELECT results.n, results.object_key, results.bytes, results.content_type, results.sha256, results.stored_ms, results.expires_ms, results.deleted_ms FROM results JOIN tasks ON tasks.id = results.task_row WHERE tasks.provider = $1 AND tasks.upstream_id = $2 ORDER BY results.n";
-const PENDING_FOR: &str = "SELECT COUNT(*) FROM copies WHERE task_row = $1 AND state = 'pending'";
+const RESULTS_OF_UPSTREAM: &str = "SELECT results.task_row, results.n, results.object_key, results.bytes, results.content_type, results.sha256, results.stored_ms, results.expires_ms, results.deleted_ms FROM results JOIN tasks ON tasks.id = results.task_row WHERE tasks.provider = $1 AND tasks.upstream_id = $2 ORDER BY results.n";
+// `results_expiring` (a partial index of the rows not deleted yet).
+const EXPIRED: &str = "SELECT task_row, n, object_key, bytes, content_type, sha256, stored_ms, expires_ms, deleted_ms FROM results WHERE deleted_ms IS NULL AND expires_ms <= $1 ORDER BY expires_ms LIMIT $2";
+const SET_DELETED: &str =
+    "UPDATE results SET deleted_ms = $3 WHERE task_row = $1 AND n = $2 AND deleted_ms IS NULL";
+const SET_TASK_DELETED: &str = "UPDATE tasks SET deleted_ms = $3 WHERE provider = $1 AND upstream_id = $2 AND deleted_ms IS NULL";
+const PENDING: &str = "SELECT COUNT(*) FROM copies WHERE state = 'pending'";
 
 impl Ledger {
     /// Lease up to `limit` due copies to `owner` (this replica) for `lease`.
@@ -150,13 +157,39 @@ impl Ledger {
             .await
     }
 
-    /// True while the task in `task_row` still owes a copy.
-    pub async fn copy_pending(&self, task_row: i64) -> Result<bool, LedgerError> {
-        let n = self
+    /// Up to `limit` stored results whose retention has passed, not deleted yet.
+    pub async fn expired_results(&self, limit: i64) -> Result<Vec<StoredResult>, LedgerError> {
+        self.store
+            .reads()
+            .results(EXPIRED, params![now_ms(), limit])
+            .await
+    }
+
+    /// A stored result's object was deleted; whether this call marked it so.
+    pub async fn result_deleted(&self, task_row: i64, n: i64) -> Result<bool, LedgerError> {
+        let changed = self
+            .store
+            .execute(SET_DELETED, params![task_row, n, now_ms()])
+            .await?;
+        Ok(changed > 0)
+    }
+
+    /// The task `upstream_id` of `provider` was deleted by its owner: it leaves
+    /// listings (its row stays, for usage).
+    pub async fn task_deleted(&self, provider: &str, upstream_id: &str) -> Result<(), LedgerError> {
+        self.store
+            .execute(SET_TASK_DELETED, params![provider, upstream_id, now_ms()])
+            .await?;
+        Ok(())
+    }
+
+    /// How many copies are owed, on every replica.
+    pub async fn copies_pending(&self) -> Result<i64, LedgerError> {
+        Ok(self
             .store
             .reads()
-            .int(PENDING_FOR, params![task_row])
-            .await?;
-        Ok(n.unwrap_or(0) > 0)
+            .int(PENDING, params![])
+            .await?
+            .unwrap_or(0))
     }
 }

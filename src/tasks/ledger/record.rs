@@ -457,7 +457,7 @@ pub(super) const SELECT_FILTERED: &str = select!(
     "WHERE ($1 IS NULL OR state = $1) AND ($2 IS NULL OR owner = $2) ORDER BY id DESC LIMIT $3"
 );
 pub(super) const LIST: &str = select!(
-    "WHERE owner = $1 AND endpoint = $2 AND id < $3 AND task_id IS NOT NULL ORDER BY id DESC LIMIT $4"
+    "WHERE owner = $1 AND endpoint = $2 AND id < $3 AND task_id IS NOT NULL AND deleted_ms IS NULL ORDER BY id DESC LIMIT $4"
 );
 pub(super) const STATUS_OF: &str =
     "SELECT status FROM tasks WHERE provider = $1 AND upstream_id = $2 ORDER BY id DESC LIMIT 1";

@@ -138,14 +138,15 @@ impl Reader for SqliteReads {
     ) -> StoreFuture<'a, Vec<StoredResult>> {
         self.rows(sql, &args, |row| {
             Ok(StoredResult {
-                n: row.get(0)?,
-                object_key: row.get(1)?,
-                bytes: row.get(2)?,
-                content_type: row.get(3)?,
-                sha256: row.get(4)?,
-                stored_ms: row.get(5)?,
-                expires_ms: row.get(6)?,
-                deleted_ms: row.get(7)?,
+                task_row: row.get(0)?,
+                n: row.get(1)?,
+                object_key: row.get(2)?,
+                bytes: row.get(3)?,
+                content_type: row.get(4)?,
+                sha256: row.get(5)?,
+                stored_ms: row.get(6)?,
+                expires_ms: row.get(7)?,
+                deleted_ms: row.get(8)?,
             })
         })
     }
