@@ -35,6 +35,55 @@ fn stored(ledger: &Path) -> (Vec<ResultRow>, Option<String>) {
     (results, copy)
 }
 
+/// A task of `m1` submitted with the demo key: the client, and the task's id.
+async fn submitted(gw: &Gateway) -> (crate::support::Http, String) {
+    let http = gw.client();
+    let id = http
+        .submit_id(MODEL_CENTER, DEMO, &json!({"model": "m1", "prompt": "p"}))
+        .await;
+    (http, id)
+}
+
+/// Wait until the copy of the task in ledger row 1 ends `state`; the ledger's path.
+async fn copy_ends(gw: &Gateway, state: &str) -> std::path::PathBuf {
+    let ledger = gw.dir().path().join(".mediagate/ledger.db");
+    eventually(&format!("the copy ends {state}"), async || {
+        stored(&ledger).1.as_deref() == Some(state)
+    })
+    .await;
+    ledger
+}
+
+/// `len` bytes that are not all alike.
+fn media(len: u32) -> Vec<u8> {
+    (0..len).map(|i| (i % 251) as u8).collect()
+}
+
+/// A task completed with `first` and `second` as its results, on a gateway that keeps
+/// them in files.
+async fn two_results(first: &[u8], second: &[u8]) -> (Fake, Gateway) {
+    let files = [
+        ("/media/a.mp4", first.to_vec()),
+        ("/media/b.mp4", second.to_vec()),
+    ];
+    let fake = completed_with(&files).await;
+    let gw = Gateway::start(Routes::upstream(&fake.url(), "").storage(FILES)).await;
+    (fake, gw)
+}
+
+/// `DELETE` of task `id` with `key`.
+async fn delete(http: &crate::support::Http, key: &str, id: &str) -> crate::support::Reply {
+    let auth = format!("Bearer {key}");
+    let path = format!("{MODEL_CENTER}/{id}");
+    http.send(
+        Method::DELETE,
+        &path,
+        &[("authorization", &auth)],
+        Bytes::new(),
+    )
+    .await
+}
+
 /// The embedded default: files beside the ledger.
 const FILES: &str = "file://.mediagate/media";
 
@@ -68,18 +117,9 @@ async fn completed_with(files: &[(&str, Vec<u8>)]) -> Fake {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_result_of_a_completed_task_is_copied_into_storage_with_its_hash() {
-    let first: Vec<u8> = (0..3_000_000_u32).map(|i| (i % 251) as u8).collect();
-    let second = b"a second, smaller result".to_vec();
-    let fake = completed_with(&[
-        ("/media/a.mp4", first.clone()),
-        ("/media/b.mp4", second.clone()),
-    ])
-    .await;
-    let gw = Gateway::start(Routes::upstream(&fake.url(), "").storage(FILES)).await;
-    let http = gw.client();
-    let id = http
-        .submit_id(MODEL_CENTER, DEMO, &json!({"model": "m1", "prompt": "p"}))
-        .await;
+    let (first, second) = (media(3_000_000), b"a second, smaller result".to_vec());
+    let (fake, gw) = two_results(&first, &second).await;
+    let (http, id) = submitted(&gw).await;
     // The query sees it completed: the copy is owed from then on.
     assert_eq!(
         http.query(MODEL_CENTER, DEMO, &id).await["status"],
@@ -129,17 +169,10 @@ async fn a_result_over_max_result_bytes_is_not_kept() {
         .family(family("test", &["up"], &["m1"]).to_string() + "max_result_bytes = 4096\n")
         .storage(FILES);
     let gw = Gateway::start(routes).await;
-    let http = gw.client();
-    let id = http
-        .submit_id(MODEL_CENTER, DEMO, &json!({"model": "m1", "prompt": "p"}))
-        .await;
+    let (http, id) = submitted(&gw).await;
     let task = http.query(MODEL_CENTER, DEMO, &id).await;
     assert_eq!(task["status"], "completed");
-    let ledger = gw.dir().path().join(".mediagate/ledger.db");
-    eventually("the copy is given up", async || {
-        stored(&ledger).1.as_deref() == Some("skipped")
-    })
-    .await;
+    let ledger = copy_ends(&gw, "skipped").await;
     assert!(stored(&ledger).0.is_empty());
     assert!(
         !gw.dir()
@@ -162,10 +195,7 @@ async fn without_storage_nothing_is_owed() {
     let fake = completed_with(&[("/media/a.mp4", b"bytes".to_vec())]).await;
     let routes = Routes::upstream(&fake.url(), "").storage("none");
     let gw = Gateway::start(routes).await;
-    let http = gw.client();
-    let id = http
-        .submit_id(MODEL_CENTER, DEMO, &json!({"model": "m1", "prompt": "p"}))
-        .await;
+    let (http, id) = submitted(&gw).await;
     assert_eq!(
         http.query(MODEL_CENTER, DEMO, &id).await["status"],
         "completed"
@@ -185,24 +215,11 @@ fn path_of(link: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stored_results_are_served_by_signed_links_after_the_provider_dropped_them() {
-    let first: Vec<u8> = (0..100_000_u32).map(|i| (i % 251) as u8).collect();
-    let second = b"the second result".to_vec();
-    let fake = completed_with(&[
-        ("/media/a.mp4", first.clone()),
-        ("/media/b.mp4", second.clone()),
-    ])
-    .await;
-    let gw = Gateway::start(Routes::upstream(&fake.url(), "").storage(FILES)).await;
-    let http = gw.client();
-    let id = http
-        .submit_id(MODEL_CENTER, DEMO, &json!({"model": "m1", "prompt": "p"}))
-        .await;
-    let ledger = gw.dir().path().join(".mediagate/ledger.db");
+    let (first, second) = (media(100_000), b"the second result".to_vec());
+    let (fake, gw) = two_results(&first, &second).await;
+    let (http, id) = submitted(&gw).await;
     let _ = http.query(MODEL_CENTER, DEMO, &id).await;
-    eventually("the copy is done", async || {
-        stored(&ledger).1.as_deref() == Some("stored")
-    })
-    .await;
+    copy_ends(&gw, "stored").await;
     let _ = fake.take();
     // The provider keeps nothing any more.
     fake.on(
@@ -313,10 +330,7 @@ async fn a_signed_link_is_refused_when_tampered_with_used_elsewhere_or_expired()
         "[storage]\nurl = \"file://.mediagate/media\"\nlink_ttl_secs = 1",
     );
     let gw = Gateway::start(routes).await;
-    let http = gw.client();
-    let id = http
-        .submit_id(MODEL_CENTER, DEMO, &json!({"model": "m1", "prompt": "p"}))
-        .await;
+    let (http, id) = submitted(&gw).await;
     let other = http
         .submit_id(MODEL_CENTER, DEMO2, &json!({"model": "m1", "prompt": "q"}))
         .await;
@@ -373,10 +387,7 @@ async fn a_result_past_keep_days_is_deleted_and_its_link_answers_410() {
         .storage(FILES)
         .server("metrics_listen = \"127.0.0.1:0\"");
     let gw = Gateway::start(routes).await;
-    let http = gw.client();
-    let id = http
-        .submit_id(MODEL_CENTER, DEMO, &json!({"model": "m1", "prompt": "p"}))
-        .await;
+    let (http, id) = submitted(&gw).await;
     let link = path_of(
         http.query(MODEL_CENTER, DEMO, &id).await["video_url"]
             .as_str()
@@ -422,42 +433,19 @@ async fn listed(http: &crate::support::Http) -> Vec<String> {
 async fn deleting_a_finished_task_removes_its_results_and_its_listing() {
     let fake = completed_with(&[("/media/a.mp4", b"to be deleted".to_vec())]).await;
     let gw = Gateway::start(Routes::upstream(&fake.url(), "").storage(FILES)).await;
-    let http = gw.client();
-    let id = http
-        .submit_id(MODEL_CENTER, DEMO, &json!({"model": "m1", "prompt": "p"}))
-        .await;
+    let (http, id) = submitted(&gw).await;
     let link = path_of(
         http.query(MODEL_CENTER, DEMO, &id).await["video_url"]
             .as_str()
             .unwrap(),
     );
-    let ledger = gw.dir().path().join(".mediagate/ledger.db");
-    eventually("the copy is done", async || {
-        stored(&ledger).1.as_deref() == Some("stored")
-    })
-    .await;
+    copy_ends(&gw, "stored").await;
     assert_eq!(listed(&http).await, std::slice::from_ref(&id));
-    let path = format!("{MODEL_CENTER}/{id}");
     // Another key's DELETE finds nothing, as its query would.
-    let r = http
-        .send(
-            Method::DELETE,
-            &path,
-            &[("authorization", &format!("Bearer {DEMO2}"))],
-            Bytes::new(),
-        )
-        .await;
+    let r = delete(&http, DEMO2, &id).await;
     assert_error(&r, 404, "task_not_found", Some("id"));
-    let auth = format!("Bearer {DEMO}");
     for _ in 0..2 {
-        let r = http
-            .send(
-                Method::DELETE,
-                &path,
-                &[("authorization", &auth)],
-                Bytes::new(),
-            )
-            .await;
+        let r = delete(&http, DEMO, &id).await;
         assert_eq!(r.status, 200, "{}", r.text());
         assert_eq!(
             r.json(),
@@ -488,21 +476,10 @@ async fn deleting_an_unfinished_task_cancels_it_at_its_provider_once() {
         .provider(model_center_provider("up", &fake.url(), "") + cancel)
         .family(family("test", &["up"], &["m1"]));
     let gw = Gateway::start(routes).await;
-    let http = gw.client();
-    let id = http
-        .submit_id(MODEL_CENTER, DEMO, &json!({"model": "m1", "prompt": "p"}))
-        .await;
+    let (http, id) = submitted(&gw).await;
     let _ = fake.take();
-    let (path, auth) = (format!("{MODEL_CENTER}/{id}"), format!("Bearer {DEMO}"));
     for _ in 0..2 {
-        let r = http
-            .send(
-                Method::DELETE,
-                &path,
-                &[("authorization", &auth)],
-                Bytes::new(),
-            )
-            .await;
+        let r = delete(&http, DEMO, &id).await;
         assert_eq!(r.status, 200, "{}", r.text());
         assert_eq!(r.json()["deleted"], true);
     }
@@ -530,20 +507,8 @@ async fn an_unfinished_task_without_a_cancel_step_is_not_deleted() {
     fake.on("POST /v2/model-center/tasks", Answer::queued("r-1"));
     fake.on("GET /v2/model-center/tasks/r-1", Answer::queued("r-1"));
     let gw = Gateway::start(Routes::upstream(&fake.url(), "")).await;
-    let http = gw.client();
-    let id = http
-        .submit_id(MODEL_CENTER, DEMO, &json!({"model": "m1", "prompt": "p"}))
-        .await;
-    let auth = format!("Bearer {DEMO}");
-    let path = format!("{MODEL_CENTER}/{id}");
-    let r = http
-        .send(
-            Method::DELETE,
-            &path,
-            &[("authorization", &auth)],
-            Bytes::new(),
-        )
-        .await;
+    let (http, id) = submitted(&gw).await;
+    let r = delete(&http, DEMO, &id).await;
     assert_error(&r, 409, "not_cancelable", None);
     assert_eq!(listed(&http).await, std::slice::from_ref(&id));
     assert_eq!(
