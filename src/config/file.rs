@@ -302,6 +302,10 @@ pub struct StorageConfig {
     pub url: Option<String>,
     /// How long a signed link to a stored result is valid.
     pub link_ttl_secs: u64,
+    /// How clients reach the gateway, e.g. `https://media.example.com`: the base of
+    /// the links to kept results. Unset: the address the asking client used (none
+    /// for a webhook: the path alone), or the provider's `content.public_base_url`.
+    pub public_base_url: Option<String>,
     /// Copies running at once.
     pub max_in_flight: usize,
     /// Longest a copy may take before it is abandoned and retried.
@@ -315,6 +319,7 @@ impl Default for StorageConfig {
         Self {
             url: None,
             link_ttl_secs: 24 * 3600,
+            public_base_url: None,
             max_in_flight: 4,
             copy_timeout_ms: 600_000,
             retry_for_hours: 24,

@@ -12,9 +12,10 @@ use crate::providers::Provider;
 use crate::snapshot::Snapshot;
 use crate::tasks::{TaskState, TaskStatus};
 
-/// `state`'s links as the client sees them. The content route's base is the
-/// provider's `content.public_base_url`, else `client_base` (the address the asking
-/// client used; none for a webhook), else the path alone.
+/// `state`'s links as the client sees them. The content route's base is
+/// `[storage] public_base_url` (for kept results) or the provider's
+/// `content.public_base_url`, else `client_base` (the address the asking client
+/// used; none for a webhook), else the path alone.
 pub fn make_public(
     snapshot: &Snapshot,
     state: &mut Arc<TaskState>,
@@ -33,7 +34,10 @@ pub fn make_public(
         .get(model)
         .is_some_and(|m| m.results.keep_days.is_some());
     if kept && !state.urls.is_empty() {
-        let base = content_link(content_step.flatten(), client_base, endpoint, id);
+        let configured = snapshot.storage.public_base_url.as_deref();
+        let configured = configured.map(|u| u.trim_end_matches('/'));
+        let configured = configured.or(content_step.flatten());
+        let base = content_link(configured, client_base, endpoint, id);
         // A content step gives the one result it knows.
         let count = if content_step.is_some() {
             1

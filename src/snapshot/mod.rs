@@ -212,5 +212,18 @@ fn storage_url(
     if cfg.max_in_flight == 0 {
         at.push("max_in_flight", "must be at least 1");
     }
+    let base_ok = |u: &str| {
+        u.trim_end_matches('/').parse::<http::Uri>().is_ok_and(|u| {
+            matches!(u.scheme_str(), Some("http" | "https"))
+                && u.host().is_some()
+                && u.query().is_none()
+        })
+    };
+    if cfg.public_base_url.as_deref().is_some_and(|u| !base_ok(u)) {
+        at.push(
+            "public_base_url",
+            "must be an http:// or https:// URL without a query",
+        );
+    }
     Some(parsed)
 }

@@ -516,3 +516,20 @@ async fn an_unfinished_task_without_a_cancel_step_is_not_deleted() {
         "queued"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn links_to_kept_results_start_with_the_configured_public_base() {
+    let fake = completed_with(&[("/media/a.mp4", b"bytes".to_vec())]).await;
+    let routes = Routes::upstream(&fake.url(), "").storage(FILES).render().replace(
+        "[storage]\nurl = \"file://.mediagate/media\"",
+        "[storage]\nurl = \"file://.mediagate/media\"\npublic_base_url = \"https://media.example.com/\"",
+    );
+    let gw = Gateway::start(routes).await;
+    let (http, id) = submitted(&gw).await;
+    let task = http.query(MODEL_CENTER, DEMO, &id).await;
+    let link = task["video_url"].as_str().unwrap();
+    let expected = format!("https://media.example.com{MODEL_CENTER}/{id}/content?expires=");
+    assert!(link.starts_with(&expected), "{task}");
+    // The path of it is the gateway's.
+    assert_eq!(gw.client().get_bare(&path_of(link)).await.status, 200);
+}
