@@ -6,6 +6,10 @@
 //! whether the task is to fail, so its tasks survive a gateway restart like real
 //! upstream tasks do. A task is `queued`, then `processing`, then `completed`; a
 //! prompt containing `[fail]` makes it `failed` instead.
+//!
+//! A completed task's result is a small real file the simulator serves itself, at
+//! its own address (`{MEDIA}/{id}.mp4`, or `.png` for an image), so that a gateway
+//! keeping results copies real media from it and players can play the links.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -24,6 +28,20 @@ use tokio::net::TcpListener;
 use crate::config::SimulatorConfig;
 
 const TASKS: &str = "/v2/model-center/tasks";
+/// Where completed tasks' media are served: `{MEDIA}/{id}.mp4` or `.png`.
+const MEDIA: &str = "/mediagate-sim/media";
+
+/// Every simulated video: one second of a test pattern, 160x90 at 10 fps, H.264
+/// (constrained baseline, yuv420p) in MP4 with the index first, no audio. Made with
+/// `ffmpeg -f lavfi -i testsrc2=size=160x90:rate=10:duration=1 -c:v libx264
+/// -profile:v baseline -pix_fmt yuv420p -crf 30 -bsf:v filter_units=remove_types=6
+/// -movflags +faststart -map_metadata -1 -fflags +bitexact -flags:v +bitexact
+/// assets/simulator/sample.mp4`.
+pub const SAMPLE_MP4: &[u8] = include_bytes!("../assets/simulator/sample.mp4");
+/// Every simulated image: the same test pattern, one 160x90 frame. Made with
+/// `ffmpeg -f lavfi -i testsrc2=size=160x90 -frames:v 1 -map_metadata -1
+/// -fflags +bitexact -flags:v +bitexact assets/simulator/sample.png`.
+pub const SAMPLE_PNG: &[u8] = include_bytes!("../assets/simulator/sample.png");
 /// Prompts containing this fail, so apps can exercise their failure path.
 pub const FAIL_MARKER: &str = "[fail]";
 
@@ -33,13 +51,24 @@ struct Timing {
     processing: Duration,
 }
 
+/// What the simulator's answers depend on besides the request.
+#[derive(Debug, Clone, Copy)]
+struct Sim {
+    timing: Timing,
+    /// Where it listens: the media links of its completed tasks point back at it.
+    addr: SocketAddr,
+}
+
 /// Start the simulator on `cfg.listen`; returns the bound address.
 pub async fn start(cfg: &SimulatorConfig) -> std::io::Result<SocketAddr> {
     let listener = TcpListener::bind(cfg.listen).await?;
     let addr = listener.local_addr()?;
-    let timing = Timing {
-        queued: Duration::from_millis(cfg.queued_ms),
-        processing: Duration::from_millis(cfg.processing_ms),
+    let sim = Sim {
+        timing: Timing {
+            queued: Duration::from_millis(cfg.queued_ms),
+            processing: Duration::from_millis(cfg.processing_ms),
+        },
+        addr,
     };
     tokio::spawn(async move {
         loop {
@@ -48,7 +77,7 @@ pub async fn start(cfg: &SimulatorConfig) -> std::io::Result<SocketAddr> {
             };
             let _ = stream.set_nodelay(true);
             tokio::spawn(async move {
-                let service = hyper::service::service_fn(move |req| handle(req, timing));
+                let service = hyper::service::service_fn(move |req| handle(req, sim));
                 let _ = auto::Builder::new(TokioExecutor::new())
                     .serve_connection(TokioIo::new(stream), service)
                     .await;
@@ -64,10 +93,7 @@ fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-async fn handle(
-    req: Request<Incoming>,
-    timing: Timing,
-) -> Result<Response<Full<Bytes>>, Infallible> {
+async fn handle(req: Request<Incoming>, sim: Sim) -> Result<Response<Full<Bytes>>, Infallible> {
     let path = req.uri().path().to_owned();
     let answer = match (req.method(), path.as_str()) {
         (&Method::POST, TASKS) => {
@@ -86,7 +112,10 @@ async fn handle(
         }
         // Byte-wise: a path need not be UTF-8, so no slicing at a fixed index.
         (&Method::GET, p) if task_of(p).is_some() => {
-            query(task_of(p).unwrap_or_default(), timing, now_ms())
+            query(task_of(p).unwrap_or_default(), sim, now_ms())
+        }
+        (&Method::GET | &Method::HEAD, p) if p.starts_with(MEDIA) => {
+            media(p, sim.timing, now_ms(), *req.method() == Method::HEAD)
         }
         _ => reply(
             StatusCode::NOT_FOUND,
@@ -196,7 +225,7 @@ impl SimTask {
 }
 
 /// Status of a simulated task `now_ms` milliseconds after the epoch.
-fn query(id: &str, timing: Timing, now_ms: u64) -> Response<Full<Bytes>> {
+fn query(id: &str, sim: Sim, now_ms: u64) -> Response<Full<Bytes>> {
     let Some(task) = SimTask::parse(id) else {
         return reply(
             StatusCode::NOT_FOUND,
@@ -204,8 +233,8 @@ fn query(id: &str, timing: Timing, now_ms: u64) -> Response<Full<Bytes>> {
         );
     };
     let (status, progress) = task.state_at(
-        timing.queued.as_millis() as u64,
-        timing.processing.as_millis() as u64,
+        sim.timing.queued.as_millis() as u64,
+        sim.timing.processing.as_millis() as u64,
         now_ms,
     );
     let (created, image) = (task.created_ms, task.image);
@@ -220,10 +249,7 @@ fn query(id: &str, timing: Timing, now_ms: u64) -> Response<Full<Bytes>> {
         "error": null,
     });
     if status == "completed" {
-        let url = format!(
-            "https://media.example.com/mediagate-sim/{id}.{}",
-            if image { "png" } else { "mp4" }
-        );
+        let url = format!("http://{}{MEDIA}/{id}.{}", sim.addr, extension(image));
         body[if image { "image_url" } else { "video_url" }] = json!(url);
         body["urls"] = json!([url]);
     } else if status == "failed" {
@@ -235,16 +261,68 @@ fn query(id: &str, timing: Timing, now_ms: u64) -> Response<Full<Bytes>> {
     reply(StatusCode::OK, body)
 }
 
+fn extension(image: bool) -> &'static str {
+    if image { "png" } else { "mp4" }
+}
+
+/// The file of a completed task, `{MEDIA}/{id}.mp4` (a video) or `.png` (an image):
+/// 404 for any other name, and before the task is completed. `head`: the headers alone.
+fn media(path: &str, timing: Timing, now_ms: u64, head: bool) -> Response<Full<Bytes>> {
+    let completed = path
+        .strip_prefix(MEDIA)
+        .and_then(|p| p.strip_prefix('/'))
+        .and_then(|name| name.rsplit_once('.'))
+        .and_then(|(id, ext)| SimTask::parse(id).filter(|t| ext == extension(t.image)))
+        .filter(|t| {
+            let queued = timing.queued.as_millis() as u64;
+            let processing = timing.processing.as_millis() as u64;
+            t.state_at(queued, processing, now_ms).0 == "completed"
+        });
+    let Some(task) = completed else {
+        return reply(
+            StatusCode::NOT_FOUND,
+            json!({"error": {"message": "no such file"}}),
+        );
+    };
+    let (file, content_type) = if task.image {
+        (SAMPLE_PNG, "image/png")
+    } else {
+        (SAMPLE_MP4, "video/mp4")
+    };
+    // HEAD: no body, but the length the GET would send.
+    let body = if head {
+        Bytes::new()
+    } else {
+        Bytes::from_static(file)
+    };
+    let mut resp = Response::new(Full::new(body));
+    let headers = resp.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static(content_type),
+    );
+    headers.insert(
+        header::CONTENT_LENGTH,
+        header::HeaderValue::from(file.len()),
+    );
+    resp
+}
+
 #[cfg(test)]
 mod tests {
+    use std::net::{IpAddr, Ipv4Addr};
+
     use super::*;
 
+    fn bytes(r: Response<Full<Bytes>>) -> Bytes {
+        futures_util::FutureExt::now_or_never(r.into_body().collect())
+            .unwrap()
+            .unwrap()
+            .to_bytes()
+    }
+
     fn body(r: Response<Full<Bytes>>) -> Value {
-        let bytes = futures_util::FutureExt::now_or_never(r.into_body().collect())
-            .unwrap()
-            .unwrap()
-            .to_bytes();
-        serde_json::from_slice(&bytes).unwrap()
+        serde_json::from_slice(&bytes(r)).unwrap()
     }
 
     const T: Timing = Timing {
@@ -252,18 +330,26 @@ mod tests {
         processing: Duration::from_millis(2000),
     };
 
+    const SIM: Sim = Sim {
+        timing: T,
+        addr: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 9),
+    };
+
     #[test]
     fn a_task_goes_queued_processing_completed() {
         let created = body(submit(br#"{"model":"m","prompt":"cat"}"#, "video"));
         let id = created["id"].as_str().unwrap();
         let t0: u64 = id.split('-').nth(1).unwrap().parse().unwrap();
-        assert_eq!(body(query(id, T, t0 + 10))["status"], "queued");
-        let mid = body(query(id, T, t0 + 2000));
+        assert_eq!(body(query(id, SIM, t0 + 10))["status"], "queued");
+        let mid = body(query(id, SIM, t0 + 2000));
         assert_eq!(mid["status"], "processing");
         assert_eq!(mid["progress"], 50);
-        let done = body(query(id, T, t0 + 3000));
+        assert!(mid.get("video_url").is_none());
+        let done = body(query(id, SIM, t0 + 3000));
         assert_eq!(done["status"], "completed");
-        assert!(done["video_url"].as_str().unwrap().ends_with(".mp4"));
+        let url = format!("http://127.0.0.1:9/mediagate-sim/media/{id}.mp4");
+        assert_eq!(done["video_url"], url);
+        assert_eq!(done["urls"], json!([url]));
     }
 
     #[test]
@@ -272,37 +358,143 @@ mod tests {
             .as_str()
             .unwrap()
             .to_string();
-        let failed = body(query(&id, T, u64::MAX / 2));
+        let failed = body(query(&id, SIM, u64::MAX / 2));
         assert_eq!(failed["status"], "failed");
         assert_eq!(failed["error"]["code"], "simulated_failure");
+        assert_eq!(failed["urls"], json!([]));
 
         let id = body(submit(br#"{"model":"z","prompt":"x"}"#, "image"))["id"]
             .as_str()
             .unwrap()
             .to_string();
-        let done = body(query(&id, T, u64::MAX / 2));
-        assert!(done["image_url"].as_str().unwrap().ends_with(".png"));
+        let done = body(query(&id, SIM, u64::MAX / 2));
+        let url = format!("http://127.0.0.1:9/mediagate-sim/media/{id}.png");
+        assert_eq!(done["image_url"], url);
+        assert!(done.get("video_url").is_none());
+    }
+
+    #[test]
+    fn the_samples_are_an_mp4_and_a_png() {
+        // An ISO BMFF file starts with its `ftyp` box; the video track is H.264.
+        assert_eq!(&SAMPLE_MP4[4..8], b"ftyp");
+        assert!(SAMPLE_MP4.windows(4).any(|w| w == b"avc1"));
+        assert_eq!(&SAMPLE_PNG[..8], b"\x89PNG\r\n\x1a\n");
+        assert!(SAMPLE_MP4.len() < 32 * 1024 && SAMPLE_PNG.len() < 32 * 1024);
+    }
+
+    #[test]
+    fn a_completed_tasks_file_is_served_with_its_type_and_length() {
+        let (video, image) = ("sim-1-vo-00000000000a", "sim-1-io-00000000000b");
+        let later = 10_000;
+        for (id, ext, file, content_type) in [
+            (video, "mp4", SAMPLE_MP4, "video/mp4"),
+            (image, "png", SAMPLE_PNG, "image/png"),
+        ] {
+            let path = format!("{MEDIA}/{id}.{ext}");
+            for head in [false, true] {
+                let r = media(&path, T, later, head);
+                assert_eq!(r.status(), StatusCode::OK, "{path}");
+                assert_eq!(r.headers()[header::CONTENT_TYPE], content_type);
+                assert_eq!(r.headers()[header::CONTENT_LENGTH], file.len().to_string());
+                let sent = bytes(r);
+                assert_eq!(&sent[..], if head { &[][..] } else { file }, "{path}");
+            }
+        }
+        for path in [
+            format!("{MEDIA}/{video}.png"),
+            format!("{MEDIA}/{image}.mp4"),
+            format!("{MEDIA}/{video}"),
+            format!("{MEDIA}{video}.mp4"),
+            format!("{MEDIA}/sim-1-vf-00000000000c.mp4"),
+            format!("{MEDIA}/x.mp4"),
+            format!("{MEDIA}/"),
+            MEDIA.to_string(),
+        ] {
+            let r = media(&path, T, later, false);
+            assert_eq!(r.status(), StatusCode::NOT_FOUND, "{path}");
+        }
+        // Not before the task is completed.
+        let path = format!("{MEDIA}/{video}.mp4");
+        assert_eq!(
+            media(&path, T, 2_000, false).status(),
+            StatusCode::NOT_FOUND
+        );
+    }
+
+    /// `request` on a connection of its own; the answer's head and body.
+    async fn exchange(addr: SocketAddr, request: &[u8]) -> (String, Vec<u8>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        tcp.write_all(request).await.unwrap();
+        let mut answer = Vec::new();
+        let _ = tcp.read_to_end(&mut answer).await;
+        let end = answer
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .map_or(answer.len(), |i| i + 4);
+        let body = answer.split_off(end);
+        (String::from_utf8_lossy(&answer).into_owned(), body)
+    }
+
+    /// The completed answer's link leads back to the simulator, which serves the file.
+    #[tokio::test]
+    async fn a_completed_tasks_link_is_served_by_the_simulator_itself() {
+        let cfg = SimulatorConfig {
+            queued_ms: 0,
+            processing_ms: 0,
+            ..SimulatorConfig::default()
+        };
+        let addr = start(&cfg).await.unwrap();
+        let submit = br#"{"model":"m","prompt":"p"}"#;
+        let mut post = format!(
+            "POST {TASKS}?kind=video HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+            submit.len()
+        )
+        .into_bytes();
+        post.extend_from_slice(submit);
+        let (_, created) = exchange(addr, &post).await;
+        let id = serde_json::from_slice::<Value>(&created).unwrap()["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let get = |path: &str, method: &str| {
+            format!("{method} {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        };
+        let (_, done) = exchange(addr, get(&format!("{TASKS}/{id}"), "GET").as_bytes()).await;
+        let done: Value = serde_json::from_slice(&done).unwrap();
+        assert_eq!(done["status"], "completed", "{done}");
+        let url = done["video_url"].as_str().unwrap();
+        let path = url.strip_prefix(&format!("http://{addr}")).unwrap();
+        assert_eq!(path, format!("{MEDIA}/{id}.mp4"));
+
+        let (head, file) = exchange(addr, get(path, "GET").as_bytes()).await;
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        assert!(head.contains("content-type: video/mp4\r\n"), "{head}");
+        let length = format!("content-length: {}\r\n", SAMPLE_MP4.len());
+        assert!(head.contains(&length), "{head}");
+        assert_eq!(file, SAMPLE_MP4);
+        let (head, nothing) = exchange(addr, get(path, "HEAD").as_bytes()).await;
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        assert!(head.contains(&length), "{head}");
+        assert!(nothing.is_empty());
     }
 
     /// Any bytes after the collection: a 404, never a panic (the server must answer).
     #[tokio::test]
     async fn odd_paths_are_404_not_a_panic() {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let addr = start(&SimulatorConfig::default()).await.unwrap();
-        for tail in [
-            &b"\xc3\xa9"[..],
-            b"/\xff\xfe",
-            b"s\xe2\x82\xac",
-            b"/sim-\xc3-vo-1",
+        for (prefix, tail) in [
+            (TASKS, &b"\xc3\xa9"[..]),
+            (TASKS, b"/\xff\xfe"),
+            (TASKS, b"s\xe2\x82\xac"),
+            (TASKS, b"/sim-\xc3-vo-1"),
+            (MEDIA, b"/sim-1-vo-00000000000\xc3.mp4"),
+            (MEDIA, b"/\xff.\xfe"),
         ] {
-            let mut line = b"GET /v2/model-center/tasks".to_vec();
+            let mut line = format!("GET {prefix}").into_bytes();
             line.extend_from_slice(tail);
             line.extend_from_slice(b" HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
-            let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-            tcp.write_all(&line).await.unwrap();
-            let mut answer = Vec::new();
-            let _ = tcp.read_to_end(&mut answer).await;
-            let head = String::from_utf8_lossy(&answer);
+            let (head, _) = exchange(addr, &line).await;
             assert!(
                 head.starts_with("HTTP/1.1 404") || head.starts_with("HTTP/1.1 400"),
                 "{tail:?}: {head:?}"
@@ -318,7 +510,7 @@ mod tests {
             "sim-abc-vo-000000000000",
             "sim-1-xx-000000000000",
         ] {
-            assert_eq!(query(id, T, 0).status(), StatusCode::NOT_FOUND, "{id}");
+            assert_eq!(query(id, SIM, 0).status(), StatusCode::NOT_FOUND, "{id}");
         }
     }
 }

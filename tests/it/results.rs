@@ -8,8 +8,8 @@ use http::Method;
 use serde_json::json;
 
 use crate::support::{
-    Answer, DEMO, DEMO2, Fake, Gateway, MODEL_CENTER, Routes, assert_error, eventually, family,
-    model_center_provider, operator,
+    Answer, DEMO, DEMO2, Fake, Gateway, Http, MODEL_CENTER, Routes, assert_error, eventually,
+    family, model_center_provider, operator, shipped_routes,
 };
 
 /// A stored result's row: n, bytes, content type, sha256.
@@ -532,4 +532,70 @@ async fn links_to_kept_results_start_with_the_configured_public_base() {
     assert!(link.starts_with(&expected), "{task}");
     // The path of it is the gateway's.
     assert_eq!(gw.client().get_bare(&path_of(link)).await.status, 200);
+}
+
+/// The state of the copy of the task of `model` (one task per model), and the
+/// provider's result URLs the ledger recorded for it.
+fn copy_of_model(ledger: &Path, model: &str) -> (Option<String>, Option<String>) {
+    let Ok(db) = rusqlite::Connection::open(ledger) else {
+        return (None, None);
+    };
+    db.query_row(
+        "SELECT copies.state, tasks.urls FROM tasks LEFT JOIN copies ON copies.task_row = tasks.id WHERE tasks.model = ?1",
+        [model],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )
+    .unwrap_or((None, None))
+}
+
+/// The shipped configuration keeps results: the simulator's real media are copied
+/// into `.mediagate/media` and served from there by signed links, no key needed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shipped_simulators_media_are_kept_and_served_by_signed_links() {
+    let gw = Gateway::start(shipped_routes()).await;
+    let http = gw.client();
+    let ledger = gw.dir().path().join(".mediagate/ledger.db");
+    for (model, field, content_type, magic) in [
+        ("sd_2.0_special", "video_url", "video/mp4", &b"ftyp"[..]),
+        (
+            "zeta-5.0",
+            "image_url",
+            "image/png",
+            &b"\x89PNG\r\n\x1a\n"[..],
+        ),
+    ] {
+        let id = http
+            .submit_id(MODEL_CENTER, DEMO, &json!({"model": model, "prompt": "p"}))
+            .await;
+        let done = http.wait_done(MODEL_CENTER, DEMO, &id).await;
+        assert_eq!(done["status"], "completed", "{done}");
+        eventually("the copy is done", async || {
+            copy_of_model(&ledger, model).0.as_deref() == Some("stored")
+        })
+        .await;
+        let link = done[field].as_str().unwrap();
+        assert!(
+            link.contains(&format!("{MODEL_CENTER}/{id}/content?expires=")),
+            "{done}"
+        );
+        let r = http.get_bare(&path_of(link)).await;
+        assert_eq!(r.status, 200, "{model}: {}", r.text());
+        assert_eq!(r.header("content-type"), Some(content_type), "{model}");
+        assert!(r.header("etag").is_some(), "{model}: from storage");
+        let at = if magic == b"ftyp" { 4 } else { 0 };
+        assert_eq!(&r.body[at..at + magic.len()], magic, "{model}");
+
+        // The very bytes the simulator serves at the link it answered with.
+        let urls = copy_of_model(&ledger, model).1.unwrap();
+        let upstream: Vec<String> = serde_json::from_str(&urls).unwrap();
+        let (authority, path) = upstream[0]
+            .strip_prefix("http://")
+            .and_then(|rest| rest.split_once('/'))
+            .unwrap();
+        let simulator = Http::new(authority.parse().unwrap());
+        let served = simulator.get_bare(&format!("/{path}")).await;
+        assert_eq!(served.status, 200, "{model}: {}", upstream[0]);
+        assert_eq!(served.header("content-type"), Some(content_type));
+        assert_eq!(r.body, served.body, "{model}");
+    }
 }
