@@ -8,6 +8,7 @@ mod http;
 mod media;
 mod postgres;
 mod routes;
+pub mod s3;
 mod tls;
 
 use std::sync::{Mutex, Once};
