@@ -143,17 +143,13 @@ impl Storage {
                 }))
             }
             StorageUrl::S3 { bucket, prefix } => {
-                let mut builder =
+                // object_store's HTTP client (reqwest, built without a TLS provider of
+                // its own) takes the process's default rustls provider, and panics
+                // without one: the gateway's, ring. One installed already stays.
+                let _ = rustls::crypto::ring::default_provider().install_default();
+                let builder =
                     object_store::aws::AmazonS3Builder::from_env().with_bucket_name(bucket);
-                if std::env::var_os("AWS_ENDPOINT_URL")
-                    .or_else(|| std::env::var_os("AWS_ENDPOINT"))
-                    .is_some_and(|e| e.to_string_lossy().starts_with("http://"))
-                {
-                    // An endpoint the operator named with http:// (MinIO, Ceph on a
-                    // private network): plain HTTP is what was asked for.
-                    builder = builder.with_allow_http(true);
-                }
-                let store = builder
+                let store = allow_http_when_named(builder)
                     .build()
                     .map_err(|e| format!("cannot open s3://{bucket}: {e}"))?;
                 Ok(Some(Self {
@@ -245,6 +241,24 @@ impl Storage {
     }
 }
 
+/// An endpoint the operator named with `http://` (MinIO, Ceph on a private network):
+/// plain HTTP is what was asked for. The endpoint is the one the builder took from the
+/// environment (`AWS_ENDPOINT_URL_S3` before `AWS_ENDPOINT_URL` or `AWS_ENDPOINT`),
+/// so that what is allowed is what is used.
+fn allow_http_when_named(
+    builder: object_store::aws::AmazonS3Builder,
+) -> object_store::aws::AmazonS3Builder {
+    use object_store::aws::AmazonS3ConfigKey as Key;
+    let endpoint = builder
+        .get_config_value(&Key::S3Endpoint)
+        .or_else(|| builder.get_config_value(&Key::Endpoint));
+    if endpoint.is_some_and(|e| e.starts_with("http://")) {
+        builder.with_allow_http(true)
+    } else {
+        builder
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -285,6 +299,50 @@ mod tests {
         );
         assert!(StorageUrl::parse("s3://", dir).is_err());
         assert!(StorageUrl::parse("ftp://x", dir).is_err());
+    }
+
+    #[test]
+    fn plain_http_is_allowed_for_the_endpoint_used_when_it_is_named_so() {
+        use object_store::ClientConfigKey;
+        use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey as Key};
+        let allowed = |settings: &[(&str, &str)]| {
+            let builder = settings
+                .iter()
+                .fold(AmazonS3Builder::new(), |b, (key, value)| {
+                    b.with_config(key.parse().unwrap(), *value)
+                });
+            allow_http_when_named(builder)
+                .get_config_value(&Key::Client(ClientConfigKey::AllowHttp))
+                .as_deref()
+                == Some("true")
+        };
+        // The names `from_env` reads, lowercased.
+        assert!(allowed(&[("aws_endpoint_url", "http://127.0.0.1:9000")]));
+        assert!(allowed(&[("aws_endpoint", "http://minio:9000")]));
+        assert!(allowed(&[("aws_endpoint_url_s3", "http://minio:9000")]));
+        assert!(!allowed(&[("aws_endpoint_url", "https://s3.example")]));
+        assert!(!allowed(&[]));
+        // The S3-specific endpoint is the one used: its scheme decides.
+        assert!(!allowed(&[
+            ("aws_endpoint_url", "http://127.0.0.1:9000"),
+            ("aws_endpoint_url_s3", "https://s3.example"),
+        ]));
+        assert!(allowed(&[
+            ("aws_endpoint_url", "https://s3.example"),
+            ("aws_endpoint_url_s3", "http://127.0.0.1:9000"),
+        ]));
+    }
+
+    #[test]
+    fn s3_storage_opens() {
+        // object_store's HTTP client (reqwest without a TLS provider of its own) needs
+        // a process-wide rustls provider: none was installed, and opening panicked.
+        let url = StorageUrl::S3 {
+            bucket: "bucket".into(),
+            prefix: "some/prefix".into(),
+        };
+        let storage = Storage::open(&url).unwrap().unwrap();
+        assert_eq!(storage.key(3, 1), "some/prefix/results/3/1");
     }
 
     #[tokio::test]

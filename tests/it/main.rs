@@ -28,6 +28,7 @@ mod quota_counting;
 mod redaction;
 mod reload;
 mod results;
+mod results_s3;
 mod shutdown;
 mod tls;
 mod tracker;

@@ -8,32 +8,10 @@ use http::Method;
 use serde_json::json;
 
 use crate::support::{
-    Answer, DEMO, DEMO2, Fake, Gateway, Http, MODEL_CENTER, Routes, assert_error, eventually,
-    family, model_center_provider, operator, shipped_routes,
+    Answer, DEMO, DEMO2, Fake, Gateway, Http, MODEL_CENTER, Routes, assert_error, completed_with,
+    eventually, expire, family, model_center_provider, operator, path_of, sha256, shipped_routes,
+    stored,
 };
-
-/// A stored result's row: n, bytes, content type, sha256.
-type ResultRow = (i64, i64, Option<String>, String);
-
-/// The stored results of the task in ledger row 1, and the state of its copy.
-fn stored(ledger: &Path) -> (Vec<ResultRow>, Option<String>) {
-    let Ok(db) = rusqlite::Connection::open(ledger) else {
-        return (Vec::new(), None);
-    };
-    let results = db
-        .prepare("SELECT n, bytes, content_type, sha256 FROM results WHERE task_row = 1 ORDER BY n")
-        .and_then(|mut s| {
-            s.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
-                .collect()
-        })
-        .unwrap_or_default();
-    let copy = db
-        .query_row("SELECT state FROM copies WHERE task_row = 1", [], |r| {
-            r.get(0)
-        })
-        .ok();
-    (results, copy)
-}
 
 /// A task of `m1` submitted with the demo key: the client, and the task's id.
 async fn submitted(gw: &Gateway) -> (crate::support::Http, String) {
@@ -86,34 +64,6 @@ async fn delete(http: &crate::support::Http, key: &str, id: &str) -> crate::supp
 
 /// The embedded default: files beside the ledger.
 const FILES: &str = "file://.mediagate/media";
-
-fn sha256(bytes: &[u8]) -> String {
-    hex::encode(ring::digest::digest(&ring::digest::SHA256, bytes))
-}
-
-/// A fake provider whose task `r-1` completed with `files` (path, bytes) as results.
-async fn completed_with(files: &[(&str, Vec<u8>)]) -> Fake {
-    let fake = Fake::start().await;
-    fake.on("POST /v2/model-center/tasks", Answer::queued("r-1"));
-    let urls: Vec<String> = files
-        .iter()
-        .map(|(path, _)| format!("{}{path}", fake.url()))
-        .collect();
-    fake.on(
-        "GET /v2/model-center/tasks/r-1",
-        Answer::json(
-            200,
-            json!({"id": "r-1", "status": "completed", "urls": urls}),
-        ),
-    );
-    for (path, bytes) in files {
-        fake.on(
-            &format!("GET {path}"),
-            Answer::raw(200, "video/mp4", bytes.clone()),
-        );
-    }
-    fake
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_result_of_a_completed_task_is_copied_into_storage_with_its_hash() {
@@ -206,13 +156,6 @@ async fn without_storage_nothing_is_owed() {
     assert!(!gw.dir().path().join(".mediagate/media").exists());
 }
 
-/// The path and query of a link the gateway gave (`http://host:port/…`).
-fn path_of(link: &str) -> String {
-    let rest = link.split_once("://").map_or(link, |(_, r)| r);
-    rest.find('/')
-        .map_or(String::new(), |i| rest[i..].to_string())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stored_results_are_served_by_signed_links_after_the_provider_dropped_them() {
     let (first, second) = (media(100_000), b"the second result".to_vec());
@@ -222,14 +165,7 @@ async fn stored_results_are_served_by_signed_links_after_the_provider_dropped_th
     copy_ends(&gw, "stored").await;
     let _ = fake.take();
     // The provider keeps nothing any more.
-    fake.on(
-        "GET /media/a.mp4",
-        Answer::json(404, json!({"error": "expired"})),
-    );
-    fake.on(
-        "GET /media/b.mp4",
-        Answer::json(404, json!({"error": "expired"})),
-    );
+    expire(&fake, &["/media/a.mp4", "/media/b.mp4"]);
     let task = http.query(MODEL_CENTER, DEMO, &id).await;
     let urls: Vec<String> = serde_json::from_value(task["urls"].clone()).unwrap();
     assert_eq!(urls.len(), 2, "{task}");

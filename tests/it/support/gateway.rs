@@ -120,8 +120,8 @@ impl Gateway {
     }
 }
 
-/// `mediagate` with the environment variables it reads cleared and its log on
-/// stderr at `info`.
+/// `mediagate` with the environment variables it reads cleared (S3 storage reads every
+/// `AWS_*`: a test gives the ones it means) and its log on stderr at `info`.
 fn binary(cwd: &Path) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_mediagate"));
     cmd.current_dir(cwd)
@@ -129,6 +129,11 @@ fn binary(cwd: &Path) -> Command {
         .env_remove("MEDIAGATE_TASK_SECRET")
         .env_remove("MEDIAGATE_TASK_SECRETS_PREVIOUS")
         .env_remove("MEDIAGATE_LOG_FORMAT");
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("AWS_") {
+            cmd.env_remove(name);
+        }
+    }
     cmd
 }
 

@@ -5,8 +5,10 @@
 mod fake;
 mod gateway;
 mod http;
+mod media;
 mod postgres;
 mod routes;
+pub mod s3;
 mod tls;
 
 use std::sync::{Mutex, Once};
@@ -16,7 +18,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 pub use fake::{Answer, Fake, Held, Seen};
 pub use gateway::{ConfigDir, Gateway, Proc, check, operator};
 pub use http::{Alpn, Http, Reply, assert_error, read_response, read_to_close};
-pub use postgres::Postgres;
+pub use media::{completed_with, expire, path_of, sha256, stored};
+pub use postgres::{Postgres, free_port};
 pub use routes::{
     Family, Routes, UPSTREAM_KEY, family, model_center_provider, replace_once, shipped_routes,
     shipped_routes_file, tasks_provider, tasks_provider_with_files,
