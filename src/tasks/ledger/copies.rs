@@ -7,20 +7,8 @@
 
 use std::time::Duration;
 
-use super::store::{PerEngine, params};
+use super::store::{Leased, PerEngine, params};
 use super::{Ledger, LedgerError, now_ms};
-
-/// A copy leased to this replica, or a webhook delivery: the work a lease holds.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct Leased {
-    pub id: i64,
-    /// The task's ledger row.
-    pub task_row: i64,
-    /// Attempts made so far.
-    pub attempts: i64,
-    /// When the work was first owed.
-    pub created_ms: i64,
-}
 
 /// One result kept in storage.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
@@ -54,8 +42,8 @@ pub enum CopyOutcome {
     Retry { error: String, next_ms: i64 },
 }
 
-const CLAIM_SQLITE: &str = "UPDATE copies SET lease_owner = $1, lease_until_ms = $2 WHERE id IN (SELECT id FROM copies WHERE state = 'pending' AND next_attempt_ms <= $3 AND (lease_until_ms IS NULL OR lease_until_ms < $3) ORDER BY next_attempt_ms LIMIT $4) RETURNING id, task_row, attempts, created_ms";
-const CLAIM_POSTGRES: &str = "UPDATE copies SET lease_owner = $1, lease_until_ms = $2 WHERE id IN (SELECT id FROM copies WHERE state = 'pending' AND next_attempt_ms <= $3 AND (lease_until_ms IS NULL OR lease_until_ms < $3) ORDER BY next_attempt_ms LIMIT $4 FOR UPDATE SKIP LOCKED) RETURNING id, task_row, attempts, created_ms";
+const CLAIM_SQLITE: &str = "UPDATE copies SET lease_owner = $1, lease_until_ms = $2 WHERE id IN (SELECT id FROM copies WHERE state = 'pending' AND next_attempt_ms <= $3 AND (lease_until_ms IS NULL OR lease_until_ms < $3) ORDER BY next_attempt_ms LIMIT $4) RETURNING id, task_row, '' AS url, attempts, created_ms, (SELECT owner FROM tasks WHERE tasks.id = copies.task_row) AS owner";
+const CLAIM_POSTGRES: &str = "UPDATE copies SET lease_owner = $1, lease_until_ms = $2 WHERE id IN (SELECT id FROM copies WHERE state = 'pending' AND next_attempt_ms <= $3 AND (lease_until_ms IS NULL OR lease_until_ms < $3) ORDER BY next_attempt_ms LIMIT $4 FOR UPDATE SKIP LOCKED) RETURNING id, task_row, '' AS url, attempts, created_ms, (SELECT owner FROM tasks WHERE tasks.id = copies.task_row) AS owner";
 const SET_FINISHED: &str = "UPDATE copies SET state = $3, attempts = attempts + 1, last_error = $4, finished_ms = $5, lease_owner = NULL, lease_until_ms = NULL WHERE id = $1 AND lease_owner = $2";
 const SET_RETRY: &str = "UPDATE copies SET attempts = attempts + 1, last_error = $3, next_attempt_ms = $4, lease_owner = NULL, lease_until_ms = NULL WHERE id = $1 AND lease_owner = $2";
 // A copy redone (a crash after its objects were written) writes its rows again.
@@ -85,7 +73,7 @@ impl Ledger {
             postgres: CLAIM_POSTGRES,
         };
         self.store
-            .write_leases(claim, params![owner, until, now, limit])
+            .write_leased(claim, params![owner, until, now, limit])
             .await
     }
 

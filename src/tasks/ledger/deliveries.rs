@@ -8,23 +8,11 @@
 
 use std::time::Duration;
 
-use super::store::{PerEngine, params};
+use super::store::{Leased, PerEngine, params};
 use super::{Ledger, LedgerError, now_ms};
 
-/// A delivery leased to this replica.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct Delivery {
-    pub id: i64,
-    /// The task's ledger row.
-    pub task_row: i64,
-    pub url: String,
-    /// Attempts made so far.
-    pub attempts: i64,
-    /// When the outcome was recorded (and the delivery first owed).
-    pub created_ms: i64,
-    /// The key the task belongs to.
-    pub owner: String,
-}
+/// A delivery leased to this replica: `url` is the callback URL.
+pub type Delivery = Leased;
 
 /// What became of one attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,7 +77,7 @@ impl Ledger {
             postgres: CLAIM_POSTGRES,
         };
         let args = params![owner, until, now, limit];
-        self.store.write_deliveries(claim, args).await
+        self.store.write_leased(claim, args).await
     }
 
     /// Write down what became of an attempt on a delivery `owner` leased.

@@ -35,9 +35,10 @@ use self::postgres::PostgresStore;
 use self::sqlite::SqliteStore;
 use self::store::{Clock, PerEngine, Store, params};
 
-pub use self::copies::{CopyOutcome, Leased, StoredResult};
+pub use self::copies::{CopyOutcome, StoredResult};
 pub use self::deliveries::{Delivery, DeliveryBacklog, DeliveryOutcome, PutBack};
 pub use self::error::LedgerError;
+pub use self::store::Leased;
 pub use self::record::{
     Admission, Answer, Created, Cursor, MAX_TASK_SECONDS, NewTask, Page, State, TaskRecord,
     UsageRow, fingerprint,

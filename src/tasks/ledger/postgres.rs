@@ -7,12 +7,10 @@ use sqlx::Connection;
 use sqlx::postgres::{PgConnection, PgPoolOptions};
 
 use super::admission::{self, AdmissionTx};
-use super::copies::Leased;
-use super::deliveries::Delivery;
 use super::postgres_reads::{PostgresReads, arguments};
 use super::reads::Reader;
 use super::record::{self, NewTask, RawTaskRecord, TaskRecord};
-use super::store::{Clock, Param, PerEngine, Store, StoreFuture};
+use super::store::{Clock, Leased, Param, PerEngine, Store, StoreFuture};
 use super::{Admission, LedgerError};
 
 static MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
@@ -95,19 +93,7 @@ impl Store for PostgresStore {
         self.reads.tasks(sql.postgres, args)
     }
 
-    fn write_deliveries<'a>(
-        &'a self,
-        sql: PerEngine,
-        args: Vec<Param<'a>>,
-    ) -> StoreFuture<'a, Vec<Delivery>> {
-        Box::pin(async move {
-            Ok(sqlx::query_as_with(sql.postgres, arguments(&args)?)
-                .fetch_all(&self.reads.0)
-                .await?)
-        })
-    }
-
-    fn write_leases<'a>(
+    fn write_leased<'a>(
         &'a self,
         sql: PerEngine,
         args: Vec<Param<'a>>,

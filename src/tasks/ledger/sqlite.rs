@@ -7,13 +7,11 @@ use std::path::Path;
 use futures_util::FutureExt;
 
 use super::admission::{self, AdmissionTx};
-use super::copies::Leased;
-use super::deliveries::Delivery;
 use super::reads::Reader;
 use super::record::{self, NewTask, RawTaskRecord, TaskRecord};
 use super::sqlite_reads::SqliteReads;
 use super::sqlite_schema;
-use super::store::{Clock, Param, PerEngine, Store, StoreFuture};
+use super::store::{Clock, Leased, Param, PerEngine, Store, StoreFuture};
 use super::writer::{Writer, bind, owned, query_rows};
 use super::{Admission, LedgerError};
 use crate::config::{Endpoint, QuotaConfig};
@@ -65,8 +63,8 @@ pub(super) fn task_row(row: &rusqlite::Row<'_>) -> Result<TaskRecord, LedgerErro
     RawTaskRecord::from_sqlite(row)?.decode()
 }
 
-fn delivery_row(row: &rusqlite::Row<'_>) -> Result<Delivery, LedgerError> {
-    Ok(Delivery {
+fn leased_row(row: &rusqlite::Row<'_>) -> Result<Leased, LedgerError> {
+    Ok(Leased {
         id: row.get(0)?,
         task_row: row.get(1)?,
         url: row.get(2)?,
@@ -103,27 +101,12 @@ impl Store for SqliteStore {
         self.write_rows(sql.sqlite, &args, task_row)
     }
 
-    fn write_deliveries<'a>(
-        &'a self,
-        sql: PerEngine,
-        args: Vec<Param<'a>>,
-    ) -> StoreFuture<'a, Vec<Delivery>> {
-        self.write_rows(sql.sqlite, &args, delivery_row)
-    }
-
-    fn write_leases<'a>(
+    fn write_leased<'a>(
         &'a self,
         sql: PerEngine,
         args: Vec<Param<'a>>,
     ) -> StoreFuture<'a, Vec<Leased>> {
-        self.write_rows(sql.sqlite, &args, |row| {
-            Ok(Leased {
-                id: row.get(0)?,
-                task_row: row.get(1)?,
-                attempts: row.get(2)?,
-                created_ms: row.get(3)?,
-            })
-        })
+        self.write_rows(sql.sqlite, &args, leased_row)
     }
 
     #[cfg(test)]

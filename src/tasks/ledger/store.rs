@@ -7,10 +7,26 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use super::deliveries::Delivery;
 use super::reads::Reader;
 use super::record::{NewTask, TaskRecord};
 use super::{Admission, LedgerError};
+
+/// Work leased to this replica from one of the ledger's work lists (webhook
+/// deliveries, copies of results).
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Leased {
+    pub id: i64,
+    /// The task's ledger row.
+    pub task_row: i64,
+    /// Where the work goes: a delivery's callback URL; empty for a copy.
+    pub url: String,
+    /// Attempts made so far.
+    pub attempts: i64,
+    /// When the work was first owed (the task's end was recorded).
+    pub created_ms: i64,
+    /// The key the task belongs to.
+    pub owner: String,
+}
 
 /// A store's answer, boxed: sqlx's futures are several KiB (a PostgreSQL
 /// transaction's especially), and a request future that might await one would
@@ -92,19 +108,12 @@ pub(super) trait Store: Send + Sync {
         args: Vec<Param<'a>>,
     ) -> StoreFuture<'a, Vec<TaskRecord>>;
 
-    /// One writing statement returning leased deliveries.
-    fn write_deliveries<'a>(
+    /// One writing statement returning leased work (webhook deliveries, copies).
+    fn write_leased<'a>(
         &'a self,
         sql: PerEngine,
         args: Vec<Param<'a>>,
-    ) -> StoreFuture<'a, Vec<Delivery>>;
-
-    /// One writing statement returning leased work (copies).
-    fn write_leases<'a>(
-        &'a self,
-        sql: PerEngine,
-        args: Vec<Param<'a>>,
-    ) -> StoreFuture<'a, Vec<super::copies::Leased>>;
+    ) -> StoreFuture<'a, Vec<Leased>>;
 
     /// The engine's reads.
     fn reads(&self) -> &dyn Reader;
