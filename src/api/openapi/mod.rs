@@ -398,6 +398,8 @@ impl Ops {
             description: "A byte range (one).",
             schema: json!({"type": "string"}),
         });
+        // The key, or a signed link's `expires` and `signature` instead of it.
+        op.security = Some(vec![BTreeMap::from([("bearer", [])]), BTreeMap::new()]);
         for (name, description) in [
             (
                 "expires",
