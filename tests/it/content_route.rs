@@ -88,3 +88,25 @@ async fn links_formed_on_the_tls_listener_are_https() {
         .to_string();
     assert_eq!(link, format!("{MODEL_CENTER}/{id}/content"));
 }
+
+/// A content step gives one result: `…/content/1` is no path of a task of its.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_content_step_has_one_result_only() {
+    let (fake, gw) = done_task_with_files("").await;
+    let http = gw.client();
+    fake.on(
+        "GET /files/t1",
+        Answer::raw(200, "video/mp4", &b"first"[..]),
+    );
+    let id = http
+        .submit_id(MODEL_CENTER, DEMO, &json!({"model": "m1", "prompt": "p"}))
+        .await;
+    let first = http
+        .get(&format!("{MODEL_CENTER}/{id}/content/0"), DEMO)
+        .await;
+    assert_eq!(&first.body[..], b"first");
+    let r = http
+        .get(&format!("{MODEL_CENTER}/{id}/content/1"), DEMO)
+        .await;
+    crate::support::assert_error(&r, 404, "not_found", None);
+}

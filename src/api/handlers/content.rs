@@ -59,16 +59,18 @@ pub(super) async fn content(
     let range = request.headers.get(header::RANGE).cloned();
     let call = task.call(&ctx.snapshot);
     let upstream_id = &open.task.upstream_id;
-    let upstream = if n == 0 && open.provider.content_url_base().is_some() {
+    let content_step = open.provider.content_url_base().is_some();
+    let upstream = if content_step && n == 0 {
         open.provider
             .content(call, upstream_id, &state.urls, range)
             .await?
-    } else if n < state.urls.len() {
+    } else if !content_step && n < state.urls.len() {
         let idle = Duration::from_millis(ctx.snapshot.storage.copy_timeout_ms);
         open.provider
             .result(call, upstream_id, &state.urls, n, idle)
             .await?
     } else {
+        // A content step gives one result; a provider's list has as many as it has.
         return Err(ApiError::path_not_found());
     };
     let (parts, body) = upstream.into_parts();
