@@ -6,8 +6,9 @@
 #
 #   benches/copy.sh                     # everything, ~5 minutes
 #   SIZES="100 1024" benches/copy.sh    # the sizes copied into files, in MiB
-#   S3_SIZES="" benches/copy.sh         # no S3 (default "100 300": moto, installed
-#                                       # by .ci/moto under the target dir, is slow)
+#   S3_SIZES="100" benches/copy.sh      # the sizes copied into S3 (moto, installed by
+#                                       # .ci/moto under the target dir); default: SIZES;
+#                                       # "" for none
 #   REPEAT=5 benches/copy.sh            # copies (and curl downloads) per size
 #   KEEP_WORK=1 benches/copy.sh         # keep the run's /tmp directory
 #
@@ -20,8 +21,9 @@
 # `copies` row polled until it is `stored`. The copy's time is the ledger's own:
 # `finished_ms - created_ms` (from the completion recorded to the copy recorded
 # stored). Alternating with the copies, `curl -o` downloads the same URL from the same
-# upstream into the same file system: the baseline. Medians of REPEAT; the RSS growth
-# (VmHWM during the copy minus VmRSS before it) is the largest of the REPEAT.
+# upstream into the same file system: the baseline. Medians of REPEAT (each listed);
+# the RSS growth (VmHWM during the copy minus VmRSS before it) of the first copy, which
+# includes what a fresh gateway allocates once, and the largest of the others.
 #
 # S3: the same copies into moto (an S3 server in Python), each object deleted once
 # measured. Its throughput is moto's; the gateway's CPU per GB and RSS are the
@@ -40,7 +42,7 @@ cd "$(dirname "$0")/.."
 source benches/lib.sh
 
 SIZES=${SIZES-"100 300 1024"}   # MiB, into files
-S3_SIZES=${S3_SIZES-"100 300"}  # MiB, into S3 (moto); empty: none
+S3_SIZES=${S3_SIZES-$SIZES}     # MiB, into S3 (moto); empty: none
 REPEAT=${REPEAT:-3}
 SERVE_SIZE=${SERVE_SIZE:-100}   # MiB, one of SIZES; 0: no serving section
 DURATION=${DURATION:-10}        # seconds per serving run
@@ -99,6 +101,18 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else
 median() { printf '%s\n' "$@" | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 maximum() { printf '%s\n' "$@" | sort -n | tail -1; }
 mib() { awk -v k="$1" 'BEGIN { printf "%.1f", k / 1024 }'; }
+seconds() { awk -v ms="$1" 'BEGIN { printf "%.2f", ms / 1000 }'; }
+# "median (each)" of the throughputs of copies of $1 bytes that took $2.. ms.
+each_mb_per_s() {
+  local b=$1 all=() x; shift
+  for x in "$@"; do all+=("$(mb_per_s "$b" "$x")"); done
+  echo "$(mb_per_s "$b" "$(median "$@")") ($(printf '%s ' "${all[@]}" | sed 's/ $//'))"
+}
+# The RSS growth (kB) of the first copy, and the largest of the others, in MiB.
+growths() {
+  local first=$1; shift
+  echo "$(mib "$first") / $( (( $# > 0 )) && mib "$(maximum "$@")" || echo -)"
+}
 
 # --- upstream and gateway -----------------------------------------------------------
 key_sha=$(printf %s "$KEY" | sha256sum | cut -d' ' -f1)
@@ -273,7 +287,7 @@ for size in $SIZES; do
     fi
   done
   m=$(median "${ms[@]}") t=$(median "${ticks[@]}") cm=$(median "${curl_ms[@]}") ct=$(median "${curl_ticks[@]}")
-  FILE_ROWS+=("| $size MiB | $(awk -v ms="$m" 'BEGIN { printf "%.2f", ms / 1000 }') | $(mb_per_s "$bytes" "$m") | $(mb_per_s "$bytes" "$cm") | $(ratio "$cm" "$m") | $(s_per_gb "$t" "$bytes") | $(s_per_gb "$ct" "$bytes") | $(mib "$rss_idle") | $(mib "$(maximum "${growth[@]}")") ($(printf '%s ' "${growth[@]}" | sed 's/ $//') kB) |")
+  FILE_ROWS+=("| $size MiB | $(seconds "$m") | $(each_mb_per_s "$bytes" "${ms[@]}") | $(each_mb_per_s "$bytes" "${curl_ms[@]}") | $(ratio "$cm" "$m") | $(s_per_gb "$t" "$bytes") | $(s_per_gb "$ct" "$bytes") | $(mib "$rss_idle") | $(growths "${growth[@]}") |")
   stop "$UP_PID"
   if (( size == SERVE_SIZE )); then
     SERVE_GW_PID=$GW_PID SERVE_GW_ADDR=$GW_ADDR
@@ -328,7 +342,7 @@ if [[ -n ${S3_SIZES// /} ]]; then
       done
       rm -f "$WORK/put.bin"
       m=$(median "${ms[@]}") t=$(median "${ticks[@]}") pm=$(median "${put_ms[@]}")
-      S3_ROWS+=("| $size MiB | $(awk -v ms="$m" 'BEGIN { printf "%.2f", ms / 1000 }') | $(mb_per_s "$bytes" "$m") | $(mb_per_s "$bytes" "$pm") | $(ratio "$pm" "$m") | $(s_per_gb "$t" "$bytes") | $(mib "$rss_idle") | $(mib "$(maximum "${growth[@]}")") ($(printf '%s ' "${growth[@]}" | sed 's/ $//') kB) |")
+      S3_ROWS+=("| $size MiB | $(seconds "$m") | $(each_mb_per_s "$bytes" "${ms[@]}") | $(each_mb_per_s "$bytes" "${put_ms[@]}") | $(ratio "$pm" "$m") | $(s_per_gb "$t" "$bytes") | $(mib "$rss_idle") | $(growths "${growth[@]}") |")
       stop "$UP_PID"
       stop "$GW_PID"
     done
@@ -439,20 +453,20 @@ fi
   if (( ${#FILE_ROWS[@]} > 0 )); then
   echo "### Copies into files (median of $REPEAT; MB = 10^6 bytes)"
   echo
-  echo "Copy: from the completion recorded to the copy recorded \`stored\` (the ledger's times), through the gateway's guarded client, SHA-256 on the way, into \`[storage] url = \"file://…\"\`. curl: \`curl -o\` of the same URL from the same upstream into the same file system. RSS growth: VmHWM during a copy minus VmRSS before it, the largest of the $REPEAT (each listed, kB; the first copy of a fresh gateway included)."
+  echo "Copy: from the completion recorded to the copy recorded \`stored\` (the ledger's times), through the gateway's guarded client, SHA-256 on the way, into \`[storage] url = \"file://…\"\`. curl: \`curl -o\` of the same URL from the same upstream into the same file system. MB/s: the median, then each run. RSS growth: VmHWM during a copy minus VmRSS before it, for the first copy of a fresh gateway (which includes what the gateway allocates once) / the largest of the other $(( REPEAT - 1 ))."
   echo
-  echo "| size | copy s | copy MB/s | curl MB/s | copy/curl | gateway CPU s/GB | curl CPU s/GB | gateway RSS idle MiB | peak RSS growth MiB |"
-  echo "|---|---:|---:|---:|---:|---:|---:|---:|---|"
+  echo "| size | copy s | copy MB/s | curl MB/s | copy/curl | gateway CPU s/GB | curl CPU s/GB | gateway RSS idle MiB | RSS growth MiB, first / others |"
+  echo "|---|---:|---|---|---:|---:|---:|---:|---|"
   printf '%s\n' "${FILE_ROWS[@]}"
   echo
   fi
   if (( ${#S3_ROWS[@]} > 0 )); then
   echo "### Copies into S3: moto $MOTO_VERSION on loopback (median of $REPEAT)"
   echo
-  echo "Multipart uploads of 5 MiB parts into moto, a Python server: the time and throughput are moto's, not the gateway's. Baseline: one \`curl -T\` PUT (SigV4) of the same bytes into moto. The gateway's CPU per GB and RSS growth are its own."
+  echo "Multipart uploads of 5 MiB parts into moto, a Python server: the time and throughput are moto's, not the gateway's. Baseline: one \`curl -T\` PUT (SigV4) of the same bytes into moto. The gateway's CPU per GB and RSS growth are its own. MB/s and RSS growth as above."
   echo
-  echo "| size | copy s | copy MB/s | moto single PUT MB/s | copy/PUT | gateway CPU s/GB | gateway RSS idle MiB | peak RSS growth MiB |"
-  echo "|---|---:|---:|---:|---:|---:|---:|---|"
+  echo "| size | copy s | copy MB/s | moto single PUT MB/s | copy/PUT | gateway CPU s/GB | gateway RSS idle MiB | RSS growth MiB, first / others |"
+  echo "|---|---:|---|---|---:|---:|---:|---|"
   printf '%s\n' "${S3_ROWS[@]}"
   echo
   fi
