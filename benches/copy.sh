@@ -4,7 +4,7 @@
 # serving the stored result through its signed link, whole and by 1 MiB ranges,
 # against nginx serving the same file from disk.
 #
-#   benches/copy.sh                     # everything, ~5 minutes
+#   benches/copy.sh                     # everything, ~3 minutes after the build
 #   SIZES="100 1024" benches/copy.sh    # the sizes copied into files, in MiB
 #   S3_SIZES="100" benches/copy.sh      # the sizes copied into S3 (moto, installed by
 #                                       # .ci/moto under the target dir); default: SIZES;
