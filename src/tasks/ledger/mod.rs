@@ -38,11 +38,11 @@ use self::store::{Clock, PerEngine, Store, params};
 pub use self::copies::{CopyOutcome, StoredResult};
 pub use self::deliveries::{Delivery, DeliveryBacklog, DeliveryOutcome, PutBack};
 pub use self::error::LedgerError;
-pub use self::store::Leased;
 pub use self::record::{
     Admission, Answer, Created, Cursor, MAX_TASK_SECONDS, NewTask, Page, State, TaskRecord,
     UsageRow, fingerprint,
 };
+pub use self::store::Leased;
 use crate::config::Endpoint;
 use crate::tasks::{TaskState, TaskStatus};
 
