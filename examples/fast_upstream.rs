@@ -9,6 +9,12 @@
 //!
 //! `GET /_stats` (not counted) answers `{"requests":N,"submits":N,"queries":N}`.
 //!
+//! `GET /media/{N}.bin` streams N bytes (a 64 KiB pattern repeated, with its
+//! `Content-Length`), made on the way and never held whole: the result a copy
+//! benchmark downloads (benches/copy.sh). With `--result-bytes N` a completed task's
+//! links point there (`http://{its own address}/media/{N}.bin`); without it they are
+//! the simulator's (`https://media.example.com/…`), which lead nowhere.
+//!
 //! ```text
 //! cargo run --release --example fast_upstream -- --listen 127.0.0.1:0
 //! ```
@@ -22,7 +28,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, Limited, StreamBody};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::TokioIo;
@@ -32,6 +39,10 @@ use tokio::net::TcpListener;
 mod cli;
 
 const TASKS: &str = "/v2/model-center/tasks";
+/// The pattern a media body repeats, and the size of its frames.
+const MEDIA_CHUNK: usize = 64 * 1024;
+
+type Body = BoxBody<Bytes, Infallible>;
 
 #[derive(Default)]
 struct Stats {
@@ -47,6 +58,15 @@ struct Timing {
     processing_ms: u64,
 }
 
+/// What the server answers with, beside the counters.
+struct Settings {
+    timing: Timing,
+    /// `--result-bytes`: a completed task's link, to this server's own media.
+    result_url: Option<String>,
+    /// The bytes media bodies are cut from.
+    pattern: Bytes,
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let listen = cli::listen(&args);
@@ -54,18 +74,27 @@ fn main() {
         queued_ms: cli::number(&args, "--queued-ms", 3_600_000),
         processing_ms: cli::number(&args, "--processing-ms", 3_600_000),
     };
+    let result_bytes =
+        cli::arg(&args, "--result-bytes").map(|v| v.parse::<u64>().expect("--result-bytes"));
     let threads: usize = cli::number(&args, "--threads", 1);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads)
         .enable_all()
         .build()
         .expect("runtime");
-    runtime.block_on(serve(listen, timing));
+    runtime.block_on(serve(listen, timing, result_bytes));
 }
 
-async fn serve(listen: SocketAddr, timing: Timing) {
+async fn serve(listen: SocketAddr, timing: Timing, result_bytes: Option<u64>) {
     let listener = TcpListener::bind(listen).await.expect("bind");
-    println!("listening on {}", listener.local_addr().expect("address"));
+    let addr = listener.local_addr().expect("address");
+    println!("listening on {addr}");
+    let pattern: Vec<u8> = (0..MEDIA_CHUNK).map(|i| (i % 251) as u8).collect();
+    let settings = Arc::new(Settings {
+        timing,
+        result_url: result_bytes.map(|n| format!("http://{addr}/media/{n}.bin")),
+        pattern: Bytes::from(pattern),
+    });
     let stats = Arc::new(Stats::default());
     loop {
         let Ok((stream, _)) = listener.accept().await else {
@@ -73,10 +102,12 @@ async fn serve(listen: SocketAddr, timing: Timing) {
         };
         let _ = stream.set_nodelay(true);
         let stats = stats.clone();
+        let settings = settings.clone();
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |req| {
                 let stats = stats.clone();
-                async move { Ok::<_, Infallible>(handle(req, &stats, timing).await) }
+                let settings = settings.clone();
+                async move { Ok::<_, Infallible>(handle(req, &stats, &settings).await) }
             });
             let _ = http1::Builder::new()
                 .serve_connection(TokioIo::new(stream), service)
@@ -91,8 +122,8 @@ fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-fn reply(status: StatusCode, body: String) -> Response<Full<Bytes>> {
-    let mut resp = Response::new(Full::new(Bytes::from(body)));
+fn reply(status: StatusCode, body: String) -> Response<Body> {
+    let mut resp = Response::new(Full::new(Bytes::from(body)).boxed());
     *resp.status_mut() = status;
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -101,7 +132,7 @@ fn reply(status: StatusCode, body: String) -> Response<Full<Bytes>> {
     resp
 }
 
-async fn handle(req: Request<Incoming>, stats: &Stats, timing: Timing) -> Response<Full<Bytes>> {
+async fn handle(req: Request<Incoming>, stats: &Stats, settings: &Settings) -> Response<Body> {
     if req.uri().path() == "/_stats" {
         return reply(
             StatusCode::OK,
@@ -144,8 +175,9 @@ async fn handle(req: Request<Incoming>, stats: &Stats, timing: Timing) -> Respon
         }
         (&Method::GET, p) if p.len() > TASKS.len() + 1 && p.starts_with(TASKS) => {
             stats.queries.fetch_add(1, Ordering::Relaxed);
-            query(&p[TASKS.len() + 1..], timing, now_ms())
+            query(&p[TASKS.len() + 1..], settings, now_ms())
         }
+        (&Method::GET, p) if p.starts_with("/media/") => media(p, &settings.pattern),
         _ => reply(
             StatusCode::NOT_FOUND,
             r#"{"error":{"message":"not found"}}"#.into(),
@@ -153,7 +185,35 @@ async fn handle(req: Request<Incoming>, stats: &Stats, timing: Timing) -> Respon
     }
 }
 
-fn query(id: &str, timing: Timing, now_ms: u64) -> Response<Full<Bytes>> {
+/// `/media/{N}.bin`: N bytes of the pattern, streamed in frames of its size.
+fn media(path: &str, pattern: &Bytes) -> Response<Body> {
+    let Some(len) = path
+        .strip_prefix("/media/")
+        .and_then(|p| p.strip_suffix(".bin"))
+        .and_then(|n| n.parse::<u64>().ok())
+    else {
+        return reply(
+            StatusCode::NOT_FOUND,
+            r#"{"error":{"message":"not found"}}"#.into(),
+        );
+    };
+    let chunk = pattern.len() as u64;
+    let (whole, rest) = (len / chunk, (len % chunk) as usize);
+    let frames = std::iter::repeat_n(pattern.clone(), whole as usize)
+        .chain((rest > 0).then(|| pattern.slice(..rest)))
+        .map(|b| Ok::<_, Infallible>(http_body::Frame::data(b)));
+    let mut resp = Response::new(StreamBody::new(futures_util::stream::iter(frames)).boxed());
+    let h = resp.headers_mut();
+    h.insert(header::CONTENT_LENGTH, header::HeaderValue::from(len));
+    h.insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/octet-stream"),
+    );
+    resp
+}
+
+fn query(id: &str, settings: &Settings, now_ms: u64) -> Response<Body> {
+    let timing = settings.timing;
     let Some(task) = SimTask::parse(id) else {
         return reply(
             StatusCode::NOT_FOUND,
@@ -171,7 +231,10 @@ fn query(id: &str, timing: Timing, now_ms: u64) -> Response<Full<Bytes>> {
             } else {
                 ("video_url", "mp4")
             };
-            let url = format!("https://media.example.com/mediagate-sim/{id}.{ext}");
+            let url = match &settings.result_url {
+                Some(url) => url.clone(),
+                None => format!("https://media.example.com/mediagate-sim/{id}.{ext}"),
+            };
             format!(
                 r#"{{"id":"{id}","object":"{object}","status":"completed","created":{created_s},"progress":100,"urls":["{url}"],"error":null,"{field}":"{url}"}}"#
             )
