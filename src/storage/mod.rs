@@ -16,7 +16,9 @@ use futures_util::StreamExt;
 use http_body::Body;
 use http_body_util::BodyExt;
 use object_store::path::Path as ObjectPath;
-use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt, WriteMultipart};
+use object_store::{
+    GetOptions, GetRange, GetResultPayload, ObjectStore, ObjectStoreExt, WriteMultipart,
+};
 
 /// Where results are kept, from `[storage] url`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -225,10 +227,10 @@ impl Storage {
         let got = self.store.get_opts(&ObjectPath::from(key), options).await?;
         let size = got.meta.size;
         let range = got.range.clone();
-        let body = got
-            .into_stream()
-            .map(|r| r.map_err(StorageError::from))
-            .boxed();
+        let body = match got.payload {
+            GetResultPayload::File(file, _) => file_stream(file, range.clone())?,
+            GetResultPayload::Stream(s) => s.map(|r| r.map_err(StorageError::from)).boxed(),
+        };
         Ok(Read { size, range, body })
     }
 
@@ -239,6 +241,30 @@ impl Storage {
             Err(e) => Err(e.into()),
         }
     }
+}
+
+/// Bytes read from a local file at once when serving it.
+const FILE_READ_BYTES: usize = 256 * 1024;
+
+/// The bytes of `range` of a stored file, `FILE_READ_BYTES` per read. object_store's
+/// own stream of a local file reads 8 KiB per hand-off to the blocking pool: serving a
+/// stored result that way ran at a tenth of nginx's rate, the gateway's time mostly
+/// in the scheduler (BENCHMARKS.md, the copy benchmark).
+fn file_stream(
+    mut file: std::fs::File,
+    range: Range<u64>,
+) -> Result<futures_util::stream::BoxStream<'static, Result<Bytes, StorageError>>, StorageError> {
+    use std::io::{Seek, SeekFrom};
+    use tokio::io::AsyncReadExt;
+    let unavailable = |e: std::io::Error| StorageError::Unavailable(e.to_string());
+    file.seek(SeekFrom::Start(range.start))
+        .map_err(unavailable)?;
+    let reader = tokio::fs::File::from_std(file).take(range.end - range.start);
+    Ok(
+        tokio_util::io::ReaderStream::with_capacity(reader, FILE_READ_BYTES)
+            .map(move |chunk| chunk.map_err(unavailable))
+            .boxed(),
+    )
 }
 
 /// An endpoint the operator named with `http://` (MinIO, Ceph on a private network):
