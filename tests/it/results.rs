@@ -8,9 +8,9 @@ use http::Method;
 use serde_json::json;
 
 use crate::support::{
-    Answer, DEMO, DEMO2, Fake, Gateway, Http, MODEL_CENTER, Routes, assert_error, completed_with,
-    eventually, expire, family, model_center_provider, operator, path_of, sha256, shipped_routes,
-    stored,
+    Answer, DEMO, DEMO2, Fake, Gateway, Http, MODEL_CENTER, Proc, Routes, assert_error,
+    completed_with, eventually, expire, family, model_center_provider, operator, path_of, sha256,
+    shipped_routes, stored,
 };
 
 /// A task of `m1` submitted with the demo key: the client, and the task's id.
@@ -534,4 +534,47 @@ async fn the_shipped_simulators_media_are_kept_and_served_by_signed_links() {
         assert_eq!(served.header("content-type"), Some(content_type));
         assert_eq!(r.body, served.body, "{model}");
     }
+}
+
+/// `kill -9` while a copy is under way: after the restart, once the dead process's
+/// lease has run out, the copy is made again and the stored file is whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_cut_by_kill_9_is_made_again_whole_after_a_restart() {
+    let bytes = media(2_000_000);
+    let fake = completed_with(&[("/media/a.mp4", bytes.clone())]).await;
+    // The download hangs: the copy is under way when the process dies.
+    let held = fake.hold(
+        "GET /media/a.mp4",
+        Answer::raw(200, "video/mp4", bytes.clone()),
+    );
+    // A copy may take a second here, so its lease (twice that) runs out soon after.
+    let routes = Routes::upstream(&fake.url(), "")
+        .storage(FILES)
+        .render()
+        .replace(
+            "[storage]\nurl = \"file://.mediagate/media\"",
+            "[storage]\nurl = \"file://.mediagate/media\"\ncopy_timeout_ms = 1000",
+        );
+    let mut gw = Proc::start(routes).await;
+    let http = gw.client();
+    let id = http
+        .submit_id(MODEL_CENTER, DEMO, &json!({"model": "m1", "prompt": "p"}))
+        .await;
+    assert_eq!(
+        http.query(MODEL_CENTER, DEMO, &id).await["status"],
+        "completed"
+    );
+    held.arrived(1).await;
+    gw.restart().await;
+    held.release();
+    let ledger = gw.dir().path().join(".mediagate/ledger.db");
+    eventually("the copy is made again", async || {
+        stored(&ledger).1.as_deref() == Some("stored")
+    })
+    .await;
+    let (results, _) = stored(&ledger);
+    assert_eq!(results.len(), 1);
+    assert_eq!(results[0].3, sha256(&bytes));
+    let kept = std::fs::read(gw.dir().path().join(".mediagate/media/results/1/0")).unwrap();
+    assert_eq!(kept, bytes, "the stored file is whole");
 }
