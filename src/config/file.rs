@@ -327,6 +327,18 @@ impl Default for StorageConfig {
     }
 }
 
+/// Whether `url` can be a base of the links clients get (`public_base_url`): http or
+/// https, a host, no query. A trailing `/` is allowed (and trimmed where it is used).
+pub fn is_base_url(url: &str) -> bool {
+    url.trim_end_matches('/')
+        .parse::<http::Uri>()
+        .is_ok_and(|u| {
+            matches!(u.scheme_str(), Some("http" | "https"))
+                && u.host().is_some()
+                && u.query().is_none()
+        })
+}
+
 /// The background tracker: it follows every unfinished task in the ledger until it is
 /// completed or failed, so that long-polling clients learn the outcome at once.
 #[derive(Debug, Deserialize, Clone)]

@@ -35,7 +35,6 @@ pub fn make_public(
         .is_some_and(|m| m.results.keep_days.is_some());
     if kept && !state.urls.is_empty() {
         let configured = snapshot.storage.public_base_url.as_deref();
-        let configured = configured.map(|u| u.trim_end_matches('/'));
         let configured = configured.or(content_step.flatten());
         let base = content_link(configured, client_base, endpoint, id);
         // A content step gives the one result it knows.

@@ -13,7 +13,7 @@ use super::answer::{Refusal, Step};
 use super::jq::from_json;
 use super::plan::RequestPlan;
 use super::{Call, Provider};
-use crate::config::{ContentConfig, Scope};
+use crate::config::{ContentConfig, Scope, is_base_url};
 use crate::outbound::client;
 
 /// The content request that needs our key: `.` is `{"urls": […]}`, `$id` the upstream id.
@@ -30,18 +30,11 @@ impl ContentPlan {
             .public_base_url
             .as_ref()
             .map(|u| u.trim_end_matches('/').to_string());
-        if let Some(url) = &public_base_url {
-            let ok = url.parse::<http::Uri>().is_ok_and(|u| {
-                matches!(u.scheme_str(), Some("http" | "https"))
-                    && u.host().is_some()
-                    && u.query().is_none()
-            });
-            if !ok {
-                at.push(
-                    "public_base_url",
-                    "must be an http:// or https:// URL without a query",
-                );
-            }
+        if public_base_url.as_deref().is_some_and(|u| !is_base_url(u)) {
+            at.push(
+                "public_base_url",
+                "must be an http:// or https:// URL without a query",
+            );
         }
         Some(Self {
             request: request?,

@@ -23,7 +23,8 @@ use crate::FastMap;
 use crate::access::{KeyLimits, KeyRing};
 use crate::config::{
     Endpoint, LedgerConfig, LoadError, Problems, RoutesFile, Scope, ServerConfig, SimulatorConfig,
-    StorageConfig, TasksConfig, TrackerConfig, WebhooksConfig, config_dir, read_routes,
+    StorageConfig, TasksConfig, TrackerConfig, WebhooksConfig, config_dir, is_base_url,
+    read_routes,
 };
 use crate::edge;
 use crate::models::Model;
@@ -166,7 +167,15 @@ impl Snapshot {
             ledger_url: ledger?,
             ledger: file.ledger,
             storage_url: storage_url?,
-            storage: file.storage,
+            storage: StorageConfig {
+                // Trimmed once here, not in every link made.
+                public_base_url: file
+                    .storage
+                    .public_base_url
+                    .as_deref()
+                    .map(|u| u.trim_end_matches('/').to_string()),
+                ..file.storage
+            },
             tracker: file.tracker,
             webhooks: Webhooks {
                 settings: file.webhooks,
@@ -212,14 +221,11 @@ fn storage_url(
     if cfg.max_in_flight == 0 {
         at.push("max_in_flight", "must be at least 1");
     }
-    let base_ok = |u: &str| {
-        u.trim_end_matches('/').parse::<http::Uri>().is_ok_and(|u| {
-            matches!(u.scheme_str(), Some("http" | "https"))
-                && u.host().is_some()
-                && u.query().is_none()
-        })
-    };
-    if cfg.public_base_url.as_deref().is_some_and(|u| !base_ok(u)) {
+    if cfg
+        .public_base_url
+        .as_deref()
+        .is_some_and(|u| !is_base_url(u))
+    {
         at.push(
             "public_base_url",
             "must be an http:// or https:// URL without a query",

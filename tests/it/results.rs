@@ -259,12 +259,10 @@ async fn stored_results_are_served_by_signed_links_after_the_provider_dropped_th
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_signed_link_is_refused_when_tampered_with_used_elsewhere_or_expired() {
     let fake = completed_with(&[("/media/a.mp4", b"bytes".to_vec())]).await;
-    let routes = Routes::upstream(&fake.url(), "").storage(FILES);
     // Links that last one second.
-    let routes = routes.render().replace(
-        "[storage]\nurl = \"file://.mediagate/media\"",
-        "[storage]\nurl = \"file://.mediagate/media\"\nlink_ttl_secs = 1",
-    );
+    let routes = Routes::upstream(&fake.url(), "")
+        .storage(FILES)
+        .storage_setting("link_ttl_secs = 1");
     let gw = Gateway::start(routes).await;
     let (http, id) = submitted(&gw).await;
     let other = http
@@ -456,10 +454,9 @@ async fn an_unfinished_task_without_a_cancel_step_is_not_deleted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn links_to_kept_results_start_with_the_configured_public_base() {
     let fake = completed_with(&[("/media/a.mp4", b"bytes".to_vec())]).await;
-    let routes = Routes::upstream(&fake.url(), "").storage(FILES).render().replace(
-        "[storage]\nurl = \"file://.mediagate/media\"",
-        "[storage]\nurl = \"file://.mediagate/media\"\npublic_base_url = \"https://media.example.com/\"",
-    );
+    let routes = Routes::upstream(&fake.url(), "")
+        .storage(FILES)
+        .storage_setting("public_base_url = \"https://media.example.com/\"");
     let gw = Gateway::start(routes).await;
     let (http, id) = submitted(&gw).await;
     let task = http.query(MODEL_CENTER, DEMO, &id).await;
@@ -550,11 +547,7 @@ async fn a_copy_cut_by_kill_9_is_made_again_whole_after_a_restart() {
     // A copy may take a second here, so its lease (twice that) runs out soon after.
     let routes = Routes::upstream(&fake.url(), "")
         .storage(FILES)
-        .render()
-        .replace(
-            "[storage]\nurl = \"file://.mediagate/media\"",
-            "[storage]\nurl = \"file://.mediagate/media\"\ncopy_timeout_ms = 1000",
-        );
+        .storage_setting("copy_timeout_ms = 1000");
     let mut gw = Proc::start(routes).await;
     let http = gw.client();
     let id = http

@@ -9,7 +9,7 @@ use serde_json::json;
 use crate::support::s3::{self, BUCKET, S3};
 use crate::support::{
     ConfigDir, DEMO, Fake, MODEL_CENTER, Postgres, Proc, Routes, completed_with, eventually,
-    expire, free_port, path_of, replace_once, sha256, stored,
+    expire, free_port, path_of, sha256, stored,
 };
 
 /// Where the gateway keeps results: a prefix in the test server's bucket.
@@ -194,12 +194,9 @@ async fn a_copy_waits_for_unreachable_storage_and_completes_once_it_is_back() {
     // object_store retries a refused connection itself for up to a few minutes; a
     // short copy_timeout_ms abandons the attempt sooner, so that the copier's own
     // backoff (2 s, then 4 s, …) is seen within the test's patience.
-    let url = storage_url();
-    let routes = replace_once(
-        &routes(&fake).render(),
-        &format!("url = {url:?}"),
-        &format!("url = {url:?}\ncopy_timeout_ms = 1500"),
-    );
+    let routes = routes(&fake)
+        .storage_setting("copy_timeout_ms = 1500")
+        .render();
     let gw = gateway(ConfigDir::new(routes), port).await;
     let id = completed_task(&gw).await;
     let ledger = gw.dir().path().join(".mediagate/ledger.db");

@@ -68,6 +68,7 @@ pub struct Routes {
     providers: Vec<String>,
     families: Vec<String>,
     storage: Option<String>,
+    storage_settings: Vec<String>,
 }
 
 impl Routes {
@@ -120,6 +121,12 @@ impl Routes {
         self
     }
 
+    /// Lines added to `[storage]`, after its `url`.
+    pub fn storage_setting(mut self, line: &str) -> Self {
+        self.storage_settings.push(line.to_string());
+        self
+    }
+
     /// Lines added to the `demo` key (sk-demo), e.g. its own `limits`.
     pub fn demo_key(mut self, lines: &str) -> Self {
         self.demo_key.push(lines.to_string());
@@ -165,6 +172,7 @@ processing_ms = 100
 
 [storage]
 url = "{storage}"
+{storage_settings}
 
 {top}
 
@@ -184,6 +192,7 @@ sha256 = "{demo2}"
             server = self.server.join("\n"),
             top = self.top.join("\n"),
             storage = self.storage.as_deref().unwrap_or("none"),
+            storage_settings = self.storage_settings.join("\n"),
             demo = sha256_hex(DEMO),
             demo_key = self.demo_key.join("\n"),
             demo2 = sha256_hex(DEMO2),
