@@ -160,27 +160,7 @@ max_concurrent_requests = 0
 name = "bench"
 sha256 = "$key_sha"
 
-[providers.fast]
-base_url = "http://$UP_ADDR"
-connect_timeout_ms = 1000
-submit_timeout_ms = 10000
-query_timeout_ms = 5000
-
-[providers.fast.submit]
-path = '"/v2/model-center/tasks"'
-query = '{kind: \$kind}'
-body = '{model: \$upstream_model} + .'
-id = '.id'
-status = '.status'
-
-[providers.fast.query]
-path = '"/v2/model-center/tasks/\(\$id | @uri)"'
-status = '.status'
-status_map = { queued = "queued", processing = "processing", completed = "completed", failed = "failed" }
-progress = '.progress'
-urls = '.urls'
-error_code = '.error.code'
-error_message = '.error.message'
+$(fast_provider "http://$UP_ADDR")
 
 [schemas.video]
 required = ["prompt"]

@@ -55,3 +55,31 @@ cpu_model() {
       printf "%s%s", name, id != "" ? " (" id ")" : ""
     }'
 }
+
+# The routes block of the provider `fast`: examples/fast_upstream.rs (the simulator's
+# protocol) at $1.
+fast_provider() {
+  cat <<EOF
+[providers.fast]
+base_url = "$1"
+connect_timeout_ms = 1000
+submit_timeout_ms = 10000
+query_timeout_ms = 5000
+
+[providers.fast.submit]
+path = '"/v2/model-center/tasks"'
+query = '{kind: \$kind}'
+body = '{model: \$upstream_model} + .'
+id = '.id'
+status = '.status'
+
+[providers.fast.query]
+path = '"/v2/model-center/tasks/\(\$id | @uri)"'
+status = '.status'
+status_map = { queued = "queued", processing = "processing", completed = "completed", failed = "failed" }
+progress = '.progress'
+urls = '.urls'
+error_code = '.error.code'
+error_message = '.error.message'
+EOF
+}
