@@ -52,6 +52,18 @@ pub const WEBHOOK_ATTEMPT_RESULTS: [&str; 6] = [
 pub const WEBHOOK_PUT_BACK_REASONS: [&str; 3] =
     ["receiver_cooling_down", "receiver_busy", "key_busy"];
 
+/// The metrics of per-key limits shared through Redis.
+#[derive(Clone, Debug, Default)]
+pub struct SharedMetrics {
+    /// 1 while Redis answers (or limits are not shared), 0 while this replica decides
+    /// alone.
+    pub available: Gauge,
+    /// Times Redis stopped answering.
+    pub outages: Counter,
+    /// Requests whose limits this replica decided alone.
+    pub decided_locally: Counter,
+}
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 /// Every metric of the gateway.
@@ -94,6 +106,9 @@ pub struct Metrics {
     /// Stored results deleted after their `keep_days`.
     pub results_expired: Counter,
     result_copy_seconds: Histogram,
+    /// Per-key limits shared through Redis: whether it answers, and what was
+    /// decided without it.
+    pub shared_limits: SharedMetrics,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -144,12 +159,14 @@ impl Metrics {
             results_expired: Counter::default(),
             // 50 ms … ~14 min: a small image to a large video.
             result_copy_seconds: Histogram::new(exponential_buckets(0.05, 2.0, 15)),
+            shared_limits: SharedMetrics::default(),
         };
         metrics.register_serving();
         metrics.register_tasks();
         metrics.register_webhooks();
         metrics.register_results();
         metrics.create_series();
+        metrics.shared_limits.available.set(1);
         metrics
     }
 
@@ -200,6 +217,18 @@ impl Metrics {
             "tls_handshake_failures",
             "TLS handshakes that failed or timed out",
             self.tls_handshake_failures.clone(),
+        );
+        let shared = &self.shared_limits;
+        registry.register("shared_limits_available", "1 while the Redis of [limits] shared answers (or limits are not shared), 0 while this replica applies its local_share alone", shared.available.clone());
+        registry.register(
+            "shared_limits_outages",
+            "Times the Redis of [limits] shared stopped answering this replica",
+            shared.outages.clone(),
+        );
+        registry.register(
+            "shared_limits_decided_locally",
+            "Requests whose per-key limits this replica decided alone (local_share) because Redis did not answer",
+            shared.decided_locally.clone(),
         );
     }
 

@@ -82,6 +82,11 @@ pub async fn start(config: &Path) -> Result<Running, StartError> {
     tokio::spawn(crate::gateway::tracker::run(gateway.clone()));
     tokio::spawn(crate::gateway::deliveries::run(gateway.clone()));
     tokio::spawn(crate::gateway::copies::run(gateway.clone()));
+    if let Some(shared) = &gateway.shared_limits {
+        tracing::info!(server = %shared.settings().server(), "per-key limits shared through Redis");
+        // Not stopped by a drain: requests still in progress keep their leases.
+        tokio::spawn(shared.clone().keep_leases());
+    }
     let listeners = Listeners::bind(&snapshot.server)
         .await
         .map_err(|(addr, e)| StartError::Listen(addr, e))?;

@@ -16,6 +16,7 @@ use governor::{Quota, RateLimiter};
 use http::{HeaderMap, HeaderName, HeaderValue};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use super::shared::FleetLimits;
 use crate::FastMap;
 use crate::config::{LimitsConfig, Scope};
 
@@ -68,7 +69,7 @@ impl Bucket {
 }
 
 /// `x-ratelimit-*`: the burst, what is left of it, and when it is whole again.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RateHeaders {
     limit: u32,
     remaining: u32,
@@ -76,6 +77,14 @@ pub struct RateHeaders {
 }
 
 impl RateHeaders {
+    pub(super) fn new(limit: u32, remaining: u32, reset: Duration) -> Self {
+        Self {
+            limit,
+            remaining,
+            reset,
+        }
+    }
+
     fn allowed(state: &StateSnapshot, interval: Duration) -> Self {
         let limit = state.quota().burst_size().get();
         let remaining = state.remaining_burst_capacity();
@@ -94,9 +103,11 @@ impl RateHeaders {
     }
 }
 
-/// The limits of one key.
+/// The limits of one key. With shared limits, the buckets and the cap here are this
+/// replica's share, used while Redis does not answer; `fleet` is the whole.
 pub struct KeyLimiter {
     settings: LimitsConfig,
+    fleet: Option<FleetLimits>,
     all: Option<Bucket>,
     submit: Option<Bucket>,
     in_progress: Option<Arc<Semaphore>>,
@@ -181,7 +192,7 @@ impl KeyLimiter {
         let submit = settings.submit_rate_per_second.and_then(|rate| {
             let burst = settings
                 .submit_burst
-                .unwrap_or_else(|| rate.ceil().clamp(1.0, u32::MAX as f64) as u32);
+                .unwrap_or_else(|| submit_burst_of(rate));
             Bucket::new(rate, burst)
         });
         // Capped for the same reason: tokio panics above its maximum.
@@ -191,10 +202,37 @@ impl KeyLimiter {
         });
         Self {
             settings,
+            fleet: None,
             all,
             submit,
             in_progress,
         }
+    }
+
+    /// The limits of key `name` shared by the fleet, with `local_share` of each for
+    /// this replica alone.
+    pub fn shared(settings: LimitsConfig, name: &str, local_share: f64) -> Self {
+        let submit = settings.submit_rate_per_second.map(|rate| {
+            let burst = settings
+                .submit_burst
+                .unwrap_or_else(|| submit_burst_of(rate));
+            (rate, burst)
+        });
+        let fleet = FleetLimits::new(
+            name,
+            Some((settings.rate_per_second, settings.burst)),
+            submit,
+            settings.max_concurrent_requests,
+        );
+        Self {
+            fleet: Some(fleet),
+            ..Self::new(share_of(&settings, local_share))
+        }
+    }
+
+    /// What the key's limits are for the whole fleet, when they are shared.
+    pub fn fleet(&self) -> Option<&FleetLimits> {
+        self.fleet.as_ref()
     }
 
     /// Admit one request: the rate headers to send and the in-progress permit to hold.
@@ -243,6 +281,32 @@ impl KeyLimiter {
     }
 }
 
+/// The submit burst when none is set: the submit rate rounded up.
+fn submit_burst_of(rate: f64) -> u32 {
+    rate.ceil().clamp(1.0, u32::MAX as f64) as u32
+}
+
+/// `share` of each limit (at least 1 of each that is on), for one replica alone.
+fn share_of(settings: &LimitsConfig, share: f64) -> LimitsConfig {
+    let count = |n: u32| match n {
+        0 => 0,
+        n => (f64::from(n) * share).ceil().clamp(1.0, f64::from(n)) as u32,
+    };
+    LimitsConfig {
+        rate_per_second: settings.rate_per_second * share,
+        burst: count(settings.burst),
+        submit_rate_per_second: settings.submit_rate_per_second.map(|r| r * share),
+        submit_burst: Some(count(settings.submit_burst.unwrap_or_else(|| {
+            settings.submit_rate_per_second.map_or(0, submit_burst_of)
+        })))
+        .filter(|_| settings.submit_rate_per_second.is_some()),
+        max_concurrent_requests: match settings.max_concurrent_requests {
+            0 => 0,
+            n => ((n as f64) * share).ceil().clamp(1.0, n as f64) as usize,
+        },
+    }
+}
+
 /// The limiters of every configured key.
 #[derive(Debug, Default)]
 pub struct KeyLimits {
@@ -250,11 +314,23 @@ pub struct KeyLimits {
 }
 
 impl KeyLimits {
-    pub fn new(by_key: impl IntoIterator<Item = (Arc<str>, LimitsConfig)>) -> Self {
+    /// Each key's limits; `shared`: held by the fleet, with this share of each for
+    /// this replica alone.
+    pub fn new(
+        by_key: impl IntoIterator<Item = (Arc<str>, LimitsConfig)>,
+        shared: Option<f64>,
+    ) -> Self {
+        let limiter = |name: &str, s| match shared {
+            Some(share) => KeyLimiter::shared(s, name, share),
+            None => KeyLimiter::new(s),
+        };
         Self {
             by_key: by_key
                 .into_iter()
-                .map(|(k, s)| (k, Arc::new(KeyLimiter::new(s))))
+                .map(|(k, s)| {
+                    let l = limiter(&k, s);
+                    (k, Arc::new(l))
+                })
                 .collect(),
         }
     }
@@ -269,6 +345,7 @@ impl KeyLimits {
         for (name, limiter) in &mut self.by_key {
             if let Some(previous) = old.by_key.get(name)
                 && previous.settings == limiter.settings
+                && previous.fleet == limiter.fleet
             {
                 *limiter = previous.clone();
             }
@@ -390,10 +467,34 @@ mod tests {
 
     #[test]
     fn reload_keeps_state_of_unchanged_keys() {
-        let old = KeyLimits::new([("a".into(), settings(0.01, 1))]);
+        let old = KeyLimits::new([("a".into(), settings(0.01, 1))], None);
         assert!(old.get("a").unwrap().admit(false).is_ok());
-        let mut new = KeyLimits::new([("a".into(), settings(0.01, 1))]);
+        let mut new = KeyLimits::new([("a".into(), settings(0.01, 1))], None);
         new.inherit(&old);
         assert!(new.get("a").unwrap().admit(false).is_err());
+    }
+
+    #[test]
+    fn a_replica_alone_gets_its_share_of_each_limit() {
+        let mut s = settings(10.0, 10);
+        s.submit_rate_per_second = Some(3.0);
+        s.max_concurrent_requests = 4;
+        let half = share_of(&s, 0.5);
+        assert_eq!((half.rate_per_second, half.burst), (5.0, 5));
+        // The submit burst was the rate rounded up (3): half of it, rounded up.
+        assert_eq!(half.submit_rate_per_second, Some(1.5));
+        assert_eq!(half.submit_burst, Some(2));
+        assert_eq!(half.max_concurrent_requests, 2);
+        let tiny = share_of(&s, 0.01);
+        assert_eq!((tiny.burst, tiny.max_concurrent_requests), (1, 1));
+        let off = share_of(&settings(0.0, 0), 0.5);
+        assert_eq!((off.burst, off.max_concurrent_requests), (0, 0));
+        assert_eq!(off.submit_burst, None);
+        let l = KeyLimiter::shared(s, "k", 0.5);
+        assert!(l.fleet().is_some());
+        for _ in 0..5 {
+            assert!(l.admit(false).is_ok());
+        }
+        assert!(matches!(l.admit(false), Err(LimitExceeded::Rate { .. })));
     }
 }

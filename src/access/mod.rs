@@ -3,6 +3,8 @@
 
 pub mod keys;
 pub mod limits;
+pub mod shared;
 
 pub use self::keys::{ApiKey, KeyRing, key_digest};
 pub use self::limits::{KeyLimiter, KeyLimits, LimitExceeded, RateHeaders};
+pub use self::shared::{InProgress, SharedLimits, SharedSettings};

@@ -2,18 +2,18 @@
 //! requests in progress (`access::limits`), with `x-ratelimit-*` on every answer.
 //! Public routes (no key) pass.
 
+use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use http::Request;
+use http::{Request, Response};
 use http_body_util::BodyExt;
-use tokio::sync::OwnedSemaphorePermit;
 
 use super::context::Ctx;
 use super::routing::Route;
 use super::stack::{Next, Phase};
-use crate::access::LimitExceeded;
+use crate::access::{InProgress, LimitExceeded, RateHeaders};
 use crate::error::ApiError;
 use crate::gateway::Gateway;
 use crate::response::{BoxError, ResponseBody, ResponseFuture};
@@ -43,35 +43,62 @@ impl Phase for KeyLimit {
         let Some(limiter) = limiter else {
             return Box::pin(next.call((ctx, req)));
         };
-        let metrics = &self.gateway.metrics;
-        match limiter.admit(matches!(ctx.route, Route::Submit(_))) {
-            Ok((headers, permit)) => Box::pin(async move {
-                let Ok(mut resp) = next.call((ctx, req)).await;
+        let is_submit = matches!(ctx.route, Route::Submit(_));
+        let gateway = self.gateway.clone();
+        if let (Some(shared), Some(_)) = (&gateway.shared_limits, limiter.fleet()) {
+            // Asks Redis: the request waits at most `shared_timeout_ms` for it.
+            let shared = shared.clone();
+            return Box::pin(async move {
+                let fleet = limiter.fleet().expect("checked above");
+                let verdict = shared.admit(&limiter, fleet, is_submit).await;
+                answer(&gateway, verdict, || next.call((ctx, req))).await
+            });
+        }
+        let verdict = limiter
+            .admit(is_submit)
+            .map(|(h, permit)| (h, permit.map(|_permit| InProgress::Local { _permit })));
+        answer(&self.gateway, verdict, || next.call((ctx, req)))
+    }
+}
+
+type Verdict = Result<(Option<RateHeaders>, Option<InProgress>), LimitExceeded>;
+
+/// The inner answer (called only when admitted) with the rate headers and the slot
+/// held by its body, or the refusal.
+fn answer<F>(gateway: &Gateway, verdict: Verdict, inner: impl FnOnce() -> F) -> ResponseFuture
+where
+    F: Future<Output = Result<Response<ResponseBody>, Infallible>> + Send + 'static,
+{
+    match verdict {
+        Ok((headers, slot)) => {
+            let inner = inner();
+            Box::pin(async move {
+                let Ok(mut resp) = inner.await;
                 if let Some(h) = headers {
                     h.write(resp.headers_mut());
                 }
                 // A streamed download is in progress for as long as it streams: the
                 // slot goes with the body and is released when the body ends.
-                Ok(match permit {
+                Ok(match slot {
                     Some(slot) => resp.map(|body| HoldSlot { body, _slot: slot }.boxed()),
                     None => resp,
                 })
-            }),
-            Err(LimitExceeded::Rate {
-                which,
-                headers,
-                wait,
-            }) => {
-                metrics.rate_limited(which);
-                let mut resp = ApiError::rate_limited(wait).into_response();
-                headers.write(resp.headers_mut());
-                Box::pin(async move { Ok(resp) })
-            }
-            Err(LimitExceeded::Busy(max)) => {
-                metrics.shed("key_concurrency");
-                let resp = ApiError::key_overloaded(max).into_response();
-                Box::pin(async move { Ok(resp) })
-            }
+            })
+        }
+        Err(LimitExceeded::Rate {
+            which,
+            headers,
+            wait,
+        }) => {
+            gateway.metrics.rate_limited(which);
+            let mut resp = ApiError::rate_limited(wait).into_response();
+            headers.write(resp.headers_mut());
+            Box::pin(async move { Ok(resp) })
+        }
+        Err(LimitExceeded::Busy(max)) => {
+            gateway.metrics.shed("key_concurrency");
+            let resp = ApiError::key_overloaded(max).into_response();
+            Box::pin(async move { Ok(resp) })
         }
     }
 }
@@ -79,7 +106,7 @@ impl Phase for KeyLimit {
 /// A response body that keeps the key's in-progress slot until it is dropped.
 struct HoldSlot {
     body: ResponseBody,
-    _slot: OwnedSemaphorePermit,
+    _slot: InProgress,
 }
 
 impl http_body::Body for HoldSlot {

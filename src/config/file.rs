@@ -30,9 +30,10 @@ pub struct RoutesFile {
     /// Signed webhooks sent when a task finishes.
     #[serde(default)]
     pub webhooks: WebhooksConfig,
-    /// Per-key limits every key gets unless its own `limits` says otherwise.
+    /// Per-key limits every key gets unless its own `limits` says otherwise, and
+    /// where replicas share them.
     #[serde(default)]
-    pub limits: LimitsConfig,
+    pub limits: LimitsTable,
     /// Client API keys.
     #[serde(default, rename = "keys")]
     pub keys: Vec<KeyConfig>,
@@ -156,8 +157,7 @@ fn default_handshake_timeout_ms() -> u64 {
 }
 
 /// Per-key limits. A rate of 0 or a concurrency of 0 turns that limit off.
-#[derive(Debug, Deserialize, Clone, PartialEq)]
-#[serde(deny_unknown_fields, default)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct LimitsConfig {
     /// Sustained requests per second, all routes together.
     pub rate_per_second: f64,
@@ -179,6 +179,70 @@ impl Default for LimitsConfig {
             submit_rate_per_second: None,
             submit_burst: None,
             max_concurrent_requests: 256,
+        }
+    }
+}
+
+/// `[limits]`: the limits every key gets unless its own `limits` says otherwise (the
+/// fields of [`LimitsConfig`]), and the Redis through which replicas share them.
+#[derive(Debug, Deserialize, Clone, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsTable {
+    /// Sustained requests per second, all routes together.
+    pub rate_per_second: f64,
+    /// Requests let through at once above the sustained rate.
+    pub burst: u32,
+    /// Separate sustained rate for submits (`POST`), on top of the general one.
+    pub submit_rate_per_second: Option<f64>,
+    /// Burst for submits; defaults to the submit rate rounded up.
+    pub submit_burst: Option<u32>,
+    /// Requests of one key in progress at once; more are refused with 503.
+    pub max_concurrent_requests: usize,
+    /// `redis://HOST:PORT/DB` or `rediss://…` (TLS): every key's limits hold for all
+    /// replicas together. Unset: each replica keeps its own.
+    pub shared: Option<String>,
+    /// Environment variable holding the Redis password (wins over the file).
+    pub shared_password_env: Option<String>,
+    /// File holding the Redis password.
+    pub shared_password_file: Option<PathBuf>,
+    /// Longest a request waits for Redis; past it, and until Redis answers again,
+    /// each replica applies its `local_share` of every limit.
+    pub shared_timeout_ms: u64,
+    /// How long a request's place among a key's requests in progress outlives the
+    /// replica that took it (renewed while the request lasts).
+    pub shared_lease_ms: u64,
+    /// Each replica's share of every limit while Redis cannot be reached.
+    pub local_share: f64,
+}
+
+impl Default for LimitsTable {
+    fn default() -> Self {
+        let d = LimitsConfig::default();
+        Self {
+            rate_per_second: d.rate_per_second,
+            burst: d.burst,
+            submit_rate_per_second: d.submit_rate_per_second,
+            submit_burst: d.submit_burst,
+            max_concurrent_requests: d.max_concurrent_requests,
+            shared: None,
+            shared_password_env: None,
+            shared_password_file: None,
+            shared_timeout_ms: 50,
+            shared_lease_ms: 10_000,
+            local_share: 0.5,
+        }
+    }
+}
+
+impl LimitsTable {
+    /// The limits every key gets unless it says otherwise.
+    pub fn defaults(&self) -> LimitsConfig {
+        LimitsConfig {
+            rate_per_second: self.rate_per_second,
+            burst: self.burst,
+            submit_rate_per_second: self.submit_rate_per_second,
+            submit_burst: self.submit_burst,
+            max_concurrent_requests: self.max_concurrent_requests,
         }
     }
 }

@@ -20,6 +20,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use tokio::sync::watch;
 
+use crate::access::SharedLimits;
 use crate::config::{LoadError, RoutesFile};
 use crate::edge;
 use crate::lifecycle::TaskService;
@@ -44,6 +45,9 @@ pub struct Gateway {
     reloading: std::sync::Mutex<()>,
     /// This replica's name on the ledger leases it takes (tracker, webhooks).
     pub replica: String,
+    /// Per-key limits held with the other replicas in Redis (`[limits] shared`),
+    /// opened at start.
+    pub shared_limits: Option<Arc<SharedLimits>>,
 }
 
 impl Gateway {
@@ -93,6 +97,19 @@ impl Gateway {
             storage,
             metrics.ledger_errors.clone(),
         );
+        let replica = replica_name();
+        let shared_limits = match &snapshot.shared_limits {
+            Some(settings) => {
+                let opened =
+                    SharedLimits::new(settings.clone(), &replica, metrics.shared_limits.clone());
+                Some(opened.map_err(|e| {
+                    let mut problems = crate::config::Problems::default();
+                    problems.push("limits.shared", e);
+                    problems.into_error(config_path)
+                })?)
+            }
+            None => None,
+        };
         Ok(Arc::new(Self {
             config_path: config_path.to_path_buf(),
             snapshot: ArcSwap::from_pointee(snapshot),
@@ -101,7 +118,8 @@ impl Gateway {
             stopping: watch::Sender::new(false),
             simulator_addr,
             reloading: std::sync::Mutex::new(()),
-            replica: replica_name(),
+            replica,
+            shared_limits,
         }))
     }
 
@@ -152,6 +170,10 @@ impl Gateway {
             tracing::warn!(
                 "listener addresses, server.max_connections and server.workers apply at startup only; restart to change them"
             );
+        }
+        let server = |s: &Snapshot| s.shared_limits.as_ref().map(|s| s.server().to_string());
+        if server(&current) != server(&next) {
+            tracing::warn!("limits.shared applies at startup only; restart to change it");
         }
         if current.ledger_url != next.ledger_url {
             tracing::warn!("ledger.url applies at startup only; restart to change it");

@@ -6,8 +6,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::FastMap;
-use crate::access::{ApiKey, KeyLimiter, KeyLimits, KeyRing, key_digest};
-use crate::config::{KeyConfig, Problems, RoutesFile, Scope, SecretSource};
+use crate::access::{ApiKey, KeyLimiter, KeyLimits, KeyRing, SharedSettings, key_digest};
+use crate::config::{KeyConfig, LimitsTable, Problems, RoutesFile, Scope, SecretSource};
 use crate::models::Model;
 use crate::webhooks::{CallbackPolicy, WebhookSigner};
 
@@ -18,6 +18,8 @@ const DEMO_KEYS: [&str; 2] = ["sk-demo", "sk-demo-2"];
 pub(super) struct Keys {
     pub ring: KeyRing,
     pub limits: KeyLimits,
+    /// Where replicas share the limits (`[limits] shared`).
+    pub shared: Option<SharedSettings>,
     /// Names of keys whose secret is a published demo value.
     pub demo: Vec<String>,
     /// Names of keys that sign webhooks with the published demo secret.
@@ -32,7 +34,9 @@ pub(super) fn compile(
     callbacks: Option<&CallbackPolicy>,
     p: &mut Problems,
 ) -> Keys {
-    KeyLimiter::check(&file.limits, &mut p.at("limits"));
+    let defaults = file.limits.defaults();
+    KeyLimiter::check(&defaults, &mut p.at("limits"));
+    let shared = shared_of(&file.limits, dir, &mut p.at("limits"));
     if file.keys.is_empty() {
         p.push("keys", "at least one client key is required");
     }
@@ -52,7 +56,7 @@ pub(super) fn compile(
                 at.push("models", format!("no model named `{m}`"));
             }
         }
-        let own = file.limits.with(k.limits.as_ref());
+        let own = defaults.with(k.limits.as_ref());
         KeyLimiter::check(&own, &mut at.at("limits"));
         limits.push((Arc::<str>::from(k.name.as_str()), own));
         let Some(digest) = digest_of(k, dir, &mut at) else {
@@ -84,10 +88,49 @@ pub(super) fn compile(
     }
     Keys {
         ring: KeyRing::new(ring),
-        limits: KeyLimits::new(limits),
+        limits: KeyLimits::new(limits, shared.as_ref().map(|s| s.local_share)),
+        shared,
         demo,
         demo_webhook_secrets,
     }
+}
+
+/// `[limits] shared` with its password and settings; `None` when unset.
+fn shared_of(limits: &LimitsTable, dir: &Path, at: &mut Scope) -> Option<SharedSettings> {
+    let password = SecretSource {
+        env: limits.shared_password_env.as_deref(),
+        file: limits.shared_password_file.as_deref(),
+    };
+    if !(0.01..=1.0).contains(&limits.local_share) {
+        at.push("local_share", "must be between 0.01 and 1");
+    }
+    if !(1..=10_000).contains(&limits.shared_timeout_ms) {
+        at.push("shared_timeout_ms", "must be between 1 and 10000");
+    }
+    // Renewed every third of a lease: short leases would cost Redis a renewal per
+    // request in progress every few milliseconds.
+    if !(300..=3_600_000).contains(&limits.shared_lease_ms) {
+        at.push("shared_lease_ms", "must be between 300 and 3600000");
+    }
+    let Some(url) = &limits.shared else {
+        if password.env.is_some() || password.file.is_some() {
+            at.push(
+                "shared",
+                "a Redis password is set but no `shared` Redis URL",
+            );
+        }
+        return None;
+    };
+    let field = match password.env {
+        Some(_) => "shared_password_env",
+        None => "shared_password_file",
+    };
+    let password = at.check(field, password.read(dir))?;
+    let mut settings = at.check("shared", SharedSettings::parse(url, password))?;
+    settings.timeout = std::time::Duration::from_millis(limits.shared_timeout_ms);
+    settings.lease = std::time::Duration::from_millis(limits.shared_lease_ms);
+    settings.local_share = limits.local_share;
+    Some(settings)
 }
 
 /// A key's default webhook URL and its signing secrets. Webhooks need the ledger

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use prometheus_client::metrics::counter::Counter;
 
 use crate::FastMap;
-use crate::access::{KeyLimits, KeyRing};
+use crate::access::{KeyLimits, KeyRing, SharedSettings};
 use crate::config::{
     Endpoint, LedgerConfig, LoadError, Problems, RoutesFile, Scope, ServerConfig, SimulatorConfig,
     StorageConfig, TasksConfig, TrackerConfig, WebhooksConfig, config_dir, is_base_url,
@@ -50,6 +50,8 @@ pub struct Snapshot {
     pub sealer: TaskSealer,
     /// Per-key rate and concurrency limits.
     pub limits: KeyLimits,
+    /// Where replicas share those limits (`[limits] shared`), opened once at start.
+    pub shared_limits: Option<SharedSettings>,
     /// Some provider points at the built-in simulator.
     pub uses_simulator: bool,
     /// Keys whose secret is a published demo value.
@@ -161,6 +163,7 @@ impl Snapshot {
             providers,
             sealer: sealer?,
             limits: keys.limits,
+            shared_limits: keys.shared,
             uses_simulator,
             demo_keys: keys.demo,
             demo_webhook_secrets: keys.demo_webhook_secrets,

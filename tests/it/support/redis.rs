@@ -1,0 +1,91 @@
+//! A Redis server of the test's own: the machine's `redis-server` (Debian's package;
+//! `.ci/run` installs it) on a free loopback port, nothing saved to disk. It can be
+//! stopped and started again on the same port. Killed on drop.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::{PATIENCE, free_port};
+
+pub struct Redis {
+    port: u16,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+impl Redis {
+    pub async fn start() -> Self {
+        let mut redis = Self {
+            port: free_port(),
+            dir: tempfile::tempdir().expect("temp dir"),
+            child: None,
+        };
+        redis.launch().await;
+        redis
+    }
+
+    /// `redis://127.0.0.1:PORT/0`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    /// Start again on the same port (after [`Redis::kill`]), empty.
+    pub async fn launch(&mut self) {
+        assert!(self.child.is_none(), "redis-server is already running");
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string()])
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server runs (Debian's redis-server package; .ci/run installs it)");
+        self.child = Some(child);
+        let deadline = Instant::now() + PATIENCE;
+        while !self.answers().await {
+            assert!(Instant::now() < deadline, "redis-server never answered");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Kill the server (SIGKILL): its port refuses connections until relaunched.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Whether it answers PING.
+    async fn answers(&self) -> bool {
+        let Ok(mut s) = tokio::net::TcpStream::connect(("127.0.0.1", self.port)).await else {
+            return false;
+        };
+        let mut buf = [0u8; 7];
+        s.write_all(b"PING\r\n").await.is_ok()
+            && s.read_exact(&mut buf).await.is_ok()
+            && &buf == b"+PONG\r\n"
+    }
+
+    /// Keys whose name starts with `prefix`, with `redis-cli`.
+    pub fn keys(&self, prefix: &str) -> Vec<String> {
+        let out = Command::new("redis-cli")
+            .args(["-p", &self.port.to_string(), "--scan", "--pattern"])
+            .arg(format!("{prefix}*"))
+            .output()
+            .expect("redis-cli runs");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
