@@ -29,6 +29,7 @@ mod redaction;
 mod reload;
 mod results;
 mod results_s3;
+mod shared_limits;
 mod shutdown;
 mod tls;
 mod tracker;

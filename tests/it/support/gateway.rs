@@ -353,7 +353,8 @@ impl Proc {
         self.launch().await;
     }
 
-    fn kill(&mut self) {
+    /// Kill (SIGKILL): the process ends at once, without a word to anyone.
+    pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();

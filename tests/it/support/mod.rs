@@ -7,6 +7,7 @@ mod gateway;
 mod http;
 mod media;
 mod postgres;
+mod redis;
 mod routes;
 pub mod s3;
 mod tls;
@@ -20,6 +21,7 @@ pub use gateway::{ConfigDir, Gateway, Proc, check, operator};
 pub use http::{Alpn, Http, Reply, assert_error, read_response, read_to_close};
 pub use media::{completed_with, expire, path_of, sha256, stored};
 pub use postgres::{Postgres, free_port};
+pub use redis::Redis;
 pub use routes::{
     Family, Routes, UPSTREAM_KEY, family, model_center_provider, replace_once, shipped_routes,
     shipped_routes_file, tasks_provider, tasks_provider_with_files,
