@@ -77,16 +77,7 @@ pub async fn start(config: &Path) -> Result<Running, StartError> {
             "demo webhook secret in use: it is published in the README; receivers cannot trust these webhooks"
         );
     }
-    tokio::spawn(crate::gateway::reload::watch_files(gateway.clone()));
-    tokio::spawn(crate::gateway::sweep::run(gateway.clone()));
-    tokio::spawn(crate::gateway::tracker::run(gateway.clone()));
-    tokio::spawn(crate::gateway::deliveries::run(gateway.clone()));
-    tokio::spawn(crate::gateway::copies::run(gateway.clone()));
-    if let Some(shared) = &gateway.shared_limits {
-        tracing::info!(server = %shared.settings().server(), "per-key limits shared through Redis");
-        // Not stopped by a drain: requests still in progress keep their leases.
-        tokio::spawn(shared.clone().keep_leases());
-    }
+    start_background(&gateway);
     let listeners = Listeners::bind(&snapshot.server)
         .await
         .map_err(|(addr, e)| StartError::Listen(addr, e))?;
@@ -138,6 +129,20 @@ pub async fn start(config: &Path) -> Result<Running, StartError> {
         served,
         _workers: workers,
     })
+}
+
+/// The loops that run beside the requests, on this runtime.
+fn start_background(gateway: &Arc<Gateway>) {
+    tokio::spawn(crate::gateway::reload::watch_files(gateway.clone()));
+    tokio::spawn(crate::gateway::sweep::run(gateway.clone()));
+    tokio::spawn(crate::gateway::tracker::run(gateway.clone()));
+    tokio::spawn(crate::gateway::deliveries::run(gateway.clone()));
+    tokio::spawn(crate::gateway::copies::run(gateway.clone()));
+    if let Some(shared) = &gateway.shared_limits {
+        tracing::info!(server = %shared.settings().server(), "per-key limits shared through Redis");
+        // Not stopped by a drain: requests still in progress keep their leases.
+        tokio::spawn(shared.clone().keep_leases());
+    }
 }
 
 impl Running {

@@ -255,3 +255,65 @@ async fn redis_away_each_replica_applies_its_share_and_shares_again_once_back() 
         assert_rate_limited(r, 10);
     }
 }
+
+#[tokio::test]
+async fn shared_settings_that_cannot_work_are_refused_without_quoting_a_password() {
+    let problems = |limits: &str| {
+        let dir = crate::support::ConfigDir::new(Routes::simulated(&["m1"]).top(limits));
+        async move {
+            match mediagate::start(&dir.routes_path()).await {
+                Ok(_) => String::new(),
+                Err(e) => e.to_string(),
+            }
+        }
+    };
+    let e = problems("[limits]\nshared = \"redis://:hunter2@127.0.0.1:6379/0\"").await;
+    assert!(
+        e.contains("limits.shared") && e.contains("shared_password_env"),
+        "{e}"
+    );
+    assert!(!e.contains("hunter2"), "{e}");
+    let e = problems("[limits]\nshared = \"127.0.0.1:6379\"").await;
+    assert!(e.contains("limits.shared"), "{e}");
+    let e = problems(
+        "[limits]\nshared = \"redis://127.0.0.1:6379/0\"\nshared_password_env = \"MEDIAGATE_TEST_NEVER_SET\"",
+    )
+    .await;
+    assert!(e.contains("limits.shared_password_env"), "{e}");
+    let e = problems("[limits]\nshared_password_file = \"redis-password\"").await;
+    assert!(e.contains("limits.shared"), "{e}");
+    let e = problems(
+        "[limits]\nshared = \"redis://127.0.0.1:6379/0\"\nlocal_share = 0\nshared_timeout_ms = 0\nshared_lease_ms = 10",
+    )
+    .await;
+    for key in ["local_share", "shared_timeout_ms", "shared_lease_ms"] {
+        assert!(e.contains(&format!("limits.{key}")), "{key}: {e}");
+    }
+}
+
+#[tokio::test]
+async fn the_redis_password_is_read_from_its_file() {
+    let mut redis = Redis::start().await;
+    redis.kill();
+    redis.launch_with_password("s3cret-redis-pw").await;
+    let routes = Routes::simulated(&["m1"])
+        .server("metrics_listen = \"127.0.0.1:0\"")
+        .top(&shared(
+            &redis,
+            "shared_timeout_ms = 2000\nshared_password_file = \"redis-password\"",
+        ))
+        .demo_key("limits = { rate_per_second = 0.001, burst = 2 }");
+    let dir = crate::support::ConfigDir::new(routes).with("redis-password", "s3cret-redis-pw\n");
+    let gw = Gateway::start_in(dir).await;
+    let http = gw.client();
+    assert_eq!(http.get(UNKNOWN_TASK, DEMO).await.status, 404);
+    assert_eq!(http.get(UNKNOWN_TASK, DEMO).await.status, 404);
+    assert_rate_limited(&http.get(UNKNOWN_TASK, DEMO).await, 2);
+    // Through Redis, not alone: it was never away.
+    let m = gw.admin().metrics().await;
+    assert_eq!(
+        m.sum(&["mediagate_shared_limits_decided_locally_total"]),
+        0.0
+    );
+    assert!(!redis.keys("mediagate:limits:demo:rate").is_empty());
+}

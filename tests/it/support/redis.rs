@@ -13,6 +13,7 @@ pub struct Redis {
     port: u16,
     dir: tempfile::TempDir,
     child: Option<Child>,
+    password: Option<String>,
 }
 
 impl Redis {
@@ -21,6 +22,7 @@ impl Redis {
             port: free_port(),
             dir: tempfile::tempdir().expect("temp dir"),
             child: None,
+            password: None,
         };
         redis.launch().await;
         redis
@@ -33,9 +35,20 @@ impl Redis {
 
     /// Start again on the same port (after [`Redis::kill`]), empty.
     pub async fn launch(&mut self) {
+        self.launch_with(&[]).await;
+    }
+
+    /// Start again (after [`Redis::kill`]) asking clients for `password`.
+    pub async fn launch_with_password(&mut self, password: &str) {
+        self.password = Some(password.to_string());
+        self.launch_with(&["--requirepass", password]).await;
+    }
+
+    async fn launch_with(&mut self, args: &[&str]) {
         assert!(self.child.is_none(), "redis-server is already running");
         let child = Command::new("redis-server")
             .args(["--port", &self.port.to_string()])
+            .args(args)
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .arg("--dir")
             .arg(self.dir.path())
@@ -64,6 +77,13 @@ impl Redis {
         let Ok(mut s) = tokio::net::TcpStream::connect(("127.0.0.1", self.port)).await else {
             return false;
         };
+        if let Some(pw) = &self.password {
+            let mut ok = [0u8; 5];
+            let auth = format!("AUTH {pw}\r\n");
+            if s.write_all(auth.as_bytes()).await.is_err() || s.read_exact(&mut ok).await.is_err() {
+                return false;
+            }
+        }
         let mut buf = [0u8; 7];
         s.write_all(b"PING\r\n").await.is_ok()
             && s.read_exact(&mut buf).await.is_ok()
@@ -72,7 +92,11 @@ impl Redis {
 
     /// Keys whose name starts with `prefix`, with `redis-cli`.
     pub fn keys(&self, prefix: &str) -> Vec<String> {
-        let out = Command::new("redis-cli")
+        let mut cli = Command::new("redis-cli");
+        if let Some(pw) = &self.password {
+            cli.env("REDISCLI_AUTH", pw);
+        }
+        let out = cli
             .args(["-p", &self.port.to_string(), "--scan", "--pattern"])
             .arg(format!("{prefix}*"))
             .output()
