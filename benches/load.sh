@@ -11,6 +11,8 @@
 #   KEEP_WORK=1 benches/load.sh     # keep the run's /tmp directory (logs, configs)
 #   ONLY=memory benches/load.sh     # only the memory section (a minute): RSS idle and
 #                                   # holding IDLE_CONNS connections, nothing else run
+#   ONLY=shared benches/load.sh     # only the cost of [limits] shared (no nginx): a
+#                                   # redis-server on loopback started here, ~1 minute
 #   PROFILE=submit benches/load.sh  # where the gateway's CPU goes under the submit load
 #                                   # (perf; a build with line tables in target/profile);
 #                                   # PROFILE=query: queries of a finished task;
@@ -51,7 +53,7 @@ STORM_CONNS=${STORM_CONNS:-1000}
 STORM_TASKS=${STORM_TASKS:-100}
 IDLE_CONNS=${IDLE_CONNS:-10000}
 POLL_TTL_MS=${POLL_TTL_MS:-1000}
-ONLY=${ONLY:-all}              # all | ledger | memory
+ONLY=${ONLY:-all}              # all | ledger | memory | shared
 PROFILE=${PROFILE:-}           # submit | submit-sqlite | submit-nginx | query | query-forwarded: profile that load, then stop
 COUNT=${COUNT:-}               # instructions: with PROFILE, count with callgrind instead of sampling with perf
 COUNT_REQUESTS=${COUNT_REQUESTS:-3000} # with COUNT: at least 250, counted in whole 250s
@@ -59,8 +61,8 @@ COUNT_REQUESTS=${COUNT_REQUESTS:-3000} # with COUNT: at least 250, counted in wh
   || { echo "COUNT=instructions goes with PROFILE=submit, submit-sqlite, query or query-forwarded" >&2; exit 2; }
 [[ -z $COUNT || $COUNT_REQUESTS -ge 250 ]] || { echo "COUNT_REQUESTS is at least 250" >&2; exit 2; }
 [[ -z $PROFILE ]] || ONLY=profile
-[[ $ONLY == all || $ONLY == ledger || $ONLY == memory || $ONLY == profile ]] \
-  || { echo "ONLY is all, ledger or memory" >&2; exit 2; }
+[[ $ONLY == all || $ONLY == ledger || $ONLY == memory || $ONLY == shared || $ONLY == profile ]] \
+  || { echo "ONLY is all, ledger, memory or shared" >&2; exit 2; }
 LAT_SECONDS=${LAT_SECONDS:-5}  # per constant-rate run
 LAT_REPEAT=${LAT_REPEAT:-3}    # constant-rate runs per cell (median reported)
 OUT=target/load
@@ -85,6 +87,7 @@ cleanup() {
   # Gateways are started inside command substitutions: their pids are in files.
   for f in "$WORK"/mediagate*.pid; do [[ -f $f ]] && kill "$(cat "$f")" 2>/dev/null || true; done
   if [[ -f $WORK/nginx.pid ]]; then kill "$(cat "$WORK/nginx.pid")" 2>/dev/null || true; fi
+  if [[ -f $WORK/redis.pid ]]; then kill "$(cat "$WORK/redis.pid")" 2>/dev/null || true; fi
   if [[ ${#PG_STOP[@]} -gt 0 ]]; then "${PG_STOP[@]}" >/dev/null 2>&1 || true; rm -rf "$PG_DIR"; fi
   wait 2>/dev/null || true
   # A ledger written outside $WORK (LEDGER_DIR) is not left there.
@@ -96,6 +99,11 @@ cleanup() {
 trap cleanup EXIT
 
 # --- tools --------------------------------------------------------------------------
+if [[ $ONLY == shared ]] && ! command -v redis-server >/dev/null; then
+  log "installing redis-server"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+fi
 if [[ $ONLY != memory ]] && { ! command -v nginx >/dev/null || ! command -v wrk >/dev/null; }; then
   log "installing nginx and wrk"
   apt-get update -qq
@@ -145,7 +153,7 @@ log "fast upstream on $UP_ADDR"
 
 # --- mediagate ----------------------------------------------------------------------
 key_sha=$(printf %s "$KEY" | sha256sum | cut -d' ' -f1)
-routes() { # $1 = poll cache ttl (ms), $2 = ledger url (default none)
+routes() { # $1 = poll cache ttl (ms), $2 = ledger url (default none), $3 = [limits] shared URL
   cat <<EOF
 [ledger]
 url = "${2:-none}"
@@ -182,6 +190,7 @@ poll_cache_ttl_ms = $1
 rate_per_second = 1000000
 burst = 1000000
 max_concurrent_requests = 100000
+$([[ -z ${3:-} ]] || echo "shared = \"$3\"")
 
 [[keys]]
 name = "bench"
@@ -211,9 +220,9 @@ default_seconds = 5
 EOF
 }
 
-start_gateway() { # $1 = name, $2 = poll ttl, $3 = ledger url; prints the address
+start_gateway() { # $1 = name, $2 = poll ttl, $3 = ledger url, $4 = shared limits URL; prints the address
   local name=$1
-  routes "$2" "${3:-none}" >"$WORK/$name.toml"
+  routes "$2" "${3:-none}" "${4:-}" >"$WORK/$name.toml"
   MEDIAGATE_TASK_SECRET=$SECRET RUST_LOG=${RUST_LOG:-info} \
     ${GATEWAY_UNDER[@]+"${GATEWAY_UNDER[@]}"} "$MEDIAGATE" serve --config "$WORK/$name.toml" >/dev/null 2>"$WORK/$name.log" &
   echo $! >"$WORK/$name.pid"
@@ -331,6 +340,7 @@ serving_pids() { # $1 = URL
     *"//${MGF_ADDR:-none}/"*) cat "$WORK/mediagate-nocache.pid" ;;
     *"//${MGS_ADDR:-none}/"*) cat "$WORK/mediagate-sqlite.pid" ;;
     *"//${MGP_ADDR:-none}/"*) cat "$WORK/mediagate-pg.pid" ;;
+    *"//${MGR_ADDR:-none}/"*) cat "$WORK/mediagate-redis.pid" ;;
   esac
 }
 cpu_ticks() { # $@ = pids
@@ -550,8 +560,37 @@ sm=($(storm "$WORK/storm-mg.lua" "http://$MG_ADDR/"))
 STORM_LIMIT=$(( STORM_TASKS * (DURATION * 1000 / POLL_TTL_MS + 1) ))
 fi # ONLY == all
 
+# --- the cost of shared limits --------------------------------------------------------
+if [[ $ONLY == all || $ONLY == shared ]]; then
+# The same submit load against the gateway without shared limits (the one measured
+# above) and one whose per-key limits are held in a redis-server on loopback: the
+# gateway's CPU per request, Redis's beside it, and p99 at $RATE req/s.
+REDIS_PORT=$(free_port)
+redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$WORK" \
+  --pidfile "$WORK/redis.pid" --daemonize yes >/dev/null
+for _ in $(seq 1 50); do redis-cli -p "$REDIS_PORT" ping 2>/dev/null | grep -q PONG && break; sleep 0.1; done
+REDIS_PID=$(cat "$WORK/redis.pid")
+MGR_ADDR=$(start_gateway mediagate-redis "$POLL_TTL_MS" none "redis://127.0.0.1:$REDIS_PORT/0")
+SHARED_ROWS=()
+shared_cost() { # $1 = label, $2 = address
+  local t l r0 r1 n
+  log "shared limits: $1"
+  r0=$(cpu_ticks "$REDIS_PID")
+  t=($(run_wrk "$CONNS" "$WORK/submit.lua" "http://$2$TASKS"))
+  r1=$(cpu_ticks "$REDIS_PID")
+  n=$(tail -20 "$WORK/wrk.log" | awk '/requests in/ {n = $1} END {print n}')
+  l=($(run_rate "$2" "$TASKS" "${SUBMIT_ARGS[@]}"))
+  [[ -z ${SHARED_OFF_CPU:-} ]] && SHARED_OFF_CPU=${t[4]} SHARED_OFF_P99=${l[1]}
+  SHARED_ROWS+=("| $1 | ${t[0]} | ${t[4]} | $(ratio "${t[4]}" "$SHARED_OFF_CPU") | $(awk -v t=$(( r1 - r0 )) -v n="$n" -v hz="$CLK_TCK" 'BEGIN { printf "%.1f", t * 1e6 / hz / n }') | ${t[3]} | ${l[0]} / ${l[1]} | $(( l[1] - SHARED_OFF_P99 )) | ${l[2]} |")
+}
+shared_cost "off" "$MG_ADDR"
+shared_cost "Redis $(redis-server --version | sed 's/.* v=\([^ ]*\).*/\1/') on loopback" "$MGR_ADDR"
+# Every request went through Redis, none decided alone.
+SHARED_ALONE=$(grep -c "Redis does not answer" "$WORK/mediagate-redis.log" || true)
+fi
+
 # --- the ledger's cost ---------------------------------------------------------------
-if [[ $ONLY != memory ]]; then
+if [[ $ONLY != memory && $ONLY != shared ]]; then
 # The same submit load against gateways whose ledger is off (the one measured above),
 # on SQLite, and on PostgreSQL (a cluster of its own, when the binaries are there).
 LEDGER_ROWS=()
@@ -591,7 +630,7 @@ fi
 fi # ONLY != memory
 
 # --- memory -------------------------------------------------------------------------
-if [[ $ONLY != ledger ]]; then
+if [[ $ONLY != ledger && $ONLY != shared ]]; then
 sleep 1
 RSS_AFTER=$(rss_kb "$MG_PID")
 log "holding $IDLE_CONNS idle keep-alive connections"
@@ -611,7 +650,7 @@ fi # ONLY != ledger
   echo "## Run of $(date -u '+%Y-%m-%d %H:%M UTC')"
   echo
   echo "Machine: $(nproc) CPUs, $(cpu_model), $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo) RAM, Linux $(uname -r)."
-  if [[ $ONLY == memory ]]; then
+  if [[ $ONLY == memory || $ONLY == shared ]]; then
   echo "Versions: mediagate $(git rev-parse --short HEAD 2>/dev/null || echo "?") ($MEDIAGATE), $(rustc --version)."
   else
   echo "Versions: mediagate $(git rev-parse --short HEAD 2>/dev/null || echo "?") ($MEDIAGATE), $(rustc --version), nginx $("$NGINX" -v 2>&1 | cut -d/ -f2), wrk $(wrk -v 2>&1 | head -1 | awk '{print $2}')."
@@ -643,7 +682,17 @@ fi # ONLY != ledger
   echo "Upstream requests caused by 2 s of queries of a finished task through mediagate: $FINISHED_UPSTREAM."
   echo
   fi
-  if [[ $ONLY != memory ]]; then
+  if [[ $ONLY == all || $ONLY == shared ]]; then
+  echo "### The cost of shared limits (submit; wrk -c$CONNS for throughput, $RATE req/s for latency)"
+  echo
+  echo "Per-key limits held in a redis-server on the same machine (\`[limits] shared\`), against the gateway without them in the same run. Times Redis did not answer: $SHARED_ALONE."
+  echo
+  echo "| shared limits | submit req/s | CPU µs/req (gateway) | CPU vs off | Redis CPU µs/req | errors | p50 / p99 µs at $RATE req/s | p99 added vs off | failed |"
+  echo "|---|---|---|---|---|---|---|---|---|"
+  printf '%s\n' "${SHARED_ROWS[@]}"
+  echo
+  fi
+  if [[ $ONLY != memory && $ONLY != shared ]]; then
   echo "### The ledger's cost (submit; wrk -c$CONNS for throughput, $RATE req/s for latency)"
   echo
   echo "SQLite file in $LEDGER_DIR ($(df --output=fstype "$LEDGER_DIR" | tail -1), $(df --output=source "$LEDGER_DIR" | tail -1))."
@@ -653,7 +702,7 @@ fi # ONLY != ledger
   printf '%s\n' "${LEDGER_ROWS[@]}"
   echo
   fi
-  if [[ $ONLY != ledger ]]; then
+  if [[ $ONLY != ledger && $ONLY != shared ]]; then
   echo "### Memory (mediagate VmRSS)"
   echo
   echo "| state | RSS |"
