@@ -225,7 +225,7 @@ impl KeyLimiter {
             settings.max_concurrent_requests,
         );
         Self {
-            fleet: Some(fleet),
+            fleet: (!fleet.is_off()).then_some(fleet),
             ..Self::new(share_of(&settings, local_share))
         }
     }

@@ -193,6 +193,11 @@ impl FleetLimits {
         }
     }
 
+    /// Whether no limit is on: nothing to ask Redis.
+    pub fn is_off(&self) -> bool {
+        self.rate.1 == 0 && self.submit.1 == 0 && self.max_concurrent == 0
+    }
+
     /// The refusal a script's answer means, or the headers of an admission.
     fn read(&self, answer: &[i64]) -> Result<Option<RateHeaders>, LimitExceeded> {
         let us = |n: i64| Duration::from_micros(u64::try_from(n).unwrap_or(0));
@@ -288,9 +293,6 @@ impl SharedLimits {
         replica: &str,
         metrics: SharedMetrics,
     ) -> Result<Arc<Self>, String> {
-        if settings.info.addr().to_string().is_empty() {
-            return Err("no Redis address".into());
-        }
         if matches!(settings.info.addr(), redis::ConnectionAddr::TcpTls { .. }) {
             // rustls needs a process-wide provider; the gateway's is ring.
             let _ = rustls::crypto::ring::default_provider().install_default();
@@ -356,7 +358,11 @@ impl SharedLimits {
             return self.alone(limiter, is_submit);
         }
         let id = self.next_lease.fetch_add(1, Ordering::Relaxed);
-        let name: Arc<str> = format!("{}:{id}", self.replica).into();
+        // A lease only when the key has a cap on requests in progress.
+        let name: Arc<str> = match fleet.max_concurrent {
+            0 => Arc::from(""),
+            _ => format!("{}:{id}", self.replica).into(),
+        };
         let mut conn = self.conn();
         let submit = if is_submit { fleet.submit } else { (0.0, 0) };
         let mut call = self.admit.prepare_invoke();
