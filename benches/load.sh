@@ -190,7 +190,9 @@ poll_cache_ttl_ms = $1
 rate_per_second = 1000000
 burst = 1000000
 max_concurrent_requests = 100000
-$([[ -z ${3:-} ]] || echo "shared = \"$3\"")
+$([[ -z ${3:-} ]] || printf 'shared = "%s"\n%s\n%s\n' "$3" \
+  "# Every request asks Redis: a saturated machine answers past the default 50 ms," \
+  "shared_timeout_ms = 1000")
 
 [[keys]]
 name = "bench"

@@ -36,13 +36,17 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// Leases renewed per script call.
 const RENEW_BATCH: usize = 512;
 
-/// KEYS: rate bucket, submit bucket, lease set. ARGV: rate interval (µs, 0: off),
-/// burst, submit interval (µs, 0: off or not a submit), submit burst, most requests in
-/// progress (0: off), lease (ms), lease name.
+/// KEYS: rate bucket, submit bucket, lease set, then the sets of leases whose
+/// requests ended. ARGV: rate interval (µs, 0: off), burst, submit interval (µs, 0:
+/// off or not a submit), submit burst, most requests in progress (0: off), lease (ms),
+/// lease name, then the names of the leases that ended, one per set.
 /// Answers {0, limit, remaining, reset µs} when admitted (limit 0: no rate to show),
 /// {1 (rate) or 2 (submit), burst, wait µs} when a rate refuses, {3} when the key has
 /// too many requests in progress. Nothing is taken unless everything admits.
 const ADMIT: &str = r"
+for i = 4, #KEYS do
+  redis.call('ZREM', KEYS[i], ARGV[i + 4])
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local taken = {}
@@ -228,6 +232,13 @@ impl FleetLimits {
     }
 }
 
+/// One serving thread's connection, and the leases of its requests that ended and
+/// are still to be removed in Redis.
+struct Slot {
+    conn: ArcSwap<ConnectionManager>,
+    ended: Mutex<Vec<Held>>,
+}
+
 /// A lease this replica holds: renewed until its request ends.
 struct Held {
     key: Arc<str>,
@@ -239,7 +250,7 @@ pub struct SharedLimits {
     settings: SharedSettings,
     client: redis::Client,
     /// One connection per serving thread.
-    slots: Box<[ArcSwap<ConnectionManager>]>,
+    slots: Box<[Slot]>,
     admit: redis::Script,
     renew: redis::Script,
     held: Mutex<FastMap<u64, Held>>,
@@ -299,7 +310,12 @@ impl SharedLimits {
         }
         let client = redis::Client::open(settings.info.clone()).map_err(|e| e.to_string())?;
         let slots = (0..1 + crate::workers::default_count())
-            .map(|_| Ok(ArcSwap::from_pointee(Self::connect(&client, &settings)?)))
+            .map(|_| {
+                Ok(Slot {
+                    conn: ArcSwap::from_pointee(Self::connect(&client, &settings)?),
+                    ended: Mutex::default(),
+                })
+            })
             .collect::<Result<_, String>>()?;
         Ok(Arc::new(Self {
             client,
@@ -336,9 +352,14 @@ impl SharedLimits {
         &self.settings
     }
 
+    /// This thread's slot.
+    fn slot(&self) -> &Slot {
+        &self.slots[crate::workers::slot(self.slots.len())]
+    }
+
     /// This thread's connection.
     fn conn(&self) -> ConnectionManager {
-        ConnectionManager::clone(&self.slots[crate::workers::slot(self.slots.len())].load())
+        ConnectionManager::clone(&self.slot().conn.load())
     }
 
     fn now_ms(&self) -> u64 {
@@ -376,6 +397,12 @@ impl SharedLimits {
             .arg(fleet.max_concurrent)
             .arg(u64::try_from(self.settings.lease.as_millis()).unwrap_or(u64::MAX))
             .arg(&*name);
+        // Leases of requests that ended on this thread go with this call (one round
+        // trip less each); lost with it if Redis does not answer: then they expire.
+        let ended = std::mem::take(&mut *lock(&self.slot().ended));
+        for lease in &ended {
+            call.key(&*lease.key).arg(&*lease.name);
+        }
         let answer = tokio::time::timeout(
             self.settings.timeout,
             call.invoke_async::<Vec<i64>>(&mut conn),
@@ -418,9 +445,7 @@ impl SharedLimits {
     }
 
     fn held_lock(&self) -> std::sync::MutexGuard<'_, FastMap<u64, Held>> {
-        self.held
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        lock(&self.held)
     }
 
     /// Redis did not answer: decide alone until a check finds it again. Every
@@ -436,7 +461,7 @@ impl SharedLimits {
         );
         for slot in &self.slots {
             if let Ok(fresh) = Self::connect(&self.client, &self.settings) {
-                slot.store(Arc::new(fresh));
+                slot.conn.store(Arc::new(fresh));
             }
         }
         self.metrics.available.set(0);
@@ -480,7 +505,7 @@ impl SharedLimits {
             } else {
                 let slot = &this.slots[crate::workers::slot(this.slots.len())];
                 if let Ok(fresh) = Self::connect(&this.client, &this.settings) {
-                    slot.store(Arc::new(fresh));
+                    slot.conn.store(Arc::new(fresh));
                 }
                 this.recheck_at.store(
                     this.now_ms() + RECHECK.as_millis() as u64,
@@ -491,9 +516,10 @@ impl SharedLimits {
         });
     }
 
-    /// A request ended: its lease is removed at once (in the background); when Redis
-    /// cannot be told, the lease expires.
-    fn release(&self, id: u64) {
+    /// A request ended: its lease is removed with the next admission on this thread,
+    /// or, when none comes first, by a call of its own just after; when Redis cannot
+    /// be told, the lease expires.
+    fn release(self: &Arc<Self>, id: u64) {
         let Some(held) = self.held_lock().remove(&id) else {
             return;
         };
@@ -503,13 +529,31 @@ impl SharedLimits {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let mut conn = self.conn();
-        let timeout = self.settings.timeout.max(CONNECT_TIMEOUT);
+        let first = {
+            let mut ended = lock(&self.slot().ended);
+            ended.push(held);
+            ended.len() == 1
+        };
+        if !first {
+            return;
+        }
+        let this = self.clone();
+        let index = crate::workers::slot(self.slots.len());
         runtime.spawn(async move {
-            let mut zrem = redis::cmd("ZREM");
-            zrem.arg(&*held.key).arg(&*held.name);
-            let zrem = zrem.exec_async(&mut conn);
-            let _ = tokio::time::timeout(timeout, zrem).await;
+            // Requests ready on this thread go first, and may take the leases along.
+            tokio::task::yield_now().await;
+            let slot = &this.slots[index];
+            let ended = std::mem::take(&mut *lock(&slot.ended));
+            if ended.is_empty() {
+                return;
+            }
+            let mut pipe = redis::pipe();
+            for lease in &ended {
+                pipe.cmd("ZREM").arg(&*lease.key).arg(&*lease.name).ignore();
+            }
+            let mut conn = ConnectionManager::clone(&slot.conn.load());
+            let removed = pipe.exec_async(&mut conn);
+            let _ = tokio::time::timeout(this.settings.timeout.max(CONNECT_TIMEOUT), removed).await;
         });
     }
 
@@ -548,6 +592,10 @@ impl SharedLimits {
             }
         }
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[cfg(test)]
