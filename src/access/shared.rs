@@ -232,10 +232,12 @@ impl FleetLimits {
     }
 }
 
-/// One serving thread's connection, and the leases of its requests that ended and
-/// are still to be removed in Redis.
+/// One serving thread's connection, the leases its requests hold, and those of its
+/// requests that ended and are still to be removed in Redis. Per thread, so that
+/// threads do not contend for them.
 struct Slot {
     conn: ArcSwap<ConnectionManager>,
+    held: Mutex<FastMap<u64, Held>>,
     ended: Mutex<Vec<Held>>,
 }
 
@@ -253,7 +255,6 @@ pub struct SharedLimits {
     slots: Box<[Slot]>,
     admit: redis::Script,
     renew: redis::Script,
-    held: Mutex<FastMap<u64, Held>>,
     next_lease: AtomicU64,
     replica: String,
     /// True while this replica decides alone: Redis did not answer, and no check
@@ -278,11 +279,13 @@ impl std::fmt::Debug for SharedLimits {
 pub struct SharedLease {
     limits: Arc<SharedLimits>,
     id: u64,
+    /// The slot of the thread that took it.
+    slot: usize,
 }
 
 impl Drop for SharedLease {
     fn drop(&mut self) {
-        self.limits.release(self.id);
+        self.limits.release(self.id, self.slot);
     }
 }
 
@@ -312,7 +315,8 @@ impl SharedLimits {
         let slots = (0..1 + crate::workers::default_count())
             .map(|_| {
                 Ok(Slot {
-                    conn: ArcSwap::from_pointee(Self::connect(&client, &settings)?),
+                    conn: ArcSwap::from_pointee(Self::connect(&client)?),
+                    held: Mutex::default(),
                     ended: Mutex::default(),
                 })
             })
@@ -322,7 +326,6 @@ impl SharedLimits {
             slots,
             admit: redis::Script::new(ADMIT),
             renew: redis::Script::new(RENEW),
-            held: Mutex::default(),
             next_lease: AtomicU64::new(0),
             replica: replica.to_string(),
             down: AtomicBool::new(false),
@@ -336,15 +339,14 @@ impl SharedLimits {
 
     /// A manager that connects when first used; it reconnects by itself when the
     /// connection drops.
-    fn connect(
-        client: &redis::Client,
-        settings: &SharedSettings,
-    ) -> Result<ConnectionManager, String> {
+    fn connect(client: &redis::Client) -> Result<ConnectionManager, String> {
         let config = ConnectionManagerConfig::new()
             // One attempt per check: retries would only delay the next one.
             .set_number_of_retries(0)
             .set_connection_timeout(Some(CONNECT_TIMEOUT))
-            .set_response_timeout(Some(settings.timeout.max(CONNECT_TIMEOUT)));
+            // Each call has a deadline of its own (a request's is `shared_timeout_ms`);
+            // a second timer per command would only cost.
+            .set_response_timeout(None);
         ConnectionManager::new_lazy_with_config(client.clone(), config).map_err(|e| e.to_string())
     }
 
@@ -422,11 +424,13 @@ impl SharedLimits {
         let headers = fleet.read(&answer)?;
         let lease = (fleet.max_concurrent > 0).then(|| {
             let key = fleet.slots_key.clone();
-            self.held_lock().insert(id, Held { key, name });
+            let slot = crate::workers::slot(self.slots.len());
+            lock(&self.slots[slot].held).insert(id, Held { key, name });
             InProgress::Shared {
                 _lease: SharedLease {
                     limits: self.clone(),
                     id,
+                    slot,
                 },
             }
         });
@@ -444,10 +448,6 @@ impl SharedLimits {
             .map(|(h, permit)| (h, permit.map(|_permit| InProgress::Local { _permit })))
     }
 
-    fn held_lock(&self) -> std::sync::MutexGuard<'_, FastMap<u64, Held>> {
-        lock(&self.held)
-    }
-
     /// Redis did not answer: decide alone until a check finds it again. Every
     /// thread's connection is made anew (a silent one never recovers by itself); each
     /// connects on its thread's next use.
@@ -460,7 +460,7 @@ impl SharedLimits {
             Ordering::Relaxed,
         );
         for slot in &self.slots {
-            if let Ok(fresh) = Self::connect(&self.client, &self.settings) {
+            if let Ok(fresh) = Self::connect(&self.client) {
                 slot.conn.store(Arc::new(fresh));
             }
         }
@@ -504,7 +504,7 @@ impl SharedLimits {
                 );
             } else {
                 let slot = &this.slots[crate::workers::slot(this.slots.len())];
-                if let Ok(fresh) = Self::connect(&this.client, &this.settings) {
+                if let Ok(fresh) = Self::connect(&this.client) {
                     slot.conn.store(Arc::new(fresh));
                 }
                 this.recheck_at.store(
@@ -519,8 +519,8 @@ impl SharedLimits {
     /// A request ended: its lease is removed with the next admission on this thread,
     /// or, when none comes first, by a call of its own just after; when Redis cannot
     /// be told, the lease expires.
-    fn release(self: &Arc<Self>, id: u64) {
-        let Some(held) = self.held_lock().remove(&id) else {
+    fn release(self: &Arc<Self>, id: u64, slot: usize) {
+        let Some(held) = lock(&self.slots[slot].held).remove(&id) else {
             return;
         };
         if self.down.load(Ordering::Relaxed) {
@@ -530,7 +530,7 @@ impl SharedLimits {
             return;
         };
         let first = {
-            let mut ended = lock(&self.slot().ended);
+            let mut ended = lock(&self.slots[slot].ended);
             ended.push(held);
             ended.len() == 1
         };
@@ -538,11 +538,10 @@ impl SharedLimits {
             return;
         }
         let this = self.clone();
-        let index = crate::workers::slot(self.slots.len());
         runtime.spawn(async move {
             // Requests ready on this thread go first, and may take the leases along.
             tokio::task::yield_now().await;
-            let slot = &this.slots[index];
+            let slot = &this.slots[slot];
             let ended = std::mem::take(&mut *lock(&slot.ended));
             if ended.is_empty() {
                 return;
@@ -569,9 +568,14 @@ impl SharedLimits {
 
     async fn renew_all(&self) {
         let held: Vec<(Arc<str>, Arc<str>)> = self
-            .held_lock()
-            .values()
-            .map(|h| (h.key.clone(), h.name.clone()))
+            .slots
+            .iter()
+            .flat_map(|slot| {
+                let held = lock(&slot.held);
+                held.values()
+                    .map(|h| (h.key.clone(), h.name.clone()))
+                    .collect::<Vec<_>>()
+            })
             .collect();
         let lease_ms = u64::try_from(self.settings.lease.as_millis()).unwrap_or(u64::MAX);
         let mut conn = self.conn();
