@@ -368,14 +368,16 @@ impl SharedLimits {
         u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
-    /// Admit one request of the key `limiter` (whose fleet limits are `fleet`): in
-    /// Redis, or by the key's local buckets while Redis does not answer.
+    /// Admit one request of the key `limiter`: in Redis, or by the key's local
+    /// buckets while Redis does not answer (or when its limits are not shared).
     pub async fn admit(
         self: &Arc<Self>,
         limiter: &KeyLimiter,
-        fleet: &FleetLimits,
         is_submit: bool,
     ) -> Result<(Option<RateHeaders>, Option<InProgress>), LimitExceeded> {
+        let Some(fleet) = limiter.fleet() else {
+            return Self::local(limiter, is_submit);
+        };
         if self.down.load(Ordering::Relaxed) {
             self.recheck_later();
             return self.alone(limiter, is_submit);
@@ -437,12 +439,20 @@ impl SharedLimits {
         Ok((headers, lease))
     }
 
+    /// Decided alone, Redis being away: counted.
     fn alone(
         &self,
         limiter: &KeyLimiter,
         is_submit: bool,
     ) -> Result<(Option<RateHeaders>, Option<InProgress>), LimitExceeded> {
         self.metrics.decided_locally.inc();
+        Self::local(limiter, is_submit)
+    }
+
+    fn local(
+        limiter: &KeyLimiter,
+        is_submit: bool,
+    ) -> Result<(Option<RateHeaders>, Option<InProgress>), LimitExceeded> {
         limiter
             .admit(is_submit)
             .map(|(h, permit)| (h, permit.map(|_permit| InProgress::Local { _permit })))

@@ -13,7 +13,7 @@ use http_body_util::BodyExt;
 use super::context::Ctx;
 use super::routing::Route;
 use super::stack::{Next, Phase};
-use crate::access::{InProgress, LimitExceeded, RateHeaders};
+use crate::access::{InProgress, KeyLimiter, LimitExceeded, RateHeaders};
 use crate::error::ApiError;
 use crate::gateway::Gateway;
 use crate::response::{BoxError, ResponseBody, ResponseFuture};
@@ -44,24 +44,29 @@ impl Phase for KeyLimit {
             return Box::pin(next.call((ctx, req)));
         };
         let is_submit = matches!(ctx.route, Route::Submit(_));
-        let gateway = self.gateway.clone();
-        if let (Some(shared), Some(_)) = (&gateway.shared_limits, limiter.fleet()) {
+        if let Some(shared) = &self.gateway.shared_limits
+            && limiter.fleet().is_some()
+        {
             // Asks Redis: the request waits at most `shared_timeout_ms` for it.
-            let shared = shared.clone();
+            let (shared, gateway) = (shared.clone(), self.gateway.clone());
             return Box::pin(async move {
-                let fleet = limiter.fleet().expect("checked above");
-                let verdict = shared.admit(&limiter, fleet, is_submit).await;
+                let verdict = shared.admit(&limiter, is_submit).await;
                 answer(&gateway, verdict, || next.call((ctx, req))).await
             });
         }
-        let verdict = limiter
-            .admit(is_submit)
-            .map(|(h, permit)| (h, permit.map(|_permit| InProgress::Local { _permit })));
+        let verdict = local(&limiter, is_submit);
         answer(&self.gateway, verdict, || next.call((ctx, req)))
     }
 }
 
 type Verdict = Result<(Option<RateHeaders>, Option<InProgress>), LimitExceeded>;
+
+/// The key's limits in this replica alone.
+fn local(limiter: &KeyLimiter, is_submit: bool) -> Verdict {
+    limiter
+        .admit(is_submit)
+        .map(|(h, permit)| (h, permit.map(|_permit| InProgress::Local { _permit })))
+}
 
 /// The inner answer (called only when admitted) with the rate headers and the slot
 /// held by its body, or the refusal.
