@@ -516,6 +516,19 @@ pub struct FamilyConfig {
     /// Stored results are deleted this many days after they were stored.
     #[serde(default = "default_keep_days")]
     pub keep_days: u32,
+    /// `keep_results`, `max_result_bytes` or `keep_days` of one model, laid over the
+    /// family's: `[families.NAME.model_results."MODEL"]`.
+    #[serde(default)]
+    pub model_results: BTreeMap<String, ModelResultsConfig>,
+}
+
+/// One model's own results settings; what it leaves out is the family's.
+#[derive(Debug, Deserialize, Default, Clone, Copy)]
+#[serde(deny_unknown_fields)]
+pub struct ModelResultsConfig {
+    pub keep_results: Option<bool>,
+    pub max_result_bytes: Option<u64>,
+    pub keep_days: Option<u32>,
 }
 
 fn default_true() -> bool {

@@ -38,10 +38,7 @@ pub(super) fn compile(
                 providers: chain.clone(),
                 validator: validator.clone(),
                 default_seconds: cfg.default_seconds,
-                results: ResultsPolicy {
-                    keep_days: (storage_on && cfg.keep_results).then_some(cfg.keep_days),
-                    max_bytes: cfg.max_result_bytes,
-                },
+                results: results_policy(cfg, id, storage_on),
             };
             if let Some(other) = models.insert(id.clone(), Arc::new(model)) {
                 let msg = format!("`{id}` is also listed in family `{}`", other.family);
@@ -76,10 +73,15 @@ fn compile_family(
             None => at.push("providers", format!("no provider named `{name}`")),
         }
     }
-    for upstream in cfg.upstream_models.keys() {
-        if !cfg.models.contains(upstream) {
-            let msg = format!("`{upstream}` is not one of this family's models");
-            at.push("upstream_models", msg);
+    for (field, named) in [
+        (
+            "upstream_models",
+            cfg.upstream_models.keys().collect::<Vec<_>>(),
+        ),
+        ("model_results", cfg.model_results.keys().collect()),
+    ] {
+        for id in named.into_iter().filter(|id| !cfg.models.contains(id)) {
+            at.push(field, format!("`{id}` is not one of this family's models"));
         }
     }
     let schema = at.check("schema", family_schema(&file.schemas, cfg))?;
@@ -87,6 +89,16 @@ fn compile_family(
     let validator = ParamsValidator::compile(schema, cfg.allow_unknown_params)
         .map_err(|e| format!("invalid JSON Schema: {e}"));
     Some((chain, Arc::new(at.check("params", validator)?)))
+}
+
+/// A model's results settings: its own `model_results` entry over its family's.
+fn results_policy(cfg: &FamilyConfig, id: &str, storage_on: bool) -> ResultsPolicy {
+    let own = cfg.model_results.get(id).copied().unwrap_or_default();
+    let keep = own.keep_results.unwrap_or(cfg.keep_results);
+    ResultsPolicy {
+        keep_days: (storage_on && keep).then_some(own.keep_days.unwrap_or(cfg.keep_days)),
+        max_bytes: own.max_result_bytes.unwrap_or(cfg.max_result_bytes),
+    }
 }
 
 /// A video task is counted for the seconds it produces: a family whose submits may leave
