@@ -462,6 +462,16 @@ impl ApiError {
             "the task is not finished and its provider cannot cancel it; delete it once it has finished",
         )
     }
+    /// DELETE of an unfinished task its provider would not stop (its cancel
+    /// step's `success` said no): it may be about to finish.
+    pub fn not_canceled() -> Self {
+        Self::new(
+            StatusCode::CONFLICT,
+            "invalid_request_error",
+            "not_cancelable",
+            "the task's provider would not cancel it (it may be about to finish); query it, and delete it once it has finished",
+        )
+    }
     /// A signed link past its expiry.
     pub fn link_expired() -> Self {
         Self::new(

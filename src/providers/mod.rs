@@ -23,6 +23,7 @@ pub mod status;
 mod submit;
 
 pub use self::answer::{Refusal, Step};
+pub use self::cancel::Canceled;
 pub use self::error::UpstreamError;
 pub use self::submit::{Accepted, SubmitError};
 pub use crate::outbound::{CallError, UpstreamClient};

@@ -111,12 +111,16 @@ async fn each_result_of_a_completed_task_is_copied_into_storage_with_its_hash() 
     assert_eq!(downloads, 2);
 }
 
+/// The family's `max_result_bytes` holds for `m1`; `m2` has its own, larger one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_result_over_max_result_bytes_is_not_kept() {
     let fake = completed_with(&[("/media/big.mp4", vec![7_u8; 5_000])]).await;
+    let family = family("test", &["up"], &["m1", "m2"]).to_string()
+        + "max_result_bytes = 4096\n"
+        + "[families.test.model_results.m2]\nmax_result_bytes = 8192\n";
     let routes = Routes::new()
         .provider(model_center_provider("up", &fake.url(), ""))
-        .family(family("test", &["up"], &["m1"]).to_string() + "max_result_bytes = 4096\n")
+        .family(family)
         .storage(FILES);
     let gw = Gateway::start(routes).await;
     let (http, id) = submitted(&gw).await;
@@ -138,6 +142,34 @@ async fn a_result_over_max_result_bytes_is_not_kept() {
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(&r.body[..], &[7_u8; 5_000][..]);
     assert!(r.header("etag").is_none(), "not from storage");
+
+    // The same result of `m2` fits its own limit.
+    fake.on("POST /v2/model-center/tasks", Answer::queued("r-2"));
+    let urls = json!([format!("{}/media/big.mp4", fake.url())]);
+    fake.on(
+        "GET /v2/model-center/tasks/r-2",
+        Answer::json(
+            200,
+            json!({"id": "r-2", "status": "completed", "urls": urls}),
+        ),
+    );
+    let id2 = http
+        .submit_id(MODEL_CENTER, DEMO, &json!({"model": "m2", "prompt": "p"}))
+        .await;
+    assert_eq!(
+        http.query(MODEL_CENTER, DEMO, &id2).await["status"],
+        "completed"
+    );
+    eventually("m2's copy is stored", async || {
+        copy_of_model(&ledger, "m2").0.as_deref() == Some("stored")
+    })
+    .await;
+    assert!(
+        gw.dir()
+            .path()
+            .join(".mediagate/media/results/2/0")
+            .exists()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -449,6 +481,43 @@ async fn an_unfinished_task_without_a_cancel_step_is_not_deleted() {
         http.query(MODEL_CENTER, DEMO, &id).await["status"],
         "queued"
     );
+}
+
+/// A cancel step's `success` decides over a 2xx answer: a provider that answers it
+/// could not stop the task leaves it running, and the DELETE is 409.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_the_provider_refuses_leaves_the_task_running() {
+    let fake = Fake::start().await;
+    fake.on("POST /v2/model-center/tasks", Answer::queued("r-1"));
+    fake.on("GET /v2/model-center/tasks/r-1", Answer::queued("r-1"));
+    fake.on(
+        "POST /v2/model-center/tasks/r-1/cancel",
+        Answer::json(200, json!({"canceled": false, "reason": "almost done"})),
+    );
+    let cancel = "\n[providers.up.cancel]\npath = '\"/v2/model-center/tasks/\\($id)/cancel\"'\nsuccess = '.canceled == true'\n";
+    let routes = Routes::new()
+        .provider(model_center_provider("up", &fake.url(), "") + cancel)
+        .family(family("test", &["up"], &["m1"]));
+    let gw = Gateway::start(routes).await;
+    let (http, id) = submitted(&gw).await;
+    let r = delete(&http, DEMO, &id).await;
+    assert_error(&r, 409, "not_cancelable", None);
+    assert!(r.text().contains("would not cancel"), "{}", r.text());
+    assert_eq!(listed(&http).await, std::slice::from_ref(&id));
+    assert_eq!(
+        http.query(MODEL_CENTER, DEMO, &id).await["status"],
+        "queued"
+    );
+
+    // Once the provider says it stopped, the task ends cancelled.
+    fake.on(
+        "POST /v2/model-center/tasks/r-1/cancel",
+        Answer::json(200, json!({"canceled": true})),
+    );
+    let r = delete(&http, DEMO, &id).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let task = http.query(MODEL_CENTER, DEMO, &id).await;
+    assert_eq!(task["error"]["code"], "canceled", "{task}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
