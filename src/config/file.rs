@@ -312,6 +312,9 @@ pub struct StorageConfig {
     pub copy_timeout_ms: u64,
     /// How long a failed copy is retried before the task keeps its provider's links.
     pub retry_for_hours: u64,
+    /// How long a finished task's webhook waits for the copy of its results, so that
+    /// the receiver that fetches them at once is served from storage; 0: no wait.
+    pub webhook_wait_ms: u64,
 }
 
 impl Default for StorageConfig {
@@ -323,6 +326,7 @@ impl Default for StorageConfig {
             max_in_flight: 4,
             copy_timeout_ms: 600_000,
             retry_for_hours: 24,
+            webhook_wait_ms: 60_000,
         }
     }
 }

@@ -151,7 +151,12 @@ impl Deliverer {
         };
         let batch = BATCH.min(free as i64).max(1);
         let me = &self.gateway.replica;
-        let due = match self.ledger.claim_deliveries(me, lease, batch).await {
+        let copy_wait = Duration::from_millis(snapshot.storage.webhook_wait_ms);
+        let due = match self
+            .ledger
+            .claim_deliveries(me, lease, batch, copy_wait)
+            .await
+        {
             Ok(due) => due,
             Err(e) => {
                 self.gateway.metrics.ledger_errors.inc();

@@ -640,3 +640,102 @@ async fn a_copy_cut_by_kill_9_is_made_again_whole_after_a_restart() {
     let kept = std::fs::read(gw.dir().path().join(".mediagate/media/results/1/0")).unwrap();
     assert_eq!(kept, bytes, "the stored file is whole");
 }
+
+/// Callbacks to a receiver on 127.0.0.1 over http are allowed; retries are fast.
+const WEBHOOKS: &str = r#"
+[webhooks]
+allow_http_hosts = ["127.0.0.1"]
+allow_private_networks = ["127.0.0.1"]
+first_retry_ms = 100
+max_retry_interval_ms = 200
+"#;
+
+/// A gateway keeping results in files, the demo key signing webhooks, `[storage]`
+/// given `storage_line`; a task of `m1` whose one result's download is held, submitted
+/// with a callback to `receiver` and completed by a query. The held download.
+async fn completed_with_a_held_copy(
+    receiver: &Fake,
+    storage_line: &str,
+) -> (Fake, Gateway, crate::support::Held) {
+    let fake = completed_with(&[]).await;
+    let urls = json!([format!("{}/media/a.mp4", fake.url())]);
+    fake.on(
+        "GET /v2/model-center/tasks/r-1",
+        Answer::json(
+            200,
+            json!({"id": "r-1", "status": "completed", "urls": urls}),
+        ),
+    );
+    let held = fake.hold(
+        "GET /media/a.mp4",
+        Answer::raw(200, "video/mp4", media(40_000)),
+    );
+    let routes = Routes::upstream(&fake.url(), "")
+        .top(WEBHOOKS)
+        .demo_key("webhook_secret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"")
+        .storage(FILES)
+        .storage_setting(storage_line);
+    let gw = Gateway::start(routes).await;
+    let http = gw.client();
+    let callback = format!("{}/hook", receiver.url());
+    let id = http
+        .submit_id(
+            MODEL_CENTER,
+            DEMO,
+            &json!({"model": "m1", "prompt": "p", "callback_url": callback}),
+        )
+        .await;
+    assert_eq!(
+        http.query(MODEL_CENTER, DEMO, &id).await["status"],
+        "completed"
+    );
+    held.arrived(1).await;
+    (fake, gw, held)
+}
+
+/// The webhook of a task whose results are being copied waits for the copy: the
+/// receiver that fetches the media at once gets them from storage.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_webhook_waits_for_the_copy_of_its_task_s_results() {
+    let receiver = Fake::start().await;
+    receiver.on("POST /hook", Answer::json(204, json!(null)));
+    let (_fake, gw, held) = completed_with_a_held_copy(&receiver, "webhook_wait_ms = 60000").await;
+    // The deliverer looks at the ledger every 250 ms: a second is four looks.
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    assert!(
+        receiver.take().is_empty(),
+        "posted before the copy was made"
+    );
+    held.release();
+    eventually("the webhook is posted", async || {
+        receiver
+            .take()
+            .iter()
+            .any(|s| s.line().starts_with("POST /hook"))
+    })
+    .await;
+    let ledger = gw.dir().path().join(".mediagate/ledger.db");
+    assert_eq!(stored(&ledger).1.as_deref(), Some("stored"));
+}
+
+/// The wait is bounded: a copy that does not end holds the webhook back
+/// `webhook_wait_ms` at most.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_webhook_waits_for_a_copy_no_longer_than_webhook_wait_ms() {
+    let receiver = Fake::start().await;
+    receiver.on("POST /hook", Answer::json(204, json!(null)));
+    let (_fake, gw, _held) = completed_with_a_held_copy(&receiver, "webhook_wait_ms = 300").await;
+    eventually("the webhook is posted", async || {
+        receiver
+            .take()
+            .iter()
+            .any(|s| s.line().starts_with("POST /hook"))
+    })
+    .await;
+    let ledger = gw.dir().path().join(".mediagate/ledger.db");
+    assert_eq!(
+        stored(&ledger).1.as_deref(),
+        Some("pending"),
+        "the copy is still held"
+    );
+}

@@ -1178,7 +1178,10 @@ mod tests {
         let l = ledger(&dir).await;
         let row = finished_with_webhook(&l, 1).await;
         let lease = Duration::from_secs(30);
-        let claimed = l.claim_deliveries("me", lease, 10).await.unwrap();
+        let claimed = l
+            .claim_deliveries("me", lease, 10, Duration::ZERO)
+            .await
+            .unwrap();
         assert_eq!(claimed.len(), 1);
         let (id, ours) = (claimed[0].id, &claimed[0]);
         assert_eq!(
@@ -1191,20 +1194,23 @@ mod tests {
         // Another replica cannot give back what this one holds.
         l.delivery_put_back(id, "them", &due_now).await.unwrap();
         assert!(
-            l.claim_deliveries("me", lease, 10)
+            l.claim_deliveries("me", lease, 10, Duration::ZERO)
                 .await
                 .unwrap()
                 .is_empty()
         );
         l.delivery_put_back(id, "me", &due_now).await.unwrap();
-        let again = l.claim_deliveries("me", lease, 10).await.unwrap();
+        let again = l
+            .claim_deliveries("me", lease, 10, Duration::ZERO)
+            .await
+            .unwrap();
         assert_eq!((again.len(), again[0].attempts), (1, 0));
         let later = PutBack::Until {
             next_ms: now_ms() + 60_000,
         };
         l.delivery_put_back(id, "me", &later).await.unwrap();
         assert!(
-            l.claim_deliveries("me", lease, 10)
+            l.claim_deliveries("me", lease, 10, Duration::ZERO)
                 .await
                 .unwrap()
                 .is_empty()
@@ -1213,7 +1219,10 @@ mod tests {
         assert_eq!(shown, ("pending".into(), 0, None, None));
         // Given up without an attempt: expired, still none counted.
         let row = finished_with_webhook(&l, 2).await;
-        let claimed = l.claim_deliveries("me", lease, 10).await.unwrap();
+        let claimed = l
+            .claim_deliveries("me", lease, 10, Duration::ZERO)
+            .await
+            .unwrap();
         assert_eq!(claimed.len(), 1);
         let expired = PutBack::Expired {
             error: "cooling down".into(),
