@@ -315,6 +315,10 @@ pub struct StorageConfig {
     /// How long a finished task's webhook waits for the copy of its results, so that
     /// the receiver that fetches them at once is served from storage; 0: no wait.
     pub webhook_wait_ms: u64,
+    /// S3 only: a request for a stored result is answered with a redirect (302) to a
+    /// presigned URL of its object, valid `link_ttl_secs`: the bytes go from the
+    /// bucket to the client, not through the gateway.
+    pub direct_links: bool,
 }
 
 impl Default for StorageConfig {
@@ -327,6 +331,7 @@ impl Default for StorageConfig {
             copy_timeout_ms: 600_000,
             retry_for_hours: 24,
             webhook_wait_ms: 60_000,
+            direct_links: false,
         }
     }
 }

@@ -221,6 +221,19 @@ fn storage_url(
     if cfg.max_in_flight == 0 {
         at.push("max_in_flight", "must be at least 1");
     }
+    if cfg.direct_links && !matches!(parsed, StorageUrl::S3 { .. }) {
+        at.push(
+            "direct_links",
+            "needs `url = \"s3://…\"`: direct links are presigned URLs of a bucket's objects",
+        );
+    }
+    // S3 signs a URL for 7 days at most.
+    if cfg.direct_links && cfg.link_ttl_secs > 7 * 24 * 3600 {
+        at.push(
+            "link_ttl_secs",
+            "with direct_links, at most 604800 (7 days, the longest S3 presigns for)",
+        );
+    }
     if cfg
         .public_base_url
         .as_deref()

@@ -17,20 +17,49 @@ use crate::response::{BoxError, ResponseBody};
 use crate::storage::{Storage, StorageError};
 use crate::tasks::ledger::StoredResult;
 
+/// `302 Found` to `location`, not kept by caches: each use of the gateway's link
+/// is presigned afresh.
+fn redirect(location: &str) -> Result<Response<ResponseBody>, ApiError> {
+    let location = HeaderValue::from_str(location).map_err(|_| ApiError::storage_unavailable())?;
+    let mut resp = Response::new(empty());
+    *resp.status_mut() = StatusCode::FOUND;
+    let h = resp.headers_mut();
+    h.insert(header::LOCATION, location);
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    Ok(resp)
+}
+
 /// How long a browser may keep a stored result without asking again: it never
 /// changes under its ETag.
 const MAX_AGE: &str = "private, max-age=86400";
 
-/// Answer `result` from `storage` for a request with `headers`.
+/// Answer `result` from `storage` for `request`; with `direct` (S3's direct links
+/// on), a redirect to a URL of the object presigned for that long.
 pub(super) async fn answer(
     storage: &Storage,
     result: &StoredResult,
-    headers: &HeaderMap,
+    request: &http::request::Parts,
+    direct: Option<Duration>,
     now_ms: i64,
 ) -> Result<Response<ResponseBody>, ApiError> {
     if result.deleted_ms.is_some() || result.expires_ms <= now_ms {
         return Err(ApiError::result_expired());
     }
+    if let Some(ttl) = direct {
+        // Presigned for the method asked: S3 signs it with the URL. Range and the
+        // conditional headers are then the bucket's to answer.
+        let method = match request.method {
+            http::Method::HEAD => http::Method::HEAD,
+            _ => http::Method::GET,
+        };
+        if let Some(link) = storage.direct_link(method, &result.object_key, ttl).await {
+            return redirect(&link.map_err(|e| {
+                tracing::warn!(error = %e, "storage: a direct link cannot be presigned");
+                ApiError::storage_unavailable()
+            })?);
+        }
+    }
+    let headers = &request.headers;
     let etag = format!("\"{}\"", result.sha256);
     let stored = UNIX_EPOCH + Duration::from_millis(result.stored_ms.max(0) as u64);
     let last_modified = httpdate::fmt_http_date(stored);
