@@ -17,6 +17,29 @@ use crate::response::{BoxError, ResponseBody};
 use crate::storage::{Storage, StorageError};
 use crate::tasks::ledger::StoredResult;
 
+/// `302 Found` to a URL of `result`'s object presigned for `method`, valid `ttl`;
+/// `None` where storage cannot presign. Presigned for the method asked: S3 signs it
+/// with the URL. `Range` and the conditional headers are then the bucket's to answer.
+async fn direct_link(
+    storage: &Storage,
+    result: &StoredResult,
+    method: &http::Method,
+    ttl: Duration,
+) -> Option<Result<Response<ResponseBody>, ApiError>> {
+    let method = match *method {
+        http::Method::HEAD => http::Method::HEAD,
+        _ => http::Method::GET,
+    };
+    let link = storage.direct_link(method, &result.object_key, ttl).await?;
+    Some(
+        link.map_err(|e| {
+            tracing::warn!(error = %e, "storage: a direct link cannot be presigned");
+            ApiError::storage_unavailable()
+        })
+        .and_then(|location| redirect(&location)),
+    )
+}
+
 /// `302 Found` to `location`, not kept by caches: each use of the gateway's link
 /// is presigned afresh.
 fn redirect(location: &str) -> Result<Response<ResponseBody>, ApiError> {
@@ -45,19 +68,10 @@ pub(super) async fn answer(
     if result.deleted_ms.is_some() || result.expires_ms <= now_ms {
         return Err(ApiError::result_expired());
     }
-    if let Some(ttl) = direct {
-        // Presigned for the method asked: S3 signs it with the URL. Range and the
-        // conditional headers are then the bucket's to answer.
-        let method = match request.method {
-            http::Method::HEAD => http::Method::HEAD,
-            _ => http::Method::GET,
-        };
-        if let Some(link) = storage.direct_link(method, &result.object_key, ttl).await {
-            return redirect(&link.map_err(|e| {
-                tracing::warn!(error = %e, "storage: a direct link cannot be presigned");
-                ApiError::storage_unavailable()
-            })?);
-        }
+    if let Some(ttl) = direct
+        && let Some(redirect) = direct_link(storage, result, &request.method, ttl).await
+    {
+        return redirect;
     }
     let headers = &request.headers;
     let etag = format!("\"{}\"", result.sha256);
@@ -91,13 +105,7 @@ pub(super) async fn answer(
     let read = storage
         .get(&result.object_key, range.clone())
         .await
-        .map_err(|e| match e {
-            StorageError::NotFound => ApiError::result_expired(),
-            e => {
-                tracing::warn!(error = %e, "storage: a stored result cannot be read");
-                ApiError::storage_unavailable()
-            }
-        })?;
+        .map_err(read_failed)?;
     let content_type = result
         .content_type
         .as_deref()
@@ -125,6 +133,18 @@ pub(super) async fn answer(
         .map_err(|e| -> BoxError { Box::new(e) });
     *resp.body_mut() = BodyExt::boxed(StreamBody::new(sync_wrapper::SyncStream::new(frames)));
     Ok(resp)
+}
+
+/// A stored result gone from storage is expired (deleted under the ledger's feet);
+/// anything else is storage failing.
+fn read_failed(e: StorageError) -> ApiError {
+    match e {
+        StorageError::NotFound => ApiError::result_expired(),
+        e => {
+            tracing::warn!(error = %e, "storage: a stored result cannot be read");
+            ApiError::storage_unavailable()
+        }
+    }
 }
 
 fn empty() -> ResponseBody {

@@ -425,6 +425,7 @@ impl Ops {
         let ok = op.responses.get_mut("200").expect("inserted");
         ok.content = Some(bytes);
         op.responses.insert("206".into(), partial);
+        add_bodiless_content_answers(&mut op);
         op
     }
 
@@ -534,5 +535,28 @@ fn operational(paths: &mut BTreeMap<String, PathItem>, metrics_here: bool) {
                 &["missing_api_key", "invalid_api_key"],
             ),
         );
+    }
+}
+
+/// The content route's answers without a body: a stored result's to conditional and
+/// ranged requests, and the redirect of S3's direct links.
+fn add_bodiless_content_answers(op: &mut Operation) {
+    for (status, description) in [
+        (
+            "302",
+            "A stored result in S3 with direct links on: `Location` is a URL of the object, presigned.",
+        ),
+        (
+            "304",
+            "A stored result the client has already (`If-None-Match` matches its `ETag`).",
+        ),
+        (
+            "416",
+            "A `Range` outside the stored result; `Content-Range` gives its size.",
+        ),
+    ] {
+        let mut bare = success(description, json!({}), true);
+        bare.content = None;
+        op.responses.insert(status.into(), bare);
     }
 }
