@@ -641,6 +641,43 @@ async fn a_copy_cut_by_kill_9_is_made_again_whole_after_a_restart() {
     assert_eq!(kept, bytes, "the stored file is whole");
 }
 
+/// A 300 MB result is streamed into storage: the gateway's peak memory grows by far
+/// less than the result (a copy holds two parts of 5 MiB), and the file kept has the
+/// provider's bytes, by their SHA-256.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_300_mb_result_is_copied_whole_in_bounded_memory() {
+    const MB: u32 = 1_000_000;
+    let bytes = media(300 * MB);
+    let hash = sha256(&bytes);
+    let fake = completed_with(&[("/media/a.mp4", bytes)]).await;
+    let routes = Routes::upstream(&fake.url(), "").storage(FILES);
+    let gw = Proc::start(routes).await;
+    let http = gw.client();
+    let id = http
+        .submit_id(MODEL_CENTER, DEMO, &json!({"model": "m1", "prompt": "p"}))
+        .await;
+    let before_kib = gw.memory_kib("VmRSS");
+    assert_eq!(
+        http.query(MODEL_CENTER, DEMO, &id).await["status"],
+        "completed"
+    );
+    let ledger = gw.dir().path().join(".mediagate/ledger.db");
+    eventually("the copy is stored", async || {
+        stored(&ledger).1.as_deref() == Some("stored")
+    })
+    .await;
+    let grew_mib = gw.memory_kib("VmHWM").saturating_sub(before_kib) / 1024;
+    assert!(
+        grew_mib < 50,
+        "the peak RSS grew by {grew_mib} MiB during the copy"
+    );
+    let (results, _) = stored(&ledger);
+    assert_eq!(results[0].1, i64::from(300 * MB));
+    assert_eq!(results[0].3, hash, "the ledger's SHA-256");
+    let kept = std::fs::read(gw.dir().path().join(".mediagate/media/results/1/0")).unwrap();
+    assert_eq!(sha256(&kept), hash, "the stored file's SHA-256");
+}
+
 /// Callbacks to a receiver on 127.0.0.1 over http are allowed; retries are fast.
 const WEBHOOKS: &str = r#"
 [webhooks]
