@@ -538,8 +538,8 @@ fn operational(paths: &mut BTreeMap<String, PathItem>, metrics_here: bool) {
     }
 }
 
-/// The content route's answers without a body: a stored result's to conditional and
-/// ranged requests, and the redirect of S3's direct links.
+/// The content route's answers without a body: a stored result's to a conditional
+/// request, and the redirect of S3's direct links (416 is among the errors).
 fn add_bodiless_content_answers(op: &mut Operation) {
     for (status, description) in [
         (
