@@ -550,10 +550,6 @@ fn add_bodiless_content_answers(op: &mut Operation) {
             "304",
             "A stored result the client has already (`If-None-Match` matches its `ETag`).",
         ),
-        (
-            "416",
-            "A `Range` outside the stored result; `Content-Range` gives its size.",
-        ),
     ] {
         let mut bare = success(description, json!({}), true);
         bare.content = None;
