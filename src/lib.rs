@@ -36,6 +36,7 @@ pub type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomS
 
 pub mod access;
 pub mod api;
+pub mod billing;
 mod calendar;
 pub mod config;
 pub mod edge;

@@ -24,6 +24,9 @@ pub struct RoutesFile {
     /// Where completed tasks' results are kept.
     #[serde(default)]
     pub storage: StorageConfig,
+    /// The currency prices and budgets are written in.
+    #[serde(default)]
+    pub billing: BillingConfig,
     /// The background tracker that follows unfinished tasks in the ledger.
     #[serde(default)]
     pub tracker: TrackerConfig,
@@ -463,6 +466,12 @@ pub struct KeyConfig {
     /// Refuse submits without an `Idempotency-Key` header; needs the ledger.
     #[serde(default)]
     pub require_idempotency_key: bool,
+    /// Spend allowed per UTC day and month, in `[billing] currency`; needs the ledger.
+    #[serde(default)]
+    pub budget: Option<BudgetConfig>,
+    /// Task answers (query, listing, webhook) carry the task's `cost`.
+    #[serde(default)]
+    pub show_cost: bool,
     /// Where this key's finished tasks are posted when a submit names no
     /// `callback_url`; needs the ledger and a webhook secret.
     pub webhook_url: Option<String>,
@@ -474,6 +483,44 @@ pub struct KeyConfig {
     /// The secret(s) written here: for the published demo secret; real secrets belong
     /// in a variable or a file, out of the routes file.
     pub webhook_secret: Option<String>,
+}
+
+/// `[billing]`: what the amounts of prices and budgets are in.
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields, default)]
+pub struct BillingConfig {
+    /// A code shown beside every amount (ISO 4217 or the operator's own, e.g. credits).
+    pub currency: String,
+}
+
+impl Default for BillingConfig {
+    fn default() -> Self {
+        Self {
+            currency: "USD".into(),
+        }
+    }
+}
+
+/// A key's budget, in `[billing] currency`: what its tasks may cost per UTC day and
+/// per UTC month, reserved at submit and settled on what was delivered.
+#[derive(Debug, Deserialize, Clone, Copy, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetConfig {
+    pub per_day: Option<f64>,
+    pub per_month: Option<f64>,
+}
+
+/// A model's price, jq programs yielding an amount in `[billing] currency`.
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct PriceConfig {
+    /// Over the validated parameters, at submit: what is reserved.
+    pub estimate: String,
+    /// Over the parameters with the provider's final answer as `$answer`: what a
+    /// completed task costs. Without it the estimate is the price.
+    pub settle: Option<String>,
+    /// Shown with the model in the model list; the programs are shown without it.
+    pub description: Option<String>,
 }
 
 /// A key's daily allowance. Failed tasks give their share back.
@@ -525,19 +572,23 @@ pub struct FamilyConfig {
     /// Stored results are deleted this many days after they were stored.
     #[serde(default = "default_keep_days")]
     pub keep_days: u32,
-    /// `keep_results`, `max_result_bytes` or `keep_days` of one model, laid over the
-    /// family's: `[families.NAME.model_results."MODEL"]`.
+    /// `keep_results`, `max_result_bytes`, `keep_days` or `price` of one model, laid
+    /// over the family's: `[families.NAME.per_model."MODEL"]`.
     #[serde(default)]
-    pub model_results: BTreeMap<String, ModelResultsConfig>,
+    pub per_model: BTreeMap<String, PerModelConfig>,
+    /// What a task of the family's models costs; without one, nothing.
+    #[serde(default)]
+    pub price: Option<PriceConfig>,
 }
 
-/// One model's own results settings; what it leaves out is the family's.
-#[derive(Debug, Deserialize, Default, Clone, Copy)]
+/// One model's own settings; what it leaves out is the family's.
+#[derive(Debug, Deserialize, Default, Clone)]
 #[serde(deny_unknown_fields)]
-pub struct ModelResultsConfig {
+pub struct PerModelConfig {
     pub keep_results: Option<bool>,
     pub max_result_bytes: Option<u64>,
     pub keep_days: Option<u32>,
+    pub price: Option<PriceConfig>,
 }
 
 fn default_true() -> bool {

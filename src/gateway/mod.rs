@@ -92,6 +92,7 @@ impl Gateway {
             ledger.map(Arc::new),
             storage,
             metrics.ledger_errors.clone(),
+            metrics.spend.clone(),
         );
         Ok(Arc::new(Self {
             config_path: config_path.to_path_buf(),

@@ -75,8 +75,7 @@ impl TaskService {
             }),
         };
         let key = TaskCache::key(task.provider, task.upstream_id);
-        self.finished(task.provider, task.upstream_id, &key, &canceled)
-            .await;
+        self.finished(snapshot, task, &key, &canceled, None).await;
         let state: Arc<TaskState> = self.cache.put(key.clone(), canceled).await;
         self.waiters.wake(&key, &state);
         Ok(())

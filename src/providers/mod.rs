@@ -25,6 +25,7 @@ mod submit;
 pub use self::answer::{Refusal, Step};
 pub use self::cancel::Canceled;
 pub use self::error::UpstreamError;
+pub use self::query::Queried;
 pub use self::submit::{Accepted, SubmitError};
 pub use crate::outbound::{CallError, UpstreamClient};
 

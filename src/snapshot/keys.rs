@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use crate::FastMap;
 use crate::access::{ApiKey, KeyLimiter, KeyLimits, KeyRing, key_digest};
+use crate::billing::Budget;
 use crate::config::{KeyConfig, Problems, RoutesFile, Scope, SecretSource};
 use crate::models::Model;
 use crate::webhooks::{CallbackPolicy, WebhookSigner};
@@ -72,6 +73,13 @@ pub(super) fn compile(
                 "quotas and require_idempotency_key need the ledger ([ledger] url is none)",
             );
         }
+        if k.budget.is_some() && !ledger_on {
+            at.push("budget", "budgets need the ledger ([ledger] url is none)");
+        }
+        let budget = match &k.budget {
+            Some(cfg) => Budget::compile(cfg, &mut at),
+            None => None,
+        };
         let (webhook_url, signer) = webhooks_of(k, dir, ledger_on, callbacks, &mut at);
         if signer.as_ref().is_some_and(|s| s.is_demo()) {
             demo_webhook_secrets.push(k.name.clone());
@@ -79,6 +87,7 @@ pub(super) fn compile(
         ring.push(
             ApiKey::new(&k.name, digest, allowed)
                 .with_policy(k.quota, k.require_idempotency_key)
+                .with_money(budget, k.show_cost)
                 .with_webhooks(webhook_url, signer),
         );
     }

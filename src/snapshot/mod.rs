@@ -22,9 +22,9 @@ use prometheus_client::metrics::counter::Counter;
 use crate::FastMap;
 use crate::access::{KeyLimits, KeyRing};
 use crate::config::{
-    Endpoint, LedgerConfig, LoadError, Problems, RoutesFile, Scope, ServerConfig, SimulatorConfig,
-    StorageConfig, TasksConfig, TrackerConfig, WebhooksConfig, config_dir, is_base_url,
-    read_routes,
+    BillingConfig, Endpoint, LedgerConfig, LoadError, Problems, RoutesFile, Scope, ServerConfig,
+    SimulatorConfig, StorageConfig, TasksConfig, TrackerConfig, WebhooksConfig, config_dir,
+    is_base_url, read_routes,
 };
 use crate::edge;
 use crate::models::Model;
@@ -60,6 +60,8 @@ pub struct Snapshot {
     /// Where completed tasks' results are kept (opened once, at start).
     pub storage_url: StorageUrl,
     pub storage: StorageConfig,
+    /// The currency of prices and budgets.
+    pub billing: BillingConfig,
     pub tracker: TrackerConfig,
     pub webhooks: Webhooks,
     /// Keys that sign webhooks with the published demo secret.
@@ -167,6 +169,7 @@ impl Snapshot {
             ledger_url: ledger?,
             ledger: file.ledger,
             storage_url: storage_url?,
+            billing: file.billing,
             storage: StorageConfig {
                 // Trimmed once here, not in every link made.
                 public_base_url: file

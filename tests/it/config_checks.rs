@@ -184,9 +184,9 @@ async fn storage_settings_that_cannot_work_are_refused() {
         .provider(tasks_provider("one", "http://127.0.0.1:9", ""))
         .family(
             family("f", &["one"], &["m1"]).to_string()
-                + "[families.f.model_results.m9]\nkeep_days = 1\n",
+                + "[families.f.per_model.m9]\nkeep_days = 1\n",
         );
     let e = problems_of(routes).await;
-    assert!(e.contains("families.f.model_results"), "{e}");
+    assert!(e.contains("families.f.per_model"), "{e}");
     assert!(e.contains("`m9`"), "{e}");
 }

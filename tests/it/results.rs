@@ -117,7 +117,7 @@ async fn a_result_over_max_result_bytes_is_not_kept() {
     let fake = completed_with(&[("/media/big.mp4", vec![7_u8; 5_000])]).await;
     let family = family("test", &["up"], &["m1", "m2"]).to_string()
         + "max_result_bytes = 4096\n"
-        + "[families.test.model_results.m2]\nmax_result_bytes = 8192\n";
+        + "[families.test.per_model.m2]\nmax_result_bytes = 8192\n";
     let routes = Routes::new()
         .provider(model_center_provider("up", &fake.url(), ""))
         .family(family)
