@@ -36,7 +36,6 @@ pub type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomS
 
 pub mod access;
 pub mod api;
-pub mod billing;
 mod calendar;
 pub mod config;
 pub mod edge;
@@ -47,6 +46,7 @@ pub mod log_format;
 pub mod log_output;
 mod metrics;
 mod models;
+pub mod money;
 pub mod operator;
 pub mod outbound;
 pub mod providers;

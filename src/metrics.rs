@@ -116,7 +116,7 @@ struct SpendLabels {
 
 impl SpendMetrics {
     /// A submit reserved `estimate` of `key`'s budget for a task of `model`.
-    pub fn reserved(&self, key: &str, model: &str, estimate: crate::billing::Micros) {
+    pub fn reserved(&self, key: &str, model: &str, estimate: crate::money::Micros) {
         self.reserved
             .get_or_create(&labels(key, model))
             .inc_by(estimate.as_units());
@@ -127,8 +127,8 @@ impl SpendMetrics {
         &self,
         key: &str,
         model: &str,
-        estimate: crate::billing::Micros,
-        settled: crate::billing::Micros,
+        estimate: crate::money::Micros,
+        settled: crate::money::Micros,
     ) {
         let labels = labels(key, model);
         self.settled

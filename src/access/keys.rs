@@ -12,9 +12,9 @@ use http::header::AUTHORIZATION;
 use ring::digest::{SHA256, digest};
 use subtle::ConstantTimeEq;
 
-use crate::billing::Budget;
 use crate::config::QuotaConfig;
 use crate::error::ApiError;
+use crate::money::Budget;
 use crate::webhooks::WebhookSigner;
 
 /// An authenticated client key.

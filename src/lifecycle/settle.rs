@@ -11,7 +11,7 @@ use bytes::Bytes;
 use serde_json::Value;
 
 use super::{TaskRef, TaskService};
-use crate::billing::Micros;
+use crate::money::Micros;
 use crate::providers::jq::JqVars;
 use crate::snapshot::Snapshot;
 use crate::tasks::{TaskState, TaskStatus};

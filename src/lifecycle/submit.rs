@@ -14,10 +14,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde_json::Value;
 
 use super::TaskService;
-use crate::billing::{Budget, Micros};
 use crate::config::{Endpoint, QuotaConfig};
 use crate::error::ApiError;
 use crate::models::Model;
+use crate::money::{Budget, Micros};
 use crate::providers::jq::JqVars;
 use crate::providers::{Accepted, Provider, SubmitError};
 use crate::snapshot::Snapshot;

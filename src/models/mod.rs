@@ -3,13 +3,14 @@
 //! parameters are validated with ([`params`]).
 
 mod params;
+mod price;
 
 use std::sync::Arc;
 
 use serde_json::{Value, json};
 
 pub use self::params::ParamsValidator;
-use crate::billing::Price;
+pub use self::price::{Price, examples as price_examples};
 use crate::config::Endpoint;
 use crate::error::ApiError;
 use crate::providers::{Call, Provider};

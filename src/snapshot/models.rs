@@ -7,9 +7,9 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::FastMap;
-use crate::billing::{Price, price_examples};
 use crate::config::{FamilyConfig, PriceConfig, Problems, RoutesFile, Scope};
 use crate::models::{MAX_VIDEO_SECONDS, Model, ParamsValidator, ResultsPolicy, SECONDS_PARAMS};
+use crate::models::{Price, price_examples};
 use crate::providers::Provider;
 use crate::providers::jq::JqVars;
 use crate::tasks::MediaKind;

@@ -28,7 +28,7 @@ fn kind() -> Value {
 }
 
 /// What submit, query and listing answer.
-fn task_answers() -> [(&'static str, Value); 4] {
+fn task_answers() -> [(&'static str, Value); 5] {
     let kind = kind();
     let status = json!({"type": "string", "enum": ["queued", "processing", "completed", "failed"]});
     let id = json!({"type": "string", "description": "The task id: store it to query the task."});
@@ -59,6 +59,19 @@ fn task_answers() -> [(&'static str, Value); 4] {
                     "image_url": {"type": "string", "description": "The first result of an image model."},
                     "urls": {"type": "array", "items": {"type": "string"}},
                     "error": {"anyOf": [{"type": "null"}, reference("TaskError")]},
+                    "cost": reference("TaskCost"),
+                }),
+            ),
+        ),
+        (
+            "TaskCost",
+            closed(
+                &["currency", "estimate", "settled"],
+                json!({
+                    "currency": {"type": "string", "description": "`[billing] currency`."},
+                    "estimate": {"type": "number", "minimum": 0, "description": "Reserved at submit."},
+                    "settled": {"type": ["number", "null"], "minimum": 0,
+                                "description": "What the task cost, once it has ended (failed: 0)."},
                 }),
             ),
         ),

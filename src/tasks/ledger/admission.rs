@@ -9,7 +9,7 @@
 use super::record::{NewTask, TaskRecord};
 use super::store::Clock;
 use super::{Admission, LedgerError};
-use crate::billing::{Micros, Period};
+use crate::money::{Micros, Period};
 
 /// A quota resets at the next UTC midnight.
 pub(super) const DAY_MS: i64 = 86_400_000;
@@ -189,8 +189,8 @@ mod tests {
 #[cfg(test)]
 mod budget_tests {
     use super::*;
-    use crate::billing::Budget;
     use crate::config::Endpoint;
+    use crate::money::Budget;
     use crate::tasks::MediaKind;
     use futures_util::FutureExt;
 

@@ -42,8 +42,8 @@ pub use self::record::{
     UsageRow, fingerprint,
 };
 pub use self::store::Leased;
-use crate::billing::Micros;
 use crate::config::Endpoint;
+use crate::money::Micros;
 use crate::tasks::{TaskState, TaskStatus};
 
 /// What a task's end is settled with (see [`Ledger::priced`]).
@@ -52,6 +52,8 @@ pub struct Priced {
     pub owner: String,
     /// Millionths; `None`: it was submitted without a price.
     pub cost_estimate: Option<i64>,
+    /// What it cost, once settled.
+    pub cost_settled: Option<i64>,
     /// The validated parameters, as JSON text.
     pub price_params: Option<String>,
 }
@@ -232,6 +234,7 @@ impl Ledger {
         Ok(Some(Priced {
             owner: row.owner,
             cost_estimate: row.cost_estimate,
+            cost_settled: row.cost_settled,
             price_params,
         }))
     }
@@ -411,9 +414,23 @@ impl Ledger {
         &self,
         key: Option<&str>,
         since_ms: i64,
+        until_ms: i64,
     ) -> Result<Vec<UsageRow>, LedgerError> {
-        let args = params![key, since_ms];
+        let args = params![key, since_ms, until_ms];
         self.store.reads().usage(record::USAGE, args).await
+    }
+
+    /// What `owner`'s tasks cost (settled and reserved) today and this month (UTC),
+    /// as budgets count it, in millionths.
+    pub async fn spent(&self, owner: &str) -> Result<(Micros, Micros), LedgerError> {
+        let at = Clock::at(now_ms());
+        let day = at.day_start / admission::DAY_MS;
+        let since = |from: i64| params![owner, from, i64::MAX];
+        let reads = self.store.reads();
+        let today = reads.int(record::SPENT_SINCE, since(day)).await?;
+        let month = at.month_start / admission::DAY_MS;
+        let this_month = reads.int(record::SPENT_SINCE, since(month)).await?;
+        Ok((Micros(today.unwrap_or(0)), Micros(this_month.unwrap_or(0))))
     }
 
     /// Rows for operators, newest first, optionally of one state and one key.

@@ -2,8 +2,8 @@
 //! every statement the ledger runs.
 
 use super::LedgerError;
-use crate::billing::{Budget, Micros, Period};
 use crate::config::{Endpoint, QuotaConfig};
+use crate::money::{Budget, Micros, Period};
 use crate::tasks::{MediaKind, TaskStatus};
 
 /// A row's state.
@@ -367,6 +367,9 @@ pub struct UsageRow {
     pub completed: i64,
     pub failed: i64,
     pub video_seconds: i64,
+    /// What finished tasks cost, and what unfinished ones hold reserved (millionths).
+    pub spent: i64,
+    pub reserved: i64,
 }
 
 /// Where a listing's page starts: after this task, which the previous page ended with.
@@ -499,6 +502,8 @@ pub(super) const USED_TODAY: &str = concat!(
 /// What the owner `$1` spent (settled and reserved) on day `$2` and since day `$3`
 /// (the month's first), in millionths.
 pub(super) const SPENT: &str = "SELECT CAST(COALESCE(SUM(CASE WHEN day = $2 THEN micros ELSE 0 END), 0) AS BIGINT), CAST(COALESCE(SUM(micros), 0) AS BIGINT) FROM spend WHERE owner = $1 AND day >= $3";
+/// What the owner `$1` spent (settled and reserved) from day `$2` to before day `$3`.
+pub(super) const SPENT_SINCE: &str = "SELECT CAST(COALESCE(SUM(micros), 0) AS BIGINT) FROM spend WHERE owner = $1 AND day >= $2 AND day < $3";
 macro_rules! insert {
     () => {
         "INSERT INTO tasks (owner, endpoint, model, kind, fingerprint, idempotency_key, video_seconds, state, provider, created_ms, updated_ms, callback_url, keep_days, cost_estimate, price_params) VALUES ($1, $2, $3, $4, $5, $6, $7, 'submitting', $9, $8, $8, $10, $11, $12, $13) ON CONFLICT (owner, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"
@@ -551,7 +556,7 @@ pub(super) const COUNT_STATE: &str = "SELECT COUNT(*) FROM tasks WHERE state = $
 pub(super) const USAGE: &str = concat!(
     "SELECT owner, model, created_ms / 86400000 AS day, CAST(SUM(CASE WHEN upstream_id IS NOT NULL THEN 1 ELSE 0 END) AS BIGINT) AS submitted, CAST(SUM(CASE WHEN state = 'completed' THEN 1 ELSE 0 END) AS BIGINT) AS completed, CAST(SUM(CASE WHEN state = 'failed' THEN 1 ELSE 0 END) AS BIGINT) AS failed, CAST(SUM(CASE WHEN upstream_id IS NOT NULL THEN ",
     counted_seconds!(),
-    " ELSE 0 END) AS BIGINT) AS video_seconds FROM tasks WHERE ($1 IS NULL OR owner = $1) AND created_ms >= $2 GROUP BY owner, model, created_ms / 86400000 ORDER BY day, owner, model"
+    " ELSE 0 END) AS BIGINT) AS video_seconds, CAST(COALESCE(SUM(cost_settled), 0) AS BIGINT) AS spent, CAST(COALESCE(SUM(CASE WHEN cost_settled IS NULL THEN cost_estimate ELSE 0 END), 0) AS BIGINT) AS reserved FROM tasks WHERE ($1 IS NULL OR owner = $1) AND created_ms >= $2 AND created_ms < $3 GROUP BY owner, model, created_ms / 86400000 ORDER BY day, owner, model"
 );
 
 #[cfg(test)]

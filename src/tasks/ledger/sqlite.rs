@@ -14,8 +14,8 @@ use super::sqlite_schema;
 use super::store::{Clock, Leased, Param, PerEngine, Store, StoreFuture};
 use super::writer::{Writer, bind, owned, query_rows};
 use super::{Admission, LedgerError};
-use crate::billing::{Budget, Micros};
 use crate::config::{Endpoint, QuotaConfig};
+use crate::money::{Budget, Micros};
 use crate::tasks::MediaKind;
 
 /// SQLite writes one transaction at a time: every write goes to one writer thread

@@ -1,27 +1,19 @@
-//! Money: what a task costs and what a key may spend.
+//! Money: amounts and budgets.
 //!
 //! Amounts are integers of millionths of the currency unit ([`Micros`]) from the
-//! moment a price program's number is read: the ledger adds and compares them
-//! exactly, on SQLite and PostgreSQL alike. A model's [`Price`] is two jq programs
-//! of routes.toml: the estimate, reserved at submit, and the settlement, run on the
-//! provider's final answer when the task completes (a failed one costs nothing). A
-//! key's [`Budget`] bounds the sum per UTC day and month; the ledger decides it in
-//! the transaction that writes the task's row (docs/ledger.md, "Money").
-
-mod price;
-
-pub use self::price::{Price, examples as price_examples};
+//! moment a price program's number is read (a model's price: `models/price.rs`): the
+//! ledger adds and compares them exactly, on SQLite and PostgreSQL alike. A key's
+//! [`Budget`] bounds what its tasks cost per UTC day and month; the ledger decides
+//! it in the transaction that writes the task's row (docs/ledger.md, "Money").
 
 use serde::Serialize;
-
-use crate::config::{BudgetConfig, Scope};
 
 /// Millionths of the currency unit.
 const PER_UNIT: f64 = 1_000_000.0;
 
 /// The largest amount taken, in units: its millionths and their decimal form stay
 /// exact in an `f64` (fewer than 16 digits), as JSON numbers are read.
-const MAX_UNITS: f64 = 1e9;
+pub const MAX_UNITS: f64 = 1e9;
 
 /// An amount of money in millionths of the currency unit; never negative.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Hash)]
@@ -91,25 +83,6 @@ impl Period {
 }
 
 impl Budget {
-    /// The configured budget; a problem is recorded for an amount that is not one.
-    pub fn compile(cfg: &BudgetConfig, at: &mut Scope) -> Option<Self> {
-        let mut amount = |key: &str, units: Option<f64>| match units {
-            None => Some(None),
-            Some(u) => at.check(
-                key,
-                Micros::from_units(u)
-                    .map(Some)
-                    .ok_or_else(|| format!("must be an amount from 0 to {MAX_UNITS}")),
-            ),
-        };
-        let per_day = amount("budget.per_day", cfg.per_day);
-        let per_month = amount("budget.per_month", cfg.per_month);
-        Some(Self {
-            per_day: per_day?,
-            per_month: per_month?,
-        })
-    }
-
     /// The first period `cost` does not fit in, given what was spent (and reserved)
     /// in the current day and month; with what remains of it.
     pub fn exceeded(

@@ -6,8 +6,8 @@
 use jaq_json::Val;
 use serde_json::Value;
 
-use super::Micros;
 use crate::config::{PriceConfig, Scope};
+use crate::money::Micros;
 use crate::providers::jq::{Jq, JqVars, from_json, to_json};
 
 /// A compiled price.
