@@ -608,6 +608,8 @@ impl ApiError {
             Self::range_not_satisfiable(),
             Self::idempotency_key_reused(),
             Self::quota_exceeded("…", second, 0),
+            Self::budget_exceeded("…", "…", second, 0),
+            Self::price_unavailable("…", "…"),
             Self::rate_limited(second),
             Self::upstream_rate_limited(None),
             Self::ledger_off(),

@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use crate::calendar::{civil_from_days, days_from_civil};
+use crate::calendar::{date_of_days, days_from_date};
 use crate::config::{TaskStatus, config_dir, read_routes};
 use crate::money::Micros;
 use crate::tasks::ledger::{Ledger, LedgerUrl, State, TaskRecord, UsageRow, now_ms};
@@ -261,25 +261,6 @@ fn timestamp(ms: i64) -> String {
     let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
     let (h, m, s) = (rest / 3600, rest % 3600 / 60, rest % 60);
     format!("{}T{h:02}:{m:02}:{s:02}Z", date_of_days(days))
-}
-
-/// Days since 1970-01-01 → `YYYY-MM-DD`.
-fn date_of_days(days: i64) -> String {
-    let (y, m, d) = civil_from_days(days);
-    format!("{y:04}-{m:02}-{d:02}")
-}
-
-/// `YYYY-MM-DD` → days since 1970-01-01.
-fn days_from_date(date: &str) -> Option<i64> {
-    let mut parts = date.splitn(3, '-');
-    let y: i64 = parts.next()?.parse().ok()?;
-    let m: i64 = parts.next()?.parse().ok()?;
-    let d: i64 = parts.next()?.parse().ok()?;
-    if !(1..=12).contains(&m) || !(1..=31).contains(&d) {
-        return None;
-    }
-    let days = days_from_civil(y, m, d);
-    (date_of_days(days) == date).then_some(days)
 }
 
 #[cfg(test)]

@@ -687,4 +687,12 @@ impl Endpoint {
             Self::AlphaVideos => "/v1/alpha/models",
         }
     }
+
+    /// Where a key reads its own usage and spend (the same on both: it is the key's).
+    pub fn usage_path(self) -> &'static str {
+        match self {
+            Self::ModelCenter => "/v2/usage",
+            Self::AlphaVideos => "/v1/alpha/usage",
+        }
+    }
 }
