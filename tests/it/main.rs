@@ -30,6 +30,7 @@ mod reload;
 mod results;
 mod results_s3;
 mod shutdown;
+mod spend_seen;
 mod tls;
 mod tracker;
 mod upstream_bounds;
