@@ -88,7 +88,7 @@ cleanup() {
   if [[ ${#PG_STOP[@]} -gt 0 ]]; then "${PG_STOP[@]}" >/dev/null 2>&1 || true; rm -rf "$PG_DIR"; fi
   wait 2>/dev/null || true
   # A ledger written outside $WORK (LEDGER_DIR) is not left there.
-  [[ $LEDGER_DIR == "$WORK" ]] || rm -f "$LEDGER_DB" "$LEDGER_DB-wal" "$LEDGER_DB-shm"
+  [[ $LEDGER_DIR == "$WORK" ]] || rm -f "$LEDGER_DB"{,-wal,-shm} "$LEDGER_DB-money"{,-wal,-shm}
   # Nor is $WORK: its SQLite ledger alone grows to hundreds of megabytes a run.
   # KEEP_WORK=1 keeps it (gateway logs, configs) to look at.
   if [[ ${KEEP_WORK:-} == 1 ]]; then log "kept $WORK"; else rm -rf "$WORK"; fi
@@ -145,7 +145,14 @@ log "fast upstream on $UP_ADDR"
 
 # --- mediagate ----------------------------------------------------------------------
 key_sha=$(printf %s "$KEY" | sha256sum | cut -d' ' -f1)
-routes() { # $1 = poll cache ttl (ms), $2 = ledger url (default none)
+routes() { # $1 = poll cache ttl (ms), $2 = ledger url (default none), $3 = money: a price and a budget
+  local budget="" price=""
+  if [[ ${3:-} == money ]]; then
+    # Far above what the runs spend: the budget is read and the estimate reserved on
+    # every submit, never refused.
+    budget='budget = { per_day = 1000000000, per_month = 1000000000 }'
+    price="price = { estimate = '(.duration // 5) * 0.05', settle = '(\$answer.seconds // .duration // 5) * 0.05' }"
+  fi
   cat <<EOF
 [ledger]
 url = "${2:-none}"
@@ -186,6 +193,7 @@ max_concurrent_requests = 100000
 [[keys]]
 name = "bench"
 sha256 = "$key_sha"
+$budget
 
 $(fast_provider "$UP")
 
@@ -208,12 +216,13 @@ models = ["$MODEL"]
 schema = "video"
 # The benchmark body names its duration; the family still has to say its default.
 default_seconds = 5
+$price
 EOF
 }
 
-start_gateway() { # $1 = name, $2 = poll ttl, $3 = ledger url; prints the address
+start_gateway() { # $1 = name, $2 = poll ttl, $3 = ledger url, $4 = money; prints the address
   local name=$1
-  routes "$2" "${3:-none}" >"$WORK/$name.toml"
+  routes "$2" "${3:-none}" "${4:-}" >"$WORK/$name.toml"
   MEDIAGATE_TASK_SECRET=$SECRET RUST_LOG=${RUST_LOG:-info} \
     ${GATEWAY_UNDER[@]+"${GATEWAY_UNDER[@]}"} "$MEDIAGATE" serve --config "$WORK/$name.toml" >/dev/null 2>"$WORK/$name.log" &
   echo $! >"$WORK/$name.pid"
@@ -569,6 +578,10 @@ ledger_cost() { # $1 = label, $2 = address
 ledger_cost "off" "$MG_ADDR"
 MGS_ADDR=$(start_gateway mediagate-sqlite "$POLL_TTL_MS" "sqlite://$LEDGER_DB")
 ledger_cost "SQLite (WAL, synchronous=NORMAL)" "$MGS_ADDR"
+# The same with money: a priced model, a key with a budget (read and reserved on every
+# submit, in the admission's transaction).
+MGM_ADDR=$(start_gateway mediagate-sqlite-money "$POLL_TTL_MS" "sqlite://$LEDGER_DB-money" money)
+ledger_cost "SQLite, priced, a budget" "$MGM_ADDR"
 PG_BIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
 if [[ -n $PG_BIN ]]; then
   # Outside $WORK: the postgres user must be able to reach its directory.
@@ -584,6 +597,9 @@ if [[ -n $PG_BIN ]]; then
     -o "-p $PG_PORT -k $PG_DIR -c listen_addresses=127.0.0.1" start >/dev/null; then
     MGP_ADDR=$(start_gateway mediagate-pg "$POLL_TTL_MS" "postgres://postgres@127.0.0.1:$PG_PORT/postgres")
     ledger_cost "PostgreSQL $("$PG_BIN/postgres" --version | awk '{print $3}') (same machine)" "$MGP_ADDR"
+    "${as_pg[@]}" "$PG_BIN/createdb" -h "$PG_DIR" -p "$PG_PORT" -U postgres money
+    MGPM_ADDR=$(start_gateway mediagate-pg-money "$POLL_TTL_MS" "postgres://postgres@127.0.0.1:$PG_PORT/money" money)
+    ledger_cost "PostgreSQL, priced, a budget" "$MGPM_ADDR"
   else
     log "PostgreSQL did not start ($(tail -1 "$PG_DIR/log" 2>/dev/null)); its row is left out"
   fi
