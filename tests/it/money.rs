@@ -418,6 +418,42 @@ async fn failed_and_cancelled_tasks_give_their_reservation_back_once_on_postgres
     .await;
 }
 
+/// A submit the provider refuses created nothing: its reservation is given back at
+/// once (the room fits the next submit), and the metrics say nothing stays reserved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_submit_the_provider_refuses_gives_its_reservation_back() {
+    let fake = Fake::start().await;
+    let routes = Routes::new()
+        .server("metrics_listen = \"127.0.0.1:0\"")
+        .provider(provider(&fake, ""))
+        .family(priced_family(&["m1"], FLAT))
+        .demo_key("budget = { per_day = 1.0 }");
+    let gw = Gateway::start(routes).await;
+    let ledger = Db::sqlite(gw.dir());
+    let http = gw.client();
+    let bad = json!({"error": {"message": "prompt not allowed"}});
+    fake.on(SUBMIT, Answer::json(400, bad));
+    let r = http.post_json(MODEL_CENTER, DEMO, &body(5)).await;
+    assert!(r.status.is_client_error(), "{} {}", r.status, r.text());
+    assert_ne!(r.status, 429, "{}", r.text());
+    let refused = ledger.costs("demo").await;
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(
+        (refused[0].state.as_str(), refused[0].settled),
+        ("refused", Some(0))
+    );
+    assert_eq!(ledger.spent("demo").await, 0);
+    accepted(&http, &fake, "t1", &body(5)).await;
+    assert_eq!(ledger.spent("demo").await, MILLION);
+
+    let metrics = gw.admin().metrics().await;
+    let sum = |name: &str| metrics.sum(&[name, "key=\"demo\""]);
+    assert_eq!(sum("mediagate_spend_reserved"), 2.0);
+    // Still reserved (reserved - released): the accepted task's 1.00 only.
+    assert_eq!(sum("mediagate_spend_released"), 1.0);
+    assert_eq!(sum("mediagate_spend_settled"), 0.0);
+}
+
 /// Two replicas sharing PostgreSQL, both following tasks every 100 ms: the
 /// provider's final answer reaches the tracker, a client's query on one replica and
 /// another's on the second at once. The task is settled once, at the delivered
