@@ -14,7 +14,7 @@ use tokio::task::JoinSet;
 
 use crate::support::{
     Answer, ConfigDir, DEMO, DEMO2, Fake, Gateway, Http, MODEL_CENTER, Postgres, Proc, Reply,
-    Routes, assert_error, check, eventually, family, tasks_provider, unix_now,
+    Routes, assert_error, check, eventually, family, replace_once, tasks_provider, unix_now,
 };
 
 const SUBMIT: &str = "POST /tasks";
@@ -31,8 +31,19 @@ const BY_SECONDS: &str =
     "{ estimate = '.duration * 0.10', settle = '($answer.seconds // .duration) * 0.10' }";
 
 /// Provider `one` at `fake` (`POST /tasks`, `GET /tasks/{id}`), with `extra` lines.
+/// Its timeouts are long: status requests wait for the test's release, and a loaded
+/// machine must not turn a submit into an unknown outcome.
 fn provider(fake: &Fake, extra: &str) -> String {
-    tasks_provider("one", &fake.url(), extra)
+    [
+        ("connect_timeout_ms = 500", "connect_timeout_ms = 5000"),
+        ("submit_timeout_ms = 1000", "submit_timeout_ms = 10000"),
+        ("query_timeout_ms = 1000", "query_timeout_ms = 10000"),
+    ]
+    .iter()
+    .fold(
+        tasks_provider("one", &fake.url(), extra),
+        |block, (from, to)| replace_once(&block, from, to),
+    )
 }
 
 /// The same, with a cancel step: `POST /tasks/{id}/cancel`.
