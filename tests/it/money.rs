@@ -465,6 +465,32 @@ async fn a_submit_the_provider_refuses_gives_its_reservation_back() {
     assert_eq!(sum("mediagate_spend_settled"), 0.0);
 }
 
+/// A submit whose outcome is unknown (the provider hung up) may exist upstream: it
+/// stays reserved, and the next submit that needs its room is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_submit_of_unknown_outcome_stays_reserved() {
+    let fake = Fake::start().await;
+    let routes = Routes::new()
+        .provider(provider(&fake, ""))
+        .family(priced_family(&["m1"], FLAT))
+        .demo_key("budget = { per_day = 1.5 }");
+    let gw = Gateway::start(routes).await;
+    let ledger = Db::sqlite(gw.dir());
+    let http = gw.client();
+    fake.on(SUBMIT, Answer::hang_up());
+    let r = http.post_json(MODEL_CENTER, DEMO, &body(5)).await;
+    assert_error(&r, 502, "upstream_error", None);
+    let unknown = ledger.costs("demo").await;
+    assert_eq!(
+        (unknown[0].state.as_str(), unknown[0].settled),
+        ("unknown_outcome", None)
+    );
+    assert_eq!(ledger.spent("demo").await, MILLION);
+    let asked = unix_now();
+    let r = submit_as(&http, &fake, DEMO, "t1", &body(5)).await;
+    assert_budget_refusal(&r, asked, "per_day", "0.5 USD", next_midnight(asked));
+}
+
 /// Two replicas sharing PostgreSQL, both following tasks every 100 ms: the
 /// provider's final answer reaches the tracker, a client's query on one replica and
 /// another's on the second at once. The task is settled once, at the delivered
