@@ -340,6 +340,8 @@ serving_pids() { # $1 = URL
     *"//${MGF_ADDR:-none}/"*) cat "$WORK/mediagate-nocache.pid" ;;
     *"//${MGS_ADDR:-none}/"*) cat "$WORK/mediagate-sqlite.pid" ;;
     *"//${MGP_ADDR:-none}/"*) cat "$WORK/mediagate-pg.pid" ;;
+    *"//${MGM_ADDR:-none}/"*) cat "$WORK/mediagate-sqlite-money.pid" ;;
+    *"//${MGPM_ADDR:-none}/"*) cat "$WORK/mediagate-pg-money.pid" ;;
   esac
 }
 cpu_ticks() { # $@ = pids

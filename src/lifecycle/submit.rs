@@ -16,6 +16,7 @@ use serde_json::Value;
 use super::TaskService;
 use crate::config::{Endpoint, QuotaConfig};
 use crate::error::ApiError;
+use crate::metrics::SpendMetrics;
 use crate::models::Model;
 use crate::money::{Budget, Micros};
 use crate::providers::jq::JqVars;
@@ -120,12 +121,14 @@ impl TaskService {
     /// Run a submit (see the module documentation). The answer comes as soon as the
     /// outcome is known; the recording of it goes on if the caller goes away.
     pub async fn submit(&self, order: SubmitOrder) -> (Result<Submitted, ApiError>, Attempted) {
+        let mut reserved = None;
         let row = match &self.ledger {
             None => None,
             Some(ledger) => match self.admit(ledger, &order).await {
                 Ok((Admission::Fresh(row), estimate)) => {
                     if let Some(estimate) = estimate {
                         self.spend.reserved(&order.owner, &order.model.id, estimate);
+                        reserved = Some((self.spend.clone(), estimate));
                     }
                     Some((ledger.clone(), row))
                 }
@@ -139,7 +142,7 @@ impl TaskService {
             },
         };
         let (outcome, attempted) =
-            RunToEnd::new(self.submits.track_future(run_to_end(order, row))).await;
+            RunToEnd::new(self.submits.track_future(run_to_end(order, row, reserved))).await;
         (outcome.map(Submitted::Created), attempted)
     }
 
@@ -273,22 +276,27 @@ impl<F: Future + Send + 'static> Drop for RunToEnd<F> {
 }
 
 /// The submit from the first provider on: forwarded, and its outcome written to the
-/// row.
+/// row. A refusal settles the row's reservation (`reserved`) at 0, in the ledger and
+/// in the metrics.
 async fn run_to_end(
     order: SubmitOrder,
     row: Option<(Arc<Ledger>, i64)>,
+    reserved: Option<(SpendMetrics, Micros)>,
 ) -> (Result<SealedTask, ApiError>, Attempted) {
     let ledger = row.as_ref().map(|(l, row)| (&**l, *row));
     let mut attempted = Attempted::default();
     let outcome = forward(&order, ledger, &mut attempted).await;
-    if let Some((ledger, row)) = ledger {
-        record(ledger, row, &outcome).await;
+    if let Some((ledger, row)) = ledger
+        && record(ledger, row, &outcome).await
+        && let Some((spend, estimate)) = reserved
+    {
+        spend.settled(&order.owner, &order.model.id, estimate, Micros::ZERO);
     }
     (outcome.map_err(Failure::into_error), attempted)
 }
 
-/// The outcome on the submit's row.
-async fn record(ledger: &Ledger, row: i64, outcome: &Result<SealedTask, Failure>) {
+/// The outcome on the submit's row; whether it ended the task there (a refusal).
+async fn record(ledger: &Ledger, row: i64, outcome: &Result<SealedTask, Failure>) -> bool {
     let written = match outcome {
         Ok(created) => {
             let answer = created.answer();
@@ -306,10 +314,11 @@ async fn record(ledger: &Ledger, row: i64, outcome: &Result<SealedTask, Failure>
         Err(Failure::Rejected(e)) => ledger.refused(row, Some(&error_answer(e))).await,
         Err(Failure::Unknown(unknown)) => ledger.outcome_unknown(row, &unknown.1).await,
     };
-    if let Err(e) = written {
+    if let Err(e) = &written {
         let upstream_id = outcome.as_ref().ok().map(|c| c.task.upstream_id.as_str());
         tracing::error!(row, upstream_id, error = %e, "ledger update failed after the submit");
     }
+    written.is_ok() && matches!(outcome, Err(Failure::Refused(_) | Failure::Rejected(_)))
 }
 
 /// Submit to the model's providers in order; the next is tried only when one proves

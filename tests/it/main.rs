@@ -17,6 +17,7 @@ mod ledger;
 mod lifecycle;
 mod metrics_access;
 mod models;
+mod money;
 mod observability;
 mod param_bounds;
 mod param_limits;
