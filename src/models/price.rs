@@ -77,7 +77,9 @@ fn amount(program: &str, out: Result<Option<Val>, String>) -> Result<Micros, Str
 
 /// Parameters to try a price on at load: the schema's own `examples` (objects), else
 /// one object made of each property's `default`, first example, `const` or first
-/// `enum` value, or its `minimum`.
+/// `enum` value, or its `minimum`, and the same with only the required properties (a
+/// submit may leave the others out: `.duration * 0.1` fails on it, `(.duration // 5)
+/// * 0.1` does not).
 pub fn examples(schema: &Value) -> Vec<Value> {
     if let Some(given) = schema.get("examples").and_then(Value::as_array) {
         let objects: Vec<Value> = given.iter().filter(|e| e.is_object()).cloned().collect();
@@ -85,7 +87,7 @@ pub fn examples(schema: &Value) -> Vec<Value> {
             return objects;
         }
     }
-    let mut example = serde_json::Map::new();
+    let mut full = serde_json::Map::new();
     if let Some(props) = schema.get("properties").and_then(Value::as_object) {
         for (name, prop) in props {
             let value = prop
@@ -95,11 +97,25 @@ pub fn examples(schema: &Value) -> Vec<Value> {
                 .or_else(|| prop.pointer("/enum/0"))
                 .or_else(|| prop.get("minimum"));
             if let Some(value) = value {
-                example.insert(name.clone(), value.clone());
+                full.insert(name.clone(), value.clone());
             }
         }
     }
-    vec![Value::Object(example)]
+    let required: Vec<&str> = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let least: serde_json::Map<String, Value> = full
+        .iter()
+        .filter(|(name, _)| required.contains(&name.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let mut all = vec![Value::Object(full)];
+    if least.len() < all[0].as_object().map_or(0, |o| o.len()) {
+        all.push(Value::Object(least));
+    }
+    all
 }
 
 #[cfg(test)]
@@ -177,7 +193,18 @@ mod tests {
         }});
         assert_eq!(
             examples(&schema),
-            [json!({"duration": 5, "resolution": "720p", "seed": 0})]
+            [
+                json!({"duration": 5, "resolution": "720p", "seed": 0}),
+                json!({})
+            ]
+        );
+        let required = json!({"required": ["duration"], "properties": {
+            "duration": {"type": "integer", "minimum": 1},
+            "seed": {"type": "integer", "minimum": 0}
+        }});
+        assert_eq!(
+            examples(&required),
+            [json!({"duration": 1, "seed": 0}), json!({"duration": 1})]
         );
         let given = json!({"examples": [{"duration": 8}], "properties": {}});
         assert_eq!(examples(&given), [json!({"duration": 8})]);

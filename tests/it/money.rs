@@ -27,8 +27,7 @@ const SHARED_SECRET: &str = "a-task-secret-shared-by-both-replicas-0123456789";
 /// 1.00 a task, whatever it asks for.
 const FLAT: &str = "{ estimate = '1.00' }";
 /// 0.10 a second: the requested seconds reserved, the delivered ones charged.
-const BY_SECONDS: &str =
-    "{ estimate = '.duration * 0.10', settle = '($answer.seconds // .duration) * 0.10' }";
+const BY_SECONDS: &str = "{ estimate = '(.duration // 5) * 0.10', settle = '($answer.seconds // .duration // 5) * 0.10' }";
 
 /// Provider `one` at `fake` (`POST /tasks`, `GET /tasks/{id}`), with `extra` lines.
 /// Its timeouts are long: status requests wait for the test's release, and a loaded
@@ -735,8 +734,14 @@ fn prices_and_budgets_that_cannot_work_are_refused_by_check() {
             "families.f.price",
             "no price",
         ),
+        // A submit may leave `duration` out: the price must still give an amount.
         (
-            "{ estimate = '.duration * -0.10' }",
+            "{ estimate = '.duration * 0.10' }",
+            "families.f.price",
+            "on the example {}",
+        ),
+        (
+            "{ estimate = '(.duration // 5) * -0.10' }",
             "families.f.price",
             "not an amount",
         ),
