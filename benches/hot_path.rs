@@ -383,6 +383,9 @@ fn ledger(c: &mut Criterion) {
                                 provider: Some("simulator"),
                                 callback_url: None,
                                 keep_days: None,
+                                cost_estimate: None,
+                                budget: None,
+                                price_params: None,
                             };
                             let Ok(Admission::Fresh(row)) = ledger.admit(&new).await else {
                                 panic!("a fresh row");

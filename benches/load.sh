@@ -19,6 +19,8 @@
 #                                   # PROFILE=query-forwarded: of an unfinished one,
 #                                   # poll cache off (each query goes upstream);
 #                                   # PROFILE=submit-sqlite: submits, ledger on SQLite;
+#                                   # PROFILE=submit-sqlite-money: the same, of a priced
+#                                   # model by a key with a budget;
 #                                   # PROFILE=submit-nginx: the same submits through
 #                                   # nginx, its workers profiled (the baseline's share
 #                                   # of kernel, system calls, context switches);
@@ -54,11 +56,11 @@ STORM_TASKS=${STORM_TASKS:-100}
 IDLE_CONNS=${IDLE_CONNS:-10000}
 POLL_TTL_MS=${POLL_TTL_MS:-1000}
 ONLY=${ONLY:-all}              # all | ledger | memory | shared
-PROFILE=${PROFILE:-}           # submit | submit-sqlite | submit-nginx | query | query-forwarded: profile that load, then stop
+PROFILE=${PROFILE:-}           # submit | submit-sqlite | submit-sqlite-money | submit-nginx | query | query-forwarded: profile that load, then stop
 COUNT=${COUNT:-}               # instructions: with PROFILE, count with callgrind instead of sampling with perf
 COUNT_REQUESTS=${COUNT_REQUESTS:-3000} # with COUNT: at least 250, counted in whole 250s
 [[ -z $COUNT || ( $COUNT == instructions && -n $PROFILE && $PROFILE != submit-nginx ) ]] \
-  || { echo "COUNT=instructions goes with PROFILE=submit, submit-sqlite, query or query-forwarded" >&2; exit 2; }
+  || { echo "COUNT=instructions goes with PROFILE=submit, submit-sqlite, submit-sqlite-money, query or query-forwarded" >&2; exit 2; }
 [[ -z $COUNT || $COUNT_REQUESTS -ge 250 ]] || { echo "COUNT_REQUESTS is at least 250" >&2; exit 2; }
 [[ -z $PROFILE ]] || ONLY=profile
 [[ $ONLY == all || $ONLY == ledger || $ONLY == memory || $ONLY == shared || $ONLY == profile ]] \
@@ -91,7 +93,7 @@ cleanup() {
   if [[ ${#PG_STOP[@]} -gt 0 ]]; then "${PG_STOP[@]}" >/dev/null 2>&1 || true; rm -rf "$PG_DIR"; fi
   wait 2>/dev/null || true
   # A ledger written outside $WORK (LEDGER_DIR) is not left there.
-  [[ $LEDGER_DIR == "$WORK" ]] || rm -f "$LEDGER_DB" "$LEDGER_DB-wal" "$LEDGER_DB-shm"
+  [[ $LEDGER_DIR == "$WORK" ]] || rm -f "$LEDGER_DB"{,-wal,-shm} "$LEDGER_DB-money"{,-wal,-shm}
   # Nor is $WORK: its SQLite ledger alone grows to hundreds of megabytes a run.
   # KEEP_WORK=1 keeps it (gateway logs, configs) to look at.
   if [[ ${KEEP_WORK:-} == 1 ]]; then log "kept $WORK"; else rm -rf "$WORK"; fi
@@ -153,7 +155,14 @@ log "fast upstream on $UP_ADDR"
 
 # --- mediagate ----------------------------------------------------------------------
 key_sha=$(printf %s "$KEY" | sha256sum | cut -d' ' -f1)
-routes() { # $1 = poll cache ttl (ms), $2 = ledger url (default none), $3 = [limits] shared URL
+routes() { # $1 = poll cache ttl (ms), $2 = ledger url (default none), $3 = money: a price and a budget, $4 = [limits] shared URL
+  local budget="" price=""
+  if [[ ${3:-} == money ]]; then
+    # Far above what the runs spend: the budget is read and the estimate reserved on
+    # every submit, never refused.
+    budget='budget = { per_day = 1000000000, per_month = 1000000000 }'
+    price="price = { estimate = '(.duration // 5) * 0.05', settle = '(\$answer.seconds // .duration // 5) * 0.05' }"
+  fi
   cat <<EOF
 [ledger]
 url = "${2:-none}"
@@ -190,13 +199,14 @@ poll_cache_ttl_ms = $1
 rate_per_second = 1000000
 burst = 1000000
 max_concurrent_requests = 100000
-$([[ -z ${3:-} ]] || printf 'shared = "%s"\n%s\n%s\n' "$3" \
+$([[ -z ${4:-} ]] || printf 'shared = "%s"\n%s\n%s\n' "$4" \
   "# Every request asks Redis: a saturated machine answers past the default 50 ms," \
   "shared_timeout_ms = 1000")
 
 [[keys]]
 name = "bench"
 sha256 = "$key_sha"
+$budget
 
 $(fast_provider "$UP")
 
@@ -219,12 +229,13 @@ models = ["$MODEL"]
 schema = "video"
 # The benchmark body names its duration; the family still has to say its default.
 default_seconds = 5
+$price
 EOF
 }
 
-start_gateway() { # $1 = name, $2 = poll ttl, $3 = ledger url, $4 = shared limits URL; prints the address
+start_gateway() { # $1 = name, $2 = poll ttl, $3 = ledger url, $4 = money, $5 = shared limits URL; prints the address
   local name=$1
-  routes "$2" "${3:-none}" "${4:-}" >"$WORK/$name.toml"
+  routes "$2" "${3:-none}" "${4:-}" "${5:-}" >"$WORK/$name.toml"
   MEDIAGATE_TASK_SECRET=$SECRET RUST_LOG=${RUST_LOG:-info} \
     ${GATEWAY_UNDER[@]+"${GATEWAY_UNDER[@]}"} "$MEDIAGATE" serve --config "$WORK/$name.toml" >/dev/null 2>"$WORK/$name.log" &
   echo $! >"$WORK/$name.pid"
@@ -342,6 +353,8 @@ serving_pids() { # $1 = URL
     *"//${MGF_ADDR:-none}/"*) cat "$WORK/mediagate-nocache.pid" ;;
     *"//${MGS_ADDR:-none}/"*) cat "$WORK/mediagate-sqlite.pid" ;;
     *"//${MGP_ADDR:-none}/"*) cat "$WORK/mediagate-pg.pid" ;;
+    *"//${MGM_ADDR:-none}/"*) cat "$WORK/mediagate-sqlite-money.pid" ;;
+    *"//${MGPM_ADDR:-none}/"*) cat "$WORK/mediagate-pg-money.pid" ;;
     *"//${MGR_ADDR:-none}/"*) cat "$WORK/mediagate-redis.pid" ;;
   esac
 }
@@ -373,6 +386,9 @@ if [[ $ONLY == profile ]]; then
   if [[ $PROFILE == submit-sqlite ]]; then
     MG_ADDR=$(start_gateway mediagate-sqlite "$POLL_TTL_MS" "sqlite://$LEDGER_DB")
     MG_PID=$(cat "$WORK/mediagate-sqlite.pid")
+  elif [[ $PROFILE == submit-sqlite-money ]]; then
+    MG_ADDR=$(start_gateway mediagate-sqlite-money "$POLL_TTL_MS" "sqlite://$LEDGER_DB" money)
+    MG_PID=$(cat "$WORK/mediagate-sqlite-money.pid")
   elif [[ $PROFILE == query-forwarded ]]; then
     MG_ADDR=$(start_gateway mediagate-nocache 0)
     MG_PID=$(cat "$WORK/mediagate-nocache.pid")
@@ -386,7 +402,7 @@ if [[ $ONLY == profile ]]; then
     PROFILED_NAME="nginx $("$NGINX" -v 2>&1 | cut -d/ -f2) (the baseline)"
   fi
   case $PROFILE in
-    submit|submit-sqlite) PROFILE_ARGS=(-s "$WORK/submit.lua" "http://$MG_ADDR$TASKS") ;;
+    submit|submit-sqlite|submit-sqlite-money) PROFILE_ARGS=(-s "$WORK/submit.lua" "http://$MG_ADDR$TASKS") ;;
     submit-nginx) PROFILE_ARGS=(-s "$WORK/submit.lua" "http://$NG_ADDR$TASKS") ;;
     query) # a task the fast upstream reports finished (created in 1970)
       FINISHED=$($LOADGEN seal --secret "$SECRET" --provider fast \
@@ -396,7 +412,7 @@ if [[ $ONLY == profile ]]; then
       UNFINISHED=$(curl -sf -X POST "http://$MG_ADDR$TASKS" -H "$AUTH" \
         -H 'Content-Type: application/json' -d "$BODY" | sed 's/.*"id":"\([^"]*\)".*/\1/')
       PROFILE_ARGS=(-s "$WORK/get.lua" "http://$MG_ADDR$TASKS/$UNFINISHED") ;;
-    *) echo "PROFILE is submit, submit-sqlite, submit-nginx, query or query-forwarded" >&2; exit 2 ;;
+    *) echo "PROFILE is submit, submit-sqlite, submit-sqlite-money, submit-nginx, query or query-forwarded" >&2; exit 2 ;;
   esac
   if [[ $COUNT == instructions ]]; then
     # The same load from loadgen at a rate callgrind keeps up with (250 a second, for
@@ -572,7 +588,7 @@ redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no --d
   --pidfile "$WORK/redis.pid" --daemonize yes >/dev/null
 for _ in $(seq 1 50); do redis-cli -p "$REDIS_PORT" ping 2>/dev/null | grep -q PONG && break; sleep 0.1; done
 REDIS_PID=$(cat "$WORK/redis.pid")
-MGR_ADDR=$(start_gateway mediagate-redis "$POLL_TTL_MS" none "redis://127.0.0.1:$REDIS_PORT/0")
+MGR_ADDR=$(start_gateway mediagate-redis "$POLL_TTL_MS" none "" "redis://127.0.0.1:$REDIS_PORT/0")
 SHARED_ROWS=()
 per_request() { # $1 = clock ticks, $2 = requests: CPU µs per request
   awk -v t="$1" -v n="$2" -v hz="$CLK_TCK" 'BEGIN { if (n > 0) printf "%.1f", t * 1e6 / hz / n; else print "-" }'
@@ -618,6 +634,10 @@ ledger_cost() { # $1 = label, $2 = address
 ledger_cost "off" "$MG_ADDR"
 MGS_ADDR=$(start_gateway mediagate-sqlite "$POLL_TTL_MS" "sqlite://$LEDGER_DB")
 ledger_cost "SQLite (WAL, synchronous=NORMAL)" "$MGS_ADDR"
+# The same with money: a priced model, a key with a budget (read and reserved on every
+# submit, in the admission's transaction).
+MGM_ADDR=$(start_gateway mediagate-sqlite-money "$POLL_TTL_MS" "sqlite://$LEDGER_DB-money" money)
+ledger_cost "SQLite, priced, a budget" "$MGM_ADDR"
 PG_BIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
 if [[ -n $PG_BIN ]]; then
   # Outside $WORK: the postgres user must be able to reach its directory.
@@ -633,6 +653,9 @@ if [[ -n $PG_BIN ]]; then
     -o "-p $PG_PORT -k $PG_DIR -c listen_addresses=127.0.0.1" start >/dev/null; then
     MGP_ADDR=$(start_gateway mediagate-pg "$POLL_TTL_MS" "postgres://postgres@127.0.0.1:$PG_PORT/postgres")
     ledger_cost "PostgreSQL $("$PG_BIN/postgres" --version | awk '{print $3}') (same machine)" "$MGP_ADDR"
+    "${as_pg[@]}" "$PG_BIN/createdb" -h "$PG_DIR" -p "$PG_PORT" -U postgres money
+    MGPM_ADDR=$(start_gateway mediagate-pg-money "$POLL_TTL_MS" "postgres://postgres@127.0.0.1:$PG_PORT/money" money)
+    ledger_cost "PostgreSQL, priced, a budget" "$MGPM_ADDR"
   else
     log "PostgreSQL did not start ($(tail -1 "$PG_DIR/log" 2>/dev/null)); its row is left out"
   fi

@@ -27,6 +27,26 @@ pub(crate) fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
     era * 146_097 + doe - 719_468
 }
 
+/// Days since 1970-01-01 → `YYYY-MM-DD`.
+pub(crate) fn date_of_days(days: i64) -> String {
+    let (y, m, d) = civil_from_days(days);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+/// `YYYY-MM-DD` → days since 1970-01-01; `None` for anything else, or a day the
+/// month does not have.
+pub(crate) fn days_from_date(date: &str) -> Option<i64> {
+    let mut parts = date.splitn(3, '-');
+    let y: i64 = parts.next()?.parse().ok()?;
+    let m: i64 = parts.next()?.parse().ok()?;
+    let d: i64 = parts.next()?.parse().ok()?;
+    if !(1..=12).contains(&m) || !(1..=31).contains(&d) {
+        return None;
+    }
+    let days = days_from_civil(y, m, d);
+    (date_of_days(days) == date).then_some(days)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -424,6 +424,35 @@ impl ApiError {
         )
         .with_retry_after(resets_in)
     }
+    /// A submit whose estimate does not fit in what remains of the key's budget.
+    pub fn budget_exceeded(
+        period: &str,
+        remaining: &str,
+        resets_in: Duration,
+        resets_at: u64,
+    ) -> Self {
+        Self::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate_limit_error",
+            "budget_exceeded",
+            format!(
+                "this task's price does not fit in what remains of this API key's `{period}` budget ({remaining}); it resets at {resets_at} (Unix seconds, 00:00 UTC)"
+            ),
+        )
+        .with_retry_after(resets_in)
+    }
+    /// The model's price program failed on these parameters: the task could not be
+    /// billed, so it is not submitted.
+    pub fn price_unavailable(model: &str, why: &str) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            "price_unavailable",
+            format!(
+                "the price of model `{model}` cannot be computed for these parameters ({why}); nothing was submitted"
+            ),
+        )
+    }
     pub fn ledger_unavailable() -> Self {
         Self::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -460,6 +489,16 @@ impl ApiError {
             "invalid_request_error",
             "not_cancelable",
             "the task is not finished and its provider cannot cancel it; delete it once it has finished",
+        )
+    }
+    /// DELETE of an unfinished task its provider would not stop (its cancel
+    /// step's `success` said no): it may be about to finish.
+    pub fn not_canceled() -> Self {
+        Self::new(
+            StatusCode::CONFLICT,
+            "invalid_request_error",
+            "not_cancelable",
+            "the task's provider would not cancel it (it may be about to finish); query it, and delete it once it has finished",
         )
     }
     /// A signed link past its expiry.
@@ -569,6 +608,8 @@ impl ApiError {
             Self::range_not_satisfiable(),
             Self::idempotency_key_reused(),
             Self::quota_exceeded("…", second, 0),
+            Self::budget_exceeded("…", "…", second, 0),
+            Self::price_unavailable("…", "…"),
             Self::rate_limited(second),
             Self::upstream_rate_limited(None),
             Self::ledger_off(),

@@ -46,6 +46,7 @@ pub mod log_format;
 pub mod log_output;
 mod metrics;
 mod models;
+pub mod money;
 pub mod operator;
 pub mod outbound;
 pub mod providers;

@@ -63,7 +63,7 @@ enum Command {
         #[arg(long)]
         markdown: bool,
     },
-    /// Tasks per key, model and UTC day, from the ledger.
+    /// Tasks, seconds and spend per UTC day, key and model, from the ledger.
     Usage {
         /// Only this key (its name in routes.toml).
         #[arg(long)]
@@ -71,6 +71,9 @@ enum Command {
         /// From this UTC day on (YYYY-MM-DD); the last 30 days by default.
         #[arg(long)]
         since: Option<String>,
+        /// Sum over the others: one line per model, per day or per key.
+        #[arg(long, value_enum)]
+        by: Option<UsageBy>,
     },
     /// Tasks in the ledger, newest first; `tasks show ID` prints one.
     Tasks {
@@ -93,6 +96,24 @@ enum Command {
 enum TasksCommand {
     /// One task, by its sealed task id or its upstream id.
     Show { id: String },
+    /// End a task whose submit's outcome is unknown, as the provider's records say
+    /// it went, and settle its reservation (completed: at its estimate; failed: 0).
+    Resolve {
+        /// Its row number (`mediagate tasks --state unknown_outcome`), sealed task id
+        /// or upstream id.
+        id: String,
+        #[arg(long, conflicts_with = "failed", required_unless_present = "failed")]
+        completed: bool,
+        #[arg(long)]
+        failed: bool,
+    },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum UsageBy {
+    Model,
+    Day,
+    Key,
 }
 
 fn main() -> ExitCode {
@@ -108,8 +129,19 @@ fn main() -> ExitCode {
             true => mediagate::api::openapi::markdown(s),
             false => mediagate::api::openapi::models(s).to_string() + "\n",
         }),
-        Some(Command::Usage { key, since }) => operator(&cli.config, async |ledger| {
-            mediagate::operator::usage(ledger, key.as_deref(), since.as_deref()).await
+        Some(Command::Usage { key, since, by }) => operator(&cli.config, async |ledger| {
+            let by = by.map(|b| match b {
+                UsageBy::Model => mediagate::operator::UsageBy::Model,
+                UsageBy::Day => mediagate::operator::UsageBy::Day,
+                UsageBy::Key => mediagate::operator::UsageBy::Key,
+            });
+            mediagate::operator::usage(ledger, key.as_deref(), since.as_deref(), by).await
+        }),
+        Some(Command::Tasks {
+            show: Some(TasksCommand::Resolve { id, completed, .. }),
+            ..
+        }) => operator(&cli.config, async |ledger| {
+            mediagate::operator::resolve(ledger, &id, completed).await
         }),
         Some(Command::Tasks {
             show: Some(TasksCommand::Show { id }),

@@ -109,6 +109,57 @@ pub struct Metrics {
     /// Per-key limits shared through Redis: whether it answers, and what was
     /// decided without it.
     pub shared_limits: SharedMetrics,
+    /// Handed to the task service, which reserves and settles.
+    pub spend: SpendMetrics,
+}
+
+/// Money per key and model, in units of `[billing] currency`: what submits reserved,
+/// what settlements charged, and the reservations they gave back (so that what is
+/// still reserved is `reserved - released`, summed over replicas).
+#[derive(Clone, Default)]
+pub struct SpendMetrics {
+    reserved: Family<SpendLabels, Counter<f64, std::sync::atomic::AtomicU64>>,
+    settled: Family<SpendLabels, Counter<f64, std::sync::atomic::AtomicU64>>,
+    released: Family<SpendLabels, Counter<f64, std::sync::atomic::AtomicU64>>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SpendLabels {
+    key: String,
+    model: String,
+}
+
+impl SpendMetrics {
+    /// A submit reserved `estimate` of `key`'s budget for a task of `model`.
+    pub fn reserved(&self, key: &str, model: &str, estimate: crate::money::Micros) {
+        self.reserved
+            .get_or_create(&labels(key, model))
+            .inc_by(estimate.as_units());
+    }
+
+    /// A task's reservation of `estimate` was settled at `settled`.
+    pub fn settled(
+        &self,
+        key: &str,
+        model: &str,
+        estimate: crate::money::Micros,
+        settled: crate::money::Micros,
+    ) {
+        let labels = labels(key, model);
+        self.settled
+            .get_or_create(&labels)
+            .inc_by(settled.as_units());
+        self.released
+            .get_or_create(&labels)
+            .inc_by(estimate.as_units());
+    }
+}
+
+fn labels(key: &str, model: &str) -> SpendLabels {
+    SpendLabels {
+        key: key.to_string(),
+        model: model.to_string(),
+    }
 }
 
 impl std::fmt::Debug for Metrics {
@@ -160,11 +211,13 @@ impl Metrics {
             // 50 ms … ~14 min: a small image to a large video.
             result_copy_seconds: Histogram::new(exponential_buckets(0.05, 2.0, 15)),
             shared_limits: SharedMetrics::default(),
+            spend: SpendMetrics::default(),
         };
         metrics.register_serving();
         metrics.register_tasks();
         metrics.register_webhooks();
         metrics.register_results();
+        metrics.register_spend();
         metrics.create_series();
         metrics.shared_limits.available.set(1);
         metrics
@@ -304,6 +357,27 @@ impl Metrics {
             "result_copy_seconds",
             "How long a copy that stored its results took",
             self.result_copy_seconds.clone(),
+        );
+    }
+
+    /// Money reserved, settled and given back, per key and model.
+    fn register_spend(&mut self) {
+        let registry = &mut self.registry;
+        let spend = &self.spend;
+        registry.register(
+            "spend_reserved",
+            "Estimates reserved by submits, per key and model, in [billing] currency",
+            spend.reserved.clone(),
+        );
+        registry.register(
+            "spend_settled",
+            "What finished tasks cost, per key and model, in [billing] currency (failed: 0)",
+            spend.settled.clone(),
+        );
+        registry.register(
+            "spend_released",
+            "Reservations given back when their tasks were settled, per key and model; still reserved: reserved - released",
+            spend.released.clone(),
         );
     }
 

@@ -5,8 +5,9 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use crate::calendar::{civil_from_days, days_from_civil};
+use crate::calendar::{date_of_days, days_from_date};
 use crate::config::{TaskStatus, config_dir, read_routes};
+use crate::money::Micros;
 use crate::tasks::ledger::{Ledger, LedgerUrl, State, TaskRecord, UsageRow, now_ms};
 
 const DAY_MS: i64 = 86_400_000;
@@ -24,12 +25,21 @@ pub async fn open(config: &Path) -> Result<Ledger, String> {
     })
 }
 
-/// `mediagate usage`: tasks per key, model and UTC day since `since` (YYYY-MM-DD;
-/// the last 30 days by default).
+/// What `mediagate usage --by` sums over: the other two of day, key and model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UsageBy {
+    Model,
+    Day,
+    Key,
+}
+
+/// `mediagate usage`: tasks, seconds and spend per UTC day, key and model since
+/// `since` (YYYY-MM-DD; the last 30 days by default), or summed `by` one of them.
 pub async fn usage(
     ledger: &Ledger,
     key: Option<&str>,
     since: Option<&str>,
+    by: Option<UsageBy>,
 ) -> Result<String, String> {
     let since_ms = match since {
         Some(date) => {
@@ -40,28 +50,108 @@ pub async fn usage(
         None => (now_ms() / DAY_MS - 29) * DAY_MS,
     };
     let rows = ledger
-        .usage(key, since_ms)
+        .usage(key, since_ms, i64::MAX)
         .await
         .map_err(|e| e.to_string())?;
-    Ok(usage_table(&rows))
+    Ok(match by {
+        None => usage_table(&rows),
+        Some(by) => usage_sums(&rows, by),
+    })
 }
 
 fn usage_table(rows: &[UsageRow]) -> String {
-    let mut out = String::from("DAY\tKEY\tMODEL\tSUBMITTED\tCOMPLETED\tFAILED\tVIDEO_SECONDS\n");
+    let mut out = String::from(
+        "DAY\tKEY\tMODEL\tSUBMITTED\tCOMPLETED\tFAILED\tVIDEO_SECONDS\tSPENT\tRESERVED\n",
+    );
     for r in rows {
         let _ = writeln!(
             out,
-            "{}\t{}\t{}\t{}\t{}\t{}\t{}",
+            "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
             date_of_days(r.day),
             r.owner,
             r.model,
             r.submitted,
             r.completed,
             r.failed,
-            r.video_seconds
+            r.video_seconds,
+            Micros(r.spent),
+            Micros(r.reserved),
         );
     }
     out
+}
+
+/// The rows summed per model, day or key, in that column's order.
+fn usage_sums(rows: &[UsageRow], by: UsageBy) -> String {
+    let mut sums: std::collections::BTreeMap<String, [i64; 6]> = Default::default();
+    for r in rows {
+        let name = match by {
+            UsageBy::Model => r.model.clone(),
+            UsageBy::Day => date_of_days(r.day),
+            UsageBy::Key => r.owner.clone(),
+        };
+        let sum = sums.entry(name).or_default();
+        let values = [
+            r.submitted,
+            r.completed,
+            r.failed,
+            r.video_seconds,
+            r.spent,
+            r.reserved,
+        ];
+        for (total, v) in sum.iter_mut().zip(values) {
+            *total = total.saturating_add(v);
+        }
+    }
+    let head = match by {
+        UsageBy::Model => "MODEL",
+        UsageBy::Day => "DAY",
+        UsageBy::Key => "KEY",
+    };
+    let mut out = format!("{head}\tSUBMITTED\tCOMPLETED\tFAILED\tVIDEO_SECONDS\tSPENT\tRESERVED\n");
+    for (name, [submitted, completed, failed, seconds, spent, reserved]) in sums {
+        let _ = writeln!(
+            out,
+            "{name}\t{submitted}\t{completed}\t{failed}\t{seconds}\t{}\t{}",
+            Micros(spent),
+            Micros(reserved),
+        );
+    }
+    out
+}
+
+/// `mediagate tasks resolve ID --completed|--failed`: an `unknown_outcome` task ended
+/// as the operator found it went at the provider, its reservation settled (completed:
+/// at its estimate, the provider's answer being unknown here; failed: 0).
+pub async fn resolve(ledger: &Ledger, id: &str, completed: bool) -> Result<String, String> {
+    let row = match id.parse::<i64>() {
+        Ok(row) => ledger.row(row).await,
+        Err(_) => ledger.find(id).await,
+    }
+    .map_err(|e| e.to_string())?
+    .ok_or_else(|| format!("no task `{id}` in the ledger"))?;
+    if row.state != State::UnknownOutcome {
+        return Err(format!(
+            "task {} is {}, not unknown_outcome: only a task whose outcome is unknown is resolved",
+            row.id,
+            row.state.as_str()
+        ));
+    }
+    let resolved = ledger
+        .resolve(row.id, completed, None)
+        .await
+        .map_err(|e| e.to_string())?;
+    if !resolved {
+        return Err(format!("task {} changed meanwhile; look again", row.id));
+    }
+    let after = ledger.row(row.id).await.map_err(|e| e.to_string())?;
+    let cost = after
+        .and_then(|r| r.cost_settled)
+        .map_or("no price".to_string(), |c| {
+            format!("settled at {}", Micros(c))
+        });
+    let state = if completed { "completed" } else { "failed" };
+    Ok(format!("task {} resolved as {state}; {cost}\n", row.id))
 }
 
 /// `mediagate tasks`: rows newest first, optionally of one state and one key.
@@ -171,25 +261,6 @@ fn timestamp(ms: i64) -> String {
     let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
     let (h, m, s) = (rest / 3600, rest % 3600 / 60, rest % 60);
     format!("{}T{h:02}:{m:02}:{s:02}Z", date_of_days(days))
-}
-
-/// Days since 1970-01-01 → `YYYY-MM-DD`.
-fn date_of_days(days: i64) -> String {
-    let (y, m, d) = civil_from_days(days);
-    format!("{y:04}-{m:02}-{d:02}")
-}
-
-/// `YYYY-MM-DD` → days since 1970-01-01.
-fn days_from_date(date: &str) -> Option<i64> {
-    let mut parts = date.splitn(3, '-');
-    let y: i64 = parts.next()?.parse().ok()?;
-    let m: i64 = parts.next()?.parse().ok()?;
-    let d: i64 = parts.next()?.parse().ok()?;
-    if !(1..=12).contains(&m) || !(1..=31).contains(&d) {
-        return None;
-    }
-    let days = days_from_civil(y, m, d);
-    (date_of_days(days) == date).then_some(days)
 }
 
 #[cfg(test)]

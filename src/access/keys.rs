@@ -14,6 +14,7 @@ use subtle::ConstantTimeEq;
 
 use crate::config::QuotaConfig;
 use crate::error::ApiError;
+use crate::money::Budget;
 use crate::webhooks::WebhookSigner;
 
 /// An authenticated client key.
@@ -28,6 +29,10 @@ pub struct ApiKey {
     pub quota: Option<QuotaConfig>,
     /// Submits must carry an `Idempotency-Key`.
     pub require_idempotency_key: bool,
+    /// What its tasks may cost per UTC day and month, enforced at submit.
+    pub budget: Option<Budget>,
+    /// Task answers carry the task's cost.
+    pub show_cost: bool,
     /// Where finished tasks are posted when a submit names no `callback_url`.
     pub webhook_url: Option<String>,
     /// Signs this key's webhooks; without it the key cannot ask for any.
@@ -42,6 +47,8 @@ impl ApiKey {
             models,
             quota: None,
             require_idempotency_key: false,
+            budget: None,
+            show_cost: false,
             webhook_url: None,
             webhook_signer: None,
         }
@@ -66,6 +73,13 @@ impl ApiKey {
     ) -> Self {
         self.quota = quota;
         self.require_idempotency_key = require_idempotency_key;
+        self
+    }
+
+    /// The key's money: its budget, and whether its task answers show costs.
+    pub fn with_money(mut self, budget: Option<Budget>, show_cost: bool) -> Self {
+        self.budget = budget;
+        self.show_cost = show_cost;
         self
     }
 

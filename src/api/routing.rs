@@ -18,6 +18,8 @@ pub enum Route {
     /// `{collection}/{id}/content` and `…/content/{n}`: result `n` (0 for the first),
     /// from storage or streamed from the provider.
     Content(Endpoint, Box<str>, usize),
+    /// `GET {usage}`: the key's own tasks, seconds and spend per day and model.
+    Usage(Endpoint),
     /// `GET {models}`: the models the key may submit on the endpoint.
     Models(Endpoint),
     /// `GET {models}/{id}`: one of them; the id as sent (percent-encoded).
@@ -48,6 +50,7 @@ impl Route {
             | Self::Query(..)
             | Self::Delete(..)
             | Self::Content(..)
+            | Self::Usage(_)
             | Self::Models(_)
             | Self::Model(..) => false,
         }
@@ -66,6 +69,8 @@ impl Route {
             Route::Delete(Endpoint::AlphaVideos, _) => "DELETE /v1/alpha/videos/{id}",
             Route::Content(Endpoint::ModelCenter, ..) => "GET /v2/model-center/tasks/{id}/content",
             Route::Content(Endpoint::AlphaVideos, ..) => "GET /v1/alpha/videos/{id}/content",
+            Route::Usage(Endpoint::ModelCenter) => "GET /v2/usage",
+            Route::Usage(Endpoint::AlphaVideos) => "GET /v1/alpha/usage",
             Route::Models(Endpoint::ModelCenter) => "GET /v2/model-center/models",
             Route::Models(Endpoint::AlphaVideos) => "GET /v1/alpha/models",
             Route::Model(Endpoint::ModelCenter, _) => "GET /v2/model-center/models/{id}",
@@ -107,6 +112,9 @@ fn resolve(method: &Method, path: &str, optional: Optional) -> Result<Route, Api
         "/readyz" => (Route::Ready, "GET, HEAD"),
         "/metrics" if optional.metrics => (Route::Metrics, "GET, HEAD"),
         OPENAPI if optional.openapi => (Route::OpenApi, "GET, HEAD"),
+        _ if let Some(e) = Endpoint::ALL.into_iter().find(|e| e.usage_path() == path) => {
+            (Route::Usage(e), "GET, HEAD")
+        }
         _ => match models(path) {
             Some(route) => (route?, "GET, HEAD"),
             None => tasks(method, path)?,

@@ -5,7 +5,9 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::models::Model;
+use crate::money::Micros;
 use crate::tasks::MediaKind;
+use crate::tasks::ledger::UsageRow;
 pub use crate::tasks::{SubmitResponse, TaskView};
 
 /// A page of a collection (`object` is `"list"`): `after=last_id` asks for the next.
@@ -28,15 +30,30 @@ pub struct ModelView<'a> {
     pub object: &'static str,
     pub kind: MediaKind,
     pub parameters: Value,
+    /// What a task of it costs, when it has a price.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub price: Option<PriceView<'a>>,
+}
+
+/// A model's price as the model list describes it.
+#[derive(Debug, Serialize)]
+pub struct PriceView<'a> {
+    pub currency: &'a str,
+    pub description: &'a str,
 }
 
 impl<'a> ModelView<'a> {
-    pub fn of(model: &'a Model) -> Self {
+    /// The model; its price in `currency`.
+    pub fn of(model: &'a Model, currency: &'a str) -> Self {
         Self {
             id: &model.id,
             object: "model",
             kind: model.kind,
             parameters: model.request_schema(),
+            price: model.price.as_ref().map(|p| PriceView {
+                currency,
+                description: &p.description,
+            }),
         }
     }
 }
@@ -45,13 +62,93 @@ impl<'a> ModelView<'a> {
 pub type ModelList<'a> = List<'a, ModelView<'a>>;
 
 impl<'a> ModelList<'a> {
-    pub fn of(models: &[&'a Model]) -> Self {
+    pub fn of(models: &[&'a Model], currency: &'a str) -> Self {
         Self {
             object: "list",
-            data: models.iter().map(|m| ModelView::of(m)).collect(),
+            data: models.iter().map(|m| ModelView::of(m, currency)).collect(),
             first_id: models.first().map(|m| m.id.as_str()),
             last_id: models.last().map(|m| m.id.as_str()),
             has_more: false,
         }
     }
+}
+
+/// `GET {usage}`: the key's own usage over a range of UTC days.
+#[derive(Debug, Serialize)]
+pub struct UsageReport<'a> {
+    pub object: &'static str,
+    /// The key's name.
+    pub key: &'a str,
+    pub currency: &'a str,
+    pub from: String,
+    pub to: String,
+    /// Per day and model, in that order.
+    pub data: Vec<UsageLine>,
+    pub total: UsageLine,
+    /// What remains of the key's budgets today and this month; `null` without one.
+    pub budget: Option<BudgetView>,
+}
+
+/// Tasks of one day and model (or all of them, as a total: no `date` nor `model`).
+#[derive(Debug, Serialize, Default)]
+pub struct UsageLine {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub date: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Tasks the providers created.
+    pub tasks: i64,
+    pub completed: i64,
+    pub failed: i64,
+    pub video_seconds: i64,
+    /// What finished tasks cost.
+    pub spent: Micros,
+    /// What unfinished tasks hold reserved.
+    pub reserved: Micros,
+}
+
+impl UsageLine {
+    pub fn of(row: &UsageRow) -> Self {
+        Self {
+            date: Some(crate::calendar::date_of_days(row.day)),
+            model: Some(row.model.clone()),
+            tasks: row.submitted,
+            completed: row.completed,
+            failed: row.failed,
+            video_seconds: row.video_seconds,
+            spent: Micros(row.spent),
+            reserved: Micros(row.reserved),
+        }
+    }
+
+    /// The sum of `lines`.
+    pub fn total(lines: &[Self]) -> Self {
+        let mut total = Self::default();
+        for l in lines {
+            total.tasks = total.tasks.saturating_add(l.tasks);
+            total.completed = total.completed.saturating_add(l.completed);
+            total.failed = total.failed.saturating_add(l.failed);
+            total.video_seconds = total.video_seconds.saturating_add(l.video_seconds);
+            total.spent = Micros(total.spent.0.saturating_add(l.spent.0));
+            total.reserved = Micros(total.reserved.0.saturating_add(l.reserved.0));
+        }
+        total
+    }
+}
+
+/// A key's budgets as they stand; a period it does not bound is `null`.
+#[derive(Debug, Serialize)]
+pub struct BudgetView {
+    pub per_day: Option<BudgetPeriod>,
+    pub per_month: Option<BudgetPeriod>,
+}
+
+/// One period of a budget: its limit, what was spent and reserved in it, what
+/// remains, and when it starts again (Unix seconds, 00:00 UTC).
+#[derive(Debug, Serialize)]
+pub struct BudgetPeriod {
+    pub limit: Micros,
+    pub spent: Micros,
+    pub remaining: Micros,
+    pub resets_at: u64,
 }

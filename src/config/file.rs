@@ -24,6 +24,9 @@ pub struct RoutesFile {
     /// Where completed tasks' results are kept.
     #[serde(default)]
     pub storage: StorageConfig,
+    /// The currency prices and budgets are written in.
+    #[serde(default)]
+    pub billing: BillingConfig,
     /// The background tracker that follows unfinished tasks in the ledger.
     #[serde(default)]
     pub tracker: TrackerConfig,
@@ -376,6 +379,13 @@ pub struct StorageConfig {
     pub copy_timeout_ms: u64,
     /// How long a failed copy is retried before the task keeps its provider's links.
     pub retry_for_hours: u64,
+    /// How long a finished task's webhook waits for the copy of its results, so that
+    /// the receiver that fetches them at once is served from storage; 0: no wait.
+    pub webhook_wait_ms: u64,
+    /// S3 only: a request for a stored result is answered with a redirect (302) to a
+    /// presigned URL of its object, valid `link_ttl_secs`: the bytes go from the
+    /// bucket to the client, not through the gateway.
+    pub direct_links: bool,
 }
 
 impl Default for StorageConfig {
@@ -387,6 +397,8 @@ impl Default for StorageConfig {
             max_in_flight: 4,
             copy_timeout_ms: 600_000,
             retry_for_hours: 24,
+            webhook_wait_ms: 60_000,
+            direct_links: false,
         }
     }
 }
@@ -518,6 +530,12 @@ pub struct KeyConfig {
     /// Refuse submits without an `Idempotency-Key` header; needs the ledger.
     #[serde(default)]
     pub require_idempotency_key: bool,
+    /// Spend allowed per UTC day and month, in `[billing] currency`; needs the ledger.
+    #[serde(default)]
+    pub budget: Option<BudgetConfig>,
+    /// Task answers (query, listing, webhook) carry the task's `cost`.
+    #[serde(default)]
+    pub show_cost: bool,
     /// Where this key's finished tasks are posted when a submit names no
     /// `callback_url`; needs the ledger and a webhook secret.
     pub webhook_url: Option<String>,
@@ -529,6 +547,44 @@ pub struct KeyConfig {
     /// The secret(s) written here: for the published demo secret; real secrets belong
     /// in a variable or a file, out of the routes file.
     pub webhook_secret: Option<String>,
+}
+
+/// `[billing]`: what the amounts of prices and budgets are in.
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields, default)]
+pub struct BillingConfig {
+    /// A code shown beside every amount (ISO 4217 or the operator's own, e.g. credits).
+    pub currency: String,
+}
+
+impl Default for BillingConfig {
+    fn default() -> Self {
+        Self {
+            currency: "USD".into(),
+        }
+    }
+}
+
+/// A key's budget, in `[billing] currency`: what its tasks may cost per UTC day and
+/// per UTC month, reserved at submit and settled on what was delivered.
+#[derive(Debug, Deserialize, Clone, Copy, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetConfig {
+    pub per_day: Option<f64>,
+    pub per_month: Option<f64>,
+}
+
+/// A model's price, jq programs yielding an amount in `[billing] currency`.
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct PriceConfig {
+    /// Over the validated parameters, at submit: what is reserved.
+    pub estimate: String,
+    /// Over the parameters with the provider's final answer as `$answer`: what a
+    /// completed task costs. Without it the estimate is the price.
+    pub settle: Option<String>,
+    /// Shown with the model in the model list; the programs are shown without it.
+    pub description: Option<String>,
 }
 
 /// A key's daily allowance. Failed tasks give their share back.
@@ -580,6 +636,23 @@ pub struct FamilyConfig {
     /// Stored results are deleted this many days after they were stored.
     #[serde(default = "default_keep_days")]
     pub keep_days: u32,
+    /// `keep_results`, `max_result_bytes`, `keep_days` or `price` of one model, laid
+    /// over the family's: `[families.NAME.per_model."MODEL"]`.
+    #[serde(default)]
+    pub per_model: BTreeMap<String, PerModelConfig>,
+    /// What a task of the family's models costs; without one, nothing.
+    #[serde(default)]
+    pub price: Option<PriceConfig>,
+}
+
+/// One model's own settings; what it leaves out is the family's.
+#[derive(Debug, Deserialize, Default, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct PerModelConfig {
+    pub keep_results: Option<bool>,
+    pub max_result_bytes: Option<u64>,
+    pub keep_days: Option<u32>,
+    pub price: Option<PriceConfig>,
 }
 
 fn default_true() -> bool {
@@ -676,6 +749,14 @@ impl Endpoint {
         match self {
             Self::ModelCenter => "/v2/model-center/models",
             Self::AlphaVideos => "/v1/alpha/models",
+        }
+    }
+
+    /// Where a key reads its own usage and spend (the same on both: it is the key's).
+    pub fn usage_path(self) -> &'static str {
+        match self {
+            Self::ModelCenter => "/v2/usage",
+            Self::AlphaVideos => "/v1/alpha/usage",
         }
     }
 }

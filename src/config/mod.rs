@@ -11,9 +11,10 @@ mod secret;
 use std::path::Path;
 
 pub use self::file::{
-    Endpoint, FamilyConfig, KeyConfig, KeyLimitsConfig, LedgerConfig, LimitsConfig, LimitsTable,
-    LogFormat, MediaKind, QuotaConfig, RoutesFile, ServerConfig, SimulatorConfig, StorageConfig,
-    TaskStatus, TasksConfig, TlsConfig, TrackerConfig, WebhooksConfig, is_base_url,
+    BillingConfig, BudgetConfig, Endpoint, FamilyConfig, KeyConfig, KeyLimitsConfig, LedgerConfig,
+    LimitsConfig, LimitsTable, LogFormat, MediaKind, PriceConfig, QuotaConfig, RoutesFile,
+    ServerConfig, SimulatorConfig, StorageConfig, TaskStatus, TasksConfig, TlsConfig,
+    TrackerConfig, WebhooksConfig, is_base_url,
 };
 pub use self::network::Network;
 pub use self::problems::{LoadError, Problems, Scope};

@@ -62,8 +62,8 @@ pub struct ProviderConfig {
     pub cancel: Option<CancelConfig>,
 }
 
-/// `[providers.NAME.cancel]`: the request that stops an unfinished task; any 2xx
-/// answer means it was stopped.
+/// `[providers.NAME.cancel]`: the request that stops an unfinished task; a 2xx
+/// answer means it was stopped, unless `success` says otherwise.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CancelConfig {
@@ -74,6 +74,10 @@ pub struct CancelConfig {
     /// jq producing an object of query parameters.
     #[serde(default)]
     pub query: Option<String>,
+    /// jq over a 2xx answer's JSON body (null when it has none): `true` when the
+    /// provider stopped the task, e.g. `.status == "canceled"`.
+    #[serde(default)]
+    pub success: Option<String>,
 }
 
 fn default_post() -> String {

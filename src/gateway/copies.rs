@@ -264,7 +264,12 @@ impl CopyJob {
             let key = self.storage.key(copy.task_row, n);
             let stored = self
                 .storage
-                .put(&key, response.into_body(), max_bytes)
+                .put(
+                    &key,
+                    response.into_body(),
+                    max_bytes,
+                    content_type.as_deref(),
+                )
                 .await
                 .map_err(Failure::storage)?;
             self.gateway

@@ -33,7 +33,7 @@ use crate::lifecycle::links;
 use crate::outbound::{CallError, UpstreamClient};
 use crate::snapshot::Snapshot;
 use crate::tasks::ledger::{Delivery, DeliveryOutcome, Ledger, PutBack, TaskRecord, now_ms};
-use crate::tasks::{TaskView, recorded_state};
+use crate::tasks::{Cost, TaskView, recorded_state};
 use crate::webhooks::WebhookSigner;
 
 /// Deliveries leased at once; when there were as many, the next batch follows at once.
@@ -151,7 +151,12 @@ impl Deliverer {
         };
         let batch = BATCH.min(free as i64).max(1);
         let me = &self.gateway.replica;
-        let due = match self.ledger.claim_deliveries(me, lease, batch).await {
+        let copy_wait = Duration::from_millis(snapshot.storage.webhook_wait_ms);
+        let due = match self
+            .ledger
+            .claim_deliveries(me, lease, batch, copy_wait)
+            .await
+        {
             Ok(due) => due,
             Err(e) => {
                 self.gateway.metrics.ledger_errors.inc();
@@ -368,7 +373,11 @@ fn task_body(row: &TaskRecord, snapshot: &Snapshot) -> Option<Vec<u8>> {
         id,
         || None,
     );
-    serde_json::to_vec(&TaskView::new(id, kind, &model, created, &state)).ok()
+    let shows_cost = snapshot.keys.named(&row.owner).is_some_and(|k| k.show_cost);
+    let currency = snapshot.billing.currency.as_str();
+    let cost = Cost::of(currency, row.cost_estimate, row.cost_settled).filter(|_| shows_cost);
+    let view = TaskView::new(id, kind, &model, created, &state).with_cost(cost);
+    serde_json::to_vec(&view).ok()
 }
 
 /// What one attempt came to, before the retry policy is applied.

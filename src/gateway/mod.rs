@@ -96,6 +96,7 @@ impl Gateway {
             ledger.map(Arc::new),
             storage,
             metrics.ledger_errors.clone(),
+            metrics.spend.clone(),
         );
         let replica = replica_name();
         let shared_limits = match &snapshot.shared_limits {

@@ -100,11 +100,14 @@ async fn poll(gateway: &Gateway, me: &str, row: TaskRecord) {
     };
     let snapshot = gateway.snapshot();
     let max_age = Duration::from_secs(snapshot.tracker.max_age_hours.saturating_mul(3600));
+    let task = TaskRef {
+        provider: provider_name,
+        upstream_id,
+        model: &row.model,
+        kind: row.kind,
+    };
     if now_ms() - row.created_ms > max_age.as_millis() as i64 {
-        gateway
-            .tasks
-            .give_up(provider_name, upstream_id, expired())
-            .await;
+        gateway.tasks.give_up(&snapshot, task, expired()).await;
         return;
     }
     let Some(provider) = snapshot.providers.get(provider_name) else {
@@ -112,12 +115,6 @@ async fn poll(gateway: &Gateway, me: &str, row: TaskRecord) {
         let later = Duration::from_millis(snapshot.tracker.max_interval_ms);
         let _ = ledger.polled(row.id, me, last_status(&row), later).await;
         return;
-    };
-    let task = TaskRef {
-        provider: provider_name,
-        upstream_id,
-        model: &row.model,
-        kind: row.kind,
     };
     let status = match gateway.tasks.lookup(&snapshot, task).await {
         Ok(found) if found.state.status.is_terminal() => return,

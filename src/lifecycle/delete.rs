@@ -1,6 +1,6 @@
 //! Deleting a task, for its owner. An unfinished task is first stopped at its
 //! provider (the provider's cancel step; without one it cannot be deleted yet: 409
-//! `not_cancelable`) and ends `failed` with code `canceled`, recorded and announced
+//! `not_cancelable`; a provider that answers it will not: the same 409) and ends `failed` with code `canceled`, recorded and announced
 //! like any end. Then its stored results are removed and it leaves listings; its
 //! ledger row stays, for usage. Deleting a deleted task does the same again, which
 //! changes nothing: a second DELETE answers as the first did.
@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use super::{TaskRef, TaskService};
 use crate::error::ApiError;
+use crate::providers::Canceled;
 use crate::snapshot::Snapshot;
 use crate::tasks::{TaskCache, TaskError, TaskState, TaskStatus};
 
@@ -58,9 +59,12 @@ impl TaskService {
         if !provider.can_cancel() {
             return Err(ApiError::not_cancelable());
         }
-        provider
+        let answer = provider
             .cancel(task.call(snapshot), task.upstream_id)
             .await?;
+        if answer == Canceled::Refused {
+            return Err(ApiError::not_canceled());
+        }
         let canceled = TaskState {
             status: TaskStatus::Failed,
             progress: None,
@@ -71,8 +75,7 @@ impl TaskService {
             }),
         };
         let key = TaskCache::key(task.provider, task.upstream_id);
-        self.finished(task.provider, task.upstream_id, &key, &canceled)
-            .await;
+        self.finished(snapshot, task, &key, &canceled, None).await;
         let state: Arc<TaskState> = self.cache.put(key.clone(), canceled).await;
         self.waiters.wake(&key, &state);
         Ok(())

@@ -74,11 +74,12 @@ impl TaskService {
         let state = self
             .cache
             .get_or_fetch(key.clone(), || async {
-                let (state, took) = provider.query(call, task.upstream_id).await?;
-                let _ = upstream_time.set(took);
+                let queried = provider.query(call, task.upstream_id).await?;
+                let _ = upstream_time.set(queried.took);
+                let state = queried.state;
                 if state.status.is_terminal() {
-                    self.finished(task.provider, task.upstream_id, &key, &state)
-                        .await;
+                    let answer = queried.answer.as_ref();
+                    self.finished(snapshot, task, &key, &state, answer).await;
                 }
                 Ok::<_, UpstreamError>(state)
             })

@@ -19,6 +19,7 @@ mod delete;
 pub mod links;
 mod lookup;
 mod refusals;
+mod settle;
 mod submit;
 mod waiters;
 
@@ -29,9 +30,12 @@ use tokio::sync::{broadcast, watch};
 use tokio_util::task::TaskTracker;
 
 pub use self::lookup::{Lookup, TaskRef};
+use self::settle::Settlement;
 pub use self::submit::{Attempted, SealedTask, SubmitOrder, Submitted};
 use self::waiters::Waiters;
 pub use self::waiters::Woken;
+use crate::metrics::SpendMetrics;
+use crate::snapshot::Snapshot;
 use crate::storage::Storage;
 use crate::tasks::ledger::Ledger;
 use crate::tasks::{TaskCache, TaskState, TaskStatus};
@@ -59,16 +63,18 @@ pub struct TaskService {
     submits: TaskTracker,
     finished: broadcast::Sender<Finished>,
     ledger_errors: Counter,
+    spend: SpendMetrics,
 }
 
 impl TaskService {
     /// `ledger` is `None` when `[ledger] url = "none"`; `ledger_errors` counts the
-    /// ledger's failures seen here.
+    /// ledger's failures seen here, `spend` the money reserved and settled.
     pub fn new(
         cache: TaskCache,
         ledger: Option<Arc<Ledger>>,
         storage: Option<Storage>,
         ledger_errors: Counter,
+        spend: SpendMetrics,
     ) -> Self {
         Self {
             cache,
@@ -78,6 +84,7 @@ impl TaskService {
             submits: TaskTracker::new(),
             finished: broadcast::Sender::new(EVENTS_KEPT),
             ledger_errors,
+            spend,
         }
     }
 
@@ -114,20 +121,31 @@ impl TaskService {
     /// A task the tracker stopped following: it ends `failed` with `state`'s error,
     /// recorded, announced and told to its waiting clients as if its provider had
     /// said so.
-    pub async fn give_up(&self, provider: &str, upstream_id: &str, state: TaskState) {
-        let key = TaskCache::key(provider, upstream_id);
+    pub async fn give_up(&self, snapshot: &Snapshot, task: TaskRef<'_>, state: TaskState) {
+        let key = TaskCache::key(task.provider, task.upstream_id);
         let state = Arc::new(state);
-        self.finished(provider, upstream_id, &key, &state).await;
+        self.finished(snapshot, task, &key, &state, None).await;
         self.waiters.wake(&key, &state);
     }
 
-    /// A terminal state just learned: into the ledger once (the ledger ignores a
-    /// second write), and announced by whoever recorded it.
-    async fn finished(&self, provider: &str, upstream_id: &str, key: &Arc<str>, state: &TaskState) {
+    /// A terminal state just learned (the provider's final answer `answer` with it):
+    /// into the ledger once, settled by the same statement (the ledger ignores a
+    /// second write), and announced and counted by whoever recorded it.
+    async fn finished(
+        &self,
+        snapshot: &Snapshot,
+        task: TaskRef<'_>,
+        key: &Arc<str>,
+        state: &TaskState,
+        answer: Option<&bytes::Bytes>,
+    ) {
+        let (provider, upstream_id) = (task.provider, task.upstream_id);
+        let settlement = self.settlement(snapshot, task, state, answer).await;
+        let settled = settlement.as_ref().map(|s| s.settled);
         let first = match &self.ledger {
             None => true,
             Some(ledger) => ledger
-                .finished(provider, upstream_id, state)
+                .finished(provider, upstream_id, state, settled)
                 .await
                 .unwrap_or_else(|e| {
                     self.ledger_errors.inc();
@@ -136,6 +154,15 @@ impl TaskService {
                 }),
         };
         if first {
+            if let Some(Settlement {
+                owner,
+                model,
+                estimate,
+                settled,
+            }) = &settlement
+            {
+                self.spend.settled(owner, model, *estimate, *settled);
+            }
             let event = Finished {
                 key: key.clone(),
                 status: state.status,

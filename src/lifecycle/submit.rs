@@ -16,7 +16,10 @@ use serde_json::Value;
 use super::TaskService;
 use crate::config::{Endpoint, QuotaConfig};
 use crate::error::ApiError;
+use crate::metrics::SpendMetrics;
 use crate::models::Model;
+use crate::money::{Budget, Micros};
+use crate::providers::jq::JqVars;
 use crate::providers::{Accepted, Provider, SubmitError};
 use crate::snapshot::Snapshot;
 use crate::tasks::ledger::{self, Admission, Answer, Ledger, NewTask, State, fingerprint};
@@ -32,6 +35,8 @@ pub struct SubmitOrder {
     /// The key's name: the task's owner.
     pub owner: Arc<str>,
     pub quota: Option<QuotaConfig>,
+    /// The key's budget: the task's estimate must fit in what remains of it.
+    pub budget: Option<Budget>,
     pub endpoint: Endpoint,
     pub model: Arc<Model>,
     /// Validated, integers normalised.
@@ -116,11 +121,18 @@ impl TaskService {
     /// Run a submit (see the module documentation). The answer comes as soon as the
     /// outcome is known; the recording of it goes on if the caller goes away.
     pub async fn submit(&self, order: SubmitOrder) -> (Result<Submitted, ApiError>, Attempted) {
+        let mut reserved = None;
         let row = match &self.ledger {
             None => None,
             Some(ledger) => match self.admit(ledger, &order).await {
-                Ok(Admission::Fresh(row)) => Some((ledger.clone(), row)),
-                Ok(other) => {
+                Ok((Admission::Fresh(row), estimate)) => {
+                    if let Some(estimate) = estimate {
+                        self.spend.reserved(&order.owner, &order.model.id, estimate);
+                        reserved = Some((self.spend.clone(), estimate));
+                    }
+                    Some((ledger.clone(), row))
+                }
+                Ok((other, _)) => {
                     return (
                         admitted_before(ledger, &order, other).await,
                         Attempted::default(),
@@ -130,18 +142,32 @@ impl TaskService {
             },
         };
         let (outcome, attempted) =
-            RunToEnd::new(self.submits.track_future(run_to_end(order, row))).await;
+            RunToEnd::new(self.submits.track_future(run_to_end(order, row, reserved))).await;
         (outcome.map(Submitted::Created), attempted)
     }
 
-    /// The ledger's admission: one transaction for the idempotency key, the quota
-    /// and the write-ahead row.
-    async fn admit(&self, ledger: &Ledger, order: &SubmitOrder) -> Result<Admission, ApiError> {
+    /// The ledger's admission: one transaction for the idempotency key, the quota,
+    /// the budget and the write-ahead row; with the estimate it reserves.
+    async fn admit(
+        &self,
+        ledger: &Ledger,
+        order: &SubmitOrder,
+    ) -> Result<(Admission, Option<Micros>), ApiError> {
         let callback = order
             .callback_url
             .as_deref()
             .filter(|_| order.callback_in_request);
+        let cost_estimate = estimate(order)?;
+        let price_params = order
+            .model
+            .price
+            .as_ref()
+            .filter(|p| p.settles())
+            .map(|_| order.params.to_string());
         let new = NewTask {
+            cost_estimate,
+            budget: order.budget,
+            price_params,
             owner: &order.owner,
             endpoint: order.endpoint,
             model: &order.model.id,
@@ -154,11 +180,12 @@ impl TaskService {
             callback_url: order.callback_url.as_deref(),
             keep_days: order.model.results.keep_days.map(i64::from),
         };
-        ledger.admit(&new).await.map_err(|e| {
+        let admission = ledger.admit(&new).await.map_err(|e| {
             self.ledger_errors.inc();
             tracing::error!(error = %e, "ledger write failed; submit refused before the provider");
             ApiError::ledger_unavailable()
-        })
+        })?;
+        Ok((admission, cost_estimate))
     }
 }
 
@@ -181,7 +208,35 @@ async fn admitted_before(
         Admission::Mismatch => Err(ApiError::idempotency_key_reused()),
         Admission::OutcomeUnknown => Err(ApiError::submit_outcome_unknown()),
         Admission::QuotaExceeded { what, resets_ms } => Err(quota_exceeded(what, resets_ms)),
+        Admission::BudgetExceeded {
+            period,
+            remaining,
+            resets_ms,
+        } => {
+            let (resets_in, resets_at) = reset(resets_ms);
+            let currency = &order.snapshot.billing.currency;
+            Err(ApiError::budget_exceeded(
+                period.as_str(),
+                &format!("{remaining} {currency}"),
+                resets_in,
+                resets_at,
+            ))
+        }
     }
+}
+
+/// What the task reserves: its model's estimate for the parameters; nothing without
+/// a price. A price that cannot be computed refuses the submit (it cannot be billed).
+fn estimate(order: &SubmitOrder) -> Result<Option<Micros>, ApiError> {
+    let Some(price) = &order.model.price else {
+        return Ok(None);
+    };
+    let model = &order.model;
+    let vars = JqVars::new(&model.id, &model.upstream_model, model.kind, None, None);
+    price.estimate(&order.params, vars).map(Some).map_err(|e| {
+        tracing::warn!(model = %model.id, error = %e, "a price could not be estimated");
+        ApiError::price_unavailable(&model.id, &e)
+    })
 }
 
 /// A future awaited where it is (no task of its own, no wake-up across tasks) that,
@@ -221,22 +276,27 @@ impl<F: Future + Send + 'static> Drop for RunToEnd<F> {
 }
 
 /// The submit from the first provider on: forwarded, and its outcome written to the
-/// row.
+/// row. A refusal settles the row's reservation (`reserved`) at 0, in the ledger and
+/// in the metrics.
 async fn run_to_end(
     order: SubmitOrder,
     row: Option<(Arc<Ledger>, i64)>,
+    reserved: Option<(SpendMetrics, Micros)>,
 ) -> (Result<SealedTask, ApiError>, Attempted) {
     let ledger = row.as_ref().map(|(l, row)| (&**l, *row));
     let mut attempted = Attempted::default();
     let outcome = forward(&order, ledger, &mut attempted).await;
-    if let Some((ledger, row)) = ledger {
-        record(ledger, row, &outcome).await;
+    if let Some((ledger, row)) = ledger
+        && record(ledger, row, &outcome).await
+        && let Some((spend, estimate)) = reserved
+    {
+        spend.settled(&order.owner, &order.model.id, estimate, Micros::ZERO);
     }
     (outcome.map_err(Failure::into_error), attempted)
 }
 
-/// The outcome on the submit's row.
-async fn record(ledger: &Ledger, row: i64, outcome: &Result<SealedTask, Failure>) {
+/// The outcome on the submit's row; whether it ended the task there (a refusal).
+async fn record(ledger: &Ledger, row: i64, outcome: &Result<SealedTask, Failure>) -> bool {
     let written = match outcome {
         Ok(created) => {
             let answer = created.answer();
@@ -254,10 +314,11 @@ async fn record(ledger: &Ledger, row: i64, outcome: &Result<SealedTask, Failure>
         Err(Failure::Rejected(e)) => ledger.refused(row, Some(&error_answer(e))).await,
         Err(Failure::Unknown(unknown)) => ledger.outcome_unknown(row, &unknown.1).await,
     };
-    if let Err(e) = written {
+    if let Err(e) = &written {
         let upstream_id = outcome.as_ref().ok().map(|c| c.task.upstream_id.as_str());
         tracing::error!(row, upstream_id, error = %e, "ledger update failed after the submit");
     }
+    written.is_ok() && matches!(outcome, Err(Failure::Refused(_) | Failure::Rejected(_)))
 }
 
 /// Submit to the model's providers in order; the next is tried only when one proves
@@ -364,13 +425,15 @@ async fn first_answer(ledger: &Ledger, row: i64, wait: Duration) -> Result<Answe
 }
 
 fn quota_exceeded(what: &str, resets_ms: i64) -> ApiError {
+    let (resets_in, resets_at) = reset(resets_ms);
+    ApiError::quota_exceeded(what, resets_in, resets_at)
+}
+
+/// How long until `resets_ms`, and that moment in Unix seconds.
+fn reset(resets_ms: i64) -> (Duration, u64) {
     let now = ledger::now_ms();
     let resets_in = Duration::from_millis(u64::try_from(resets_ms - now).unwrap_or(0));
-    ApiError::quota_exceeded(
-        what,
-        resets_in,
-        u64::try_from(resets_ms / 1000).unwrap_or(0),
-    )
+    (resets_in, u64::try_from(resets_ms / 1000).unwrap_or(0))
 }
 
 /// An error answer as the ledger keeps it.

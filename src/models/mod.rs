@@ -3,12 +3,14 @@
 //! parameters are validated with ([`params`]).
 
 mod params;
+mod price;
 
 use std::sync::Arc;
 
 use serde_json::{Value, json};
 
 pub use self::params::ParamsValidator;
+pub use self::price::{Price, examples as price_examples};
 use crate::config::Endpoint;
 use crate::error::ApiError;
 use crate::providers::{Call, Provider};
@@ -34,6 +36,8 @@ pub struct Model {
     pub default_seconds: Option<u32>,
     /// Whether, and how, its results are kept in storage.
     pub results: ResultsPolicy,
+    /// What a task costs; `None`: nothing.
+    pub price: Option<Arc<Price>>,
 }
 
 /// The family's `keep_results`, `keep_days` and `max_result_bytes`, storage allowing.

@@ -3,9 +3,10 @@
 //!
 //! Every program sees the same variables, so an operator never has to remember
 //! which step offers which: `$model`, `$upstream_model`, `$kind` (`"video"` or
-//! `"image"`), `$id` (the upstream task id, null before it exists) and `$params`
+//! `"image"`), `$id` (the upstream task id, null before it exists), `$params`
 //! (the validated parameters during submit; null afterwards, since task ids do not
-//! carry them). What `.` is for each program is listed in docs/providers.md.
+//! carry them) and `$answer` (the provider's final status answer, for a price's
+//! `settle`; null elsewhere). What `.` is for each program is listed in docs/providers.md.
 //!
 //! The environment is not theirs to read: jaq's `env` (and so `$ENV`) is not offered,
 //! since the process environment holds the task secret and every provider's key; a
@@ -30,7 +31,14 @@ type Data = data::JustLut<Val>;
 const WITHHELD: [&str; 1] = ["env"];
 
 /// Names of the variables every program may use, in the order values are supplied.
-pub const VARIABLES: [&str; 5] = ["$model", "$upstream_model", "$kind", "$id", "$params"];
+pub const VARIABLES: [&str; 6] = [
+    "$model",
+    "$upstream_model",
+    "$kind",
+    "$id",
+    "$params",
+    "$answer",
+];
 
 /// The variables whose values the model alone decides (by the configuration).
 const MODEL_VARIABLES: [&str; 3] = ["$model", "$upstream_model", "$kind"];
@@ -55,8 +63,16 @@ impl JqVars {
                 Val::from(kind.as_str().to_owned()),
                 id.map_or(Val::Null, |id| Val::from(id.to_owned())),
                 params.unwrap_or(Val::Null),
+                Val::Null,
             ],
         }
+    }
+
+    /// The same with `$answer`: a provider's final status answer.
+    #[must_use]
+    pub fn with_answer(mut self, answer: Val) -> Self {
+        self.values[5] = answer;
+        self
     }
 
     /// The values of [`MODEL_VARIABLES`], as text: what a program that reads only

@@ -23,7 +23,9 @@ pub mod status;
 mod submit;
 
 pub use self::answer::{Refusal, Step};
+pub use self::cancel::Canceled;
 pub use self::error::UpstreamError;
+pub use self::query::Queried;
 pub use self::submit::{Accepted, SubmitError};
 pub use crate::outbound::{CallError, UpstreamClient};
 

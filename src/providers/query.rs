@@ -55,13 +55,18 @@ impl ResultPlan {
     }
 }
 
+/// A task's state as its provider answered it.
+pub struct Queried {
+    pub state: TaskState,
+    /// The time spent waiting for the provider.
+    pub took: Duration,
+    /// The status answer's body, when the task is completed: what a price settles on.
+    pub answer: Option<Bytes>,
+}
+
 impl Provider {
-    /// Ask the upstream for a task's state; also the time spent waiting for it.
-    pub async fn query(
-        &self,
-        call: Call<'_>,
-        upstream_id: &str,
-    ) -> Result<(TaskState, Duration), UpstreamError> {
+    /// Ask the upstream for a task's state.
+    pub async fn query(&self, call: Call<'_>, upstream_id: &str) -> Result<Queried, UpstreamError> {
         let request = {
             let vars = call.vars(Some(upstream_id));
             self.query
@@ -96,12 +101,21 @@ impl Provider {
             };
             (state, result_request)
         };
+        let answer = (state.status == TaskStatus::Completed).then(|| answer.body.clone());
         if let (Some(plan), Some(request)) = (&self.result, result_request) {
             let started = Instant::now();
             state.urls = self.fetch_result(plan, request, call, upstream_id).await?;
-            return Ok((state, upstream_time + started.elapsed()));
+            return Ok(Queried {
+                state,
+                took: upstream_time + started.elapsed(),
+                answer,
+            });
         }
-        Ok((state, upstream_time))
+        Ok(Queried {
+            state,
+            took: upstream_time,
+            answer,
+        })
     }
 
     /// One complete exchange of a query or result step: a successful answer, or its

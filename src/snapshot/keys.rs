@@ -7,8 +7,11 @@ use std::sync::Arc;
 
 use crate::FastMap;
 use crate::access::{ApiKey, KeyLimiter, KeyLimits, KeyRing, SharedSettings, key_digest};
-use crate::config::{KeyConfig, LimitsTable, Problems, RoutesFile, Scope, SecretSource};
+use crate::config::{
+    BudgetConfig, KeyConfig, LimitsTable, Problems, RoutesFile, Scope, SecretSource,
+};
 use crate::models::Model;
+use crate::money::{Budget, MAX_UNITS, Micros};
 use crate::webhooks::{CallbackPolicy, WebhookSigner};
 
 /// Published demo keys: warned about at every start.
@@ -76,6 +79,10 @@ pub(super) fn compile(
                 "quotas and require_idempotency_key need the ledger ([ledger] url is none)",
             );
         }
+        if k.budget.is_some() && !ledger_on {
+            at.push("budget", "budgets need the ledger ([ledger] url is none)");
+        }
+        let budget = k.budget.as_ref().and_then(|cfg| budget(cfg, &mut at));
         let (webhook_url, signer) = webhooks_of(k, dir, ledger_on, callbacks, &mut at);
         if signer.as_ref().is_some_and(|s| s.is_demo()) {
             demo_webhook_secrets.push(k.name.clone());
@@ -83,6 +90,7 @@ pub(super) fn compile(
         ring.push(
             ApiKey::new(&k.name, digest, allowed)
                 .with_policy(k.quota, k.require_idempotency_key)
+                .with_money(budget, k.show_cost)
                 .with_webhooks(webhook_url, signer),
         );
     }
@@ -204,4 +212,23 @@ fn digest_of(k: &KeyConfig, dir: &Path, at: &mut Scope) -> Option<[u8; 32]> {
             None
         }
     }
+}
+
+/// A key's budget in millionths; a problem is recorded for an amount that is not one.
+fn budget(cfg: &BudgetConfig, at: &mut Scope) -> Option<Budget> {
+    let mut amount = |key: &str, units: Option<f64>| match units {
+        None => Some(None),
+        Some(u) => at.check(
+            key,
+            Micros::from_units(u)
+                .map(Some)
+                .ok_or_else(|| format!("must be an amount from 0 to {MAX_UNITS}")),
+        ),
+    };
+    let per_day = amount("budget.per_day", cfg.per_day);
+    let per_month = amount("budget.per_month", cfg.per_month);
+    Some(Budget {
+        per_day: per_day?,
+        per_month: per_month?,
+    })
 }

@@ -22,9 +22,9 @@ use prometheus_client::metrics::counter::Counter;
 use crate::FastMap;
 use crate::access::{KeyLimits, KeyRing, SharedSettings};
 use crate::config::{
-    Endpoint, LedgerConfig, LoadError, Problems, RoutesFile, Scope, ServerConfig, SimulatorConfig,
-    StorageConfig, TasksConfig, TrackerConfig, WebhooksConfig, config_dir, is_base_url,
-    read_routes,
+    BillingConfig, Endpoint, LedgerConfig, LoadError, Problems, RoutesFile, Scope, ServerConfig,
+    SimulatorConfig, StorageConfig, TasksConfig, TrackerConfig, WebhooksConfig, config_dir,
+    is_base_url, read_routes,
 };
 use crate::edge;
 use crate::models::Model;
@@ -62,6 +62,8 @@ pub struct Snapshot {
     /// Where completed tasks' results are kept (opened once, at start).
     pub storage_url: StorageUrl,
     pub storage: StorageConfig,
+    /// The currency of prices and budgets.
+    pub billing: BillingConfig,
     pub tracker: TrackerConfig,
     pub webhooks: Webhooks,
     /// Keys that sign webhooks with the published demo secret.
@@ -170,6 +172,7 @@ impl Snapshot {
             ledger_url: ledger?,
             ledger: file.ledger,
             storage_url: storage_url?,
+            billing: file.billing,
             storage: StorageConfig {
                 // Trimmed once here, not in every link made.
                 public_base_url: file
@@ -223,6 +226,19 @@ fn storage_url(
     }
     if cfg.max_in_flight == 0 {
         at.push("max_in_flight", "must be at least 1");
+    }
+    if cfg.direct_links && !matches!(parsed, StorageUrl::S3 { .. }) {
+        at.push(
+            "direct_links",
+            "needs `url = \"s3://…\"`: direct links are presigned URLs of a bucket's objects",
+        );
+    }
+    // S3 signs a URL for 7 days at most.
+    if cfg.direct_links && cfg.link_ttl_secs > 7 * 24 * 3600 {
+        at.push(
+            "link_ttl_secs",
+            "with direct_links, at most 604800 (7 days, the longest S3 presigns for)",
+        );
     }
     if cfg
         .public_base_url

@@ -7,9 +7,11 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::FastMap;
-use crate::config::{FamilyConfig, Problems, RoutesFile, Scope};
+use crate::config::{FamilyConfig, PriceConfig, Problems, RoutesFile, Scope};
 use crate::models::{MAX_VIDEO_SECONDS, Model, ParamsValidator, ResultsPolicy, SECONDS_PARAMS};
+use crate::models::{Price, price_examples};
 use crate::providers::Provider;
+use crate::providers::jq::JqVars;
 use crate::tasks::MediaKind;
 
 pub(super) fn compile(
@@ -21,7 +23,8 @@ pub(super) fn compile(
     let mut models: FastMap<String, Arc<Model>> = FastMap::default();
     for (family, cfg) in &file.families {
         let mut at = p.at(format!("families.{family}"));
-        let Some((chain, validator)) = compile_family(file, cfg, providers, &mut at) else {
+        let Some((chain, validator, examples)) = compile_family(file, cfg, providers, &mut at)
+        else {
             continue;
         };
         for id in &cfg.models {
@@ -29,7 +32,9 @@ pub(super) fn compile(
                 at.push("models", "a model id is empty");
                 continue;
             }
+            let price = model_price(cfg, id, &examples, &mut at);
             let model = Model {
+                price,
                 id: id.clone(),
                 family: family.clone(),
                 kind: cfg.kind,
@@ -38,10 +43,7 @@ pub(super) fn compile(
                 providers: chain.clone(),
                 validator: validator.clone(),
                 default_seconds: cfg.default_seconds,
-                results: ResultsPolicy {
-                    keep_days: (storage_on && cfg.keep_results).then_some(cfg.keep_days),
-                    max_bytes: cfg.max_result_bytes,
-                },
+                results: results_policy(cfg, id, storage_on),
             };
             if let Some(other) = models.insert(id.clone(), Arc::new(model)) {
                 let msg = format!("`{id}` is also listed in family `{}`", other.family);
@@ -52,13 +54,60 @@ pub(super) fn compile(
     models
 }
 
-/// A family's provider chain and validator; `None` when its schema does not compile.
+/// A model's price (its own, else its family's).
+fn model_price(
+    cfg: &FamilyConfig,
+    id: &str,
+    examples: &[Value],
+    at: &mut Scope,
+) -> Option<Arc<Price>> {
+    match cfg.per_model.get(id).and_then(|m| m.price.as_ref()) {
+        Some(own) => {
+            let mut at = at.at(&format!("per_model.\"{id}\""));
+            tried_price(own, cfg, id, examples, &mut at)
+        }
+        None => tried_price(cfg.price.as_ref()?, cfg, id, examples, at),
+    }
+}
+
+/// A price compiled and tried on the schema's examples: a program that does not give
+/// an amount for them is refused at load.
+fn tried_price(
+    price_cfg: &PriceConfig,
+    cfg: &FamilyConfig,
+    id: &str,
+    examples: &[Value],
+    at: &mut Scope,
+) -> Option<Arc<Price>> {
+    let price = Price::compile(price_cfg, at)?;
+    let upstream = cfg.upstream_models.get(id).map_or(id, String::as_str);
+    let vars = || JqVars::new(id, upstream, cfg.kind, None, None);
+    for example in examples {
+        let tried = price
+            .estimate(example, vars())
+            .and_then(|_| price.settle(example, &Value::Object(Default::default()), vars()));
+        if let Err(e) = tried {
+            at.push(
+                "price",
+                format!("for model `{id}` on the example {example}: {e}"),
+            );
+            return None;
+        }
+    }
+    Some(Arc::new(price))
+}
+
+/// A family's providers in failover order, its validator, its parameter examples.
+type CompiledFamily = (Vec<Arc<Provider>>, Arc<ParamsValidator>, Vec<Value>);
+
+/// A family's provider chain, validator and the parameter examples its prices are
+/// tried on; `None` when its schema does not compile.
 fn compile_family(
     file: &RoutesFile,
     cfg: &FamilyConfig,
     providers: &FastMap<String, Arc<Provider>>,
     at: &mut Scope,
-) -> Option<(Vec<Arc<Provider>>, Arc<ParamsValidator>)> {
+) -> Option<CompiledFamily> {
     for (list, empty) in [
         (cfg.models.is_empty(), "models"),
         (cfg.endpoints.is_empty(), "endpoints"),
@@ -76,17 +125,33 @@ fn compile_family(
             None => at.push("providers", format!("no provider named `{name}`")),
         }
     }
-    for upstream in cfg.upstream_models.keys() {
-        if !cfg.models.contains(upstream) {
-            let msg = format!("`{upstream}` is not one of this family's models");
-            at.push("upstream_models", msg);
+    for (field, named) in [
+        (
+            "upstream_models",
+            cfg.upstream_models.keys().collect::<Vec<_>>(),
+        ),
+        ("per_model", cfg.per_model.keys().collect()),
+    ] {
+        for id in named.into_iter().filter(|id| !cfg.models.contains(id)) {
+            at.push(field, format!("`{id}` is not one of this family's models"));
         }
     }
     let schema = at.check("schema", family_schema(&file.schemas, cfg))?;
     check_default_seconds(cfg, &schema, at);
+    let examples = price_examples(&schema);
     let validator = ParamsValidator::compile(schema, cfg.allow_unknown_params)
         .map_err(|e| format!("invalid JSON Schema: {e}"));
-    Some((chain, Arc::new(at.check("params", validator)?)))
+    Some((chain, Arc::new(at.check("params", validator)?), examples))
+}
+
+/// A model's results settings: its own `per_model` entry over its family's.
+fn results_policy(cfg: &FamilyConfig, id: &str, storage_on: bool) -> ResultsPolicy {
+    let own = cfg.per_model.get(id).cloned().unwrap_or_default();
+    let keep = own.keep_results.unwrap_or(cfg.keep_results);
+    ResultsPolicy {
+        keep_days: (storage_on && keep).then_some(own.keep_days.unwrap_or(cfg.keep_days)),
+        max_bytes: own.max_result_bytes.unwrap_or(cfg.max_result_bytes),
+    }
 }
 
 /// A video task is counted for the seconds it produces: a family whose submits may leave

@@ -16,8 +16,10 @@ use futures_util::StreamExt;
 use http_body::Body;
 use http_body_util::BodyExt;
 use object_store::path::Path as ObjectPath;
+use object_store::signer::Signer;
 use object_store::{
-    GetOptions, GetRange, GetResultPayload, ObjectStore, ObjectStoreExt, WriteMultipart,
+    Attribute, Attributes, GetOptions, GetRange, GetResultPayload, ObjectStore, ObjectStoreExt,
+    PutMultipartOptions, WriteMultipart,
 };
 
 /// Where results are kept, from `[storage] url`.
@@ -115,6 +117,9 @@ const PARTS_IN_FLIGHT: usize = 2;
 #[derive(Clone)]
 pub struct Storage {
     store: Arc<dyn ObjectStore>,
+    /// S3's: presigns direct links, and the objects keep their content type (local
+    /// files keep no attributes).
+    signer: Option<Arc<dyn Signer>>,
     prefix: String,
     /// `file:///…` or `s3://bucket/prefix`, for logs.
     describe: String,
@@ -140,6 +145,7 @@ impl Storage {
                     .map_err(|e| format!("cannot open {}: {e}", dir.display()))?;
                 Ok(Some(Self {
                     store: Arc::new(store),
+                    signer: None,
                     prefix: String::new(),
                     describe: format!("file://{}", dir.display()),
                 }))
@@ -154,8 +160,10 @@ impl Storage {
                 let store = allow_http_when_named(builder)
                     .build()
                     .map_err(|e| format!("cannot open s3://{bucket}: {e}"))?;
+                let store = Arc::new(store);
                 Ok(Some(Self {
-                    store: Arc::new(store),
+                    store: store.clone(),
+                    signer: Some(store),
                     prefix: prefix.clone(),
                     describe: format!("s3://{bucket}/{prefix}"),
                 }))
@@ -173,14 +181,25 @@ impl Storage {
     }
 
     /// Stream `body` into `key`, at most `max_bytes` of it; a body that is longer,
-    /// or breaks off, leaves nothing behind.
-    pub async fn put<B>(&self, key: &str, body: B, max_bytes: u64) -> Result<Stored, StorageError>
+    /// or breaks off, leaves nothing behind. An S3 object keeps `content_type`, for
+    /// the clients of its direct links.
+    pub async fn put<B>(
+        &self,
+        key: &str,
+        body: B,
+        max_bytes: u64,
+        content_type: Option<&str>,
+    ) -> Result<Stored, StorageError>
     where
         B: Body<Data = Bytes>,
         B::Error: std::fmt::Display,
     {
         let path = ObjectPath::from(key);
-        let upload = self.store.put_multipart(&path).await?;
+        let mut options = PutMultipartOptions::default();
+        if let (Some(_), Some(ct)) = (&self.signer, content_type) {
+            options.attributes = Attributes::from_iter([(Attribute::ContentType, ct.to_string())]);
+        }
+        let upload = self.store.put_multipart_opts(&path, options).await?;
         let mut writer = WriteMultipart::new(upload);
         let mut hash = ring::digest::Context::new(&ring::digest::SHA256);
         let mut bytes = 0_u64;
@@ -232,6 +251,19 @@ impl Storage {
             GetResultPayload::Stream(s) => s.map(|r| r.map_err(StorageError::from)).boxed(),
         };
         Ok(Read { size, range, body })
+    }
+
+    /// A presigned URL for `method` (GET or HEAD) of `key`, valid `ttl`; `None`
+    /// where storage cannot presign (local files).
+    pub async fn direct_link(
+        &self,
+        method: http::Method,
+        key: &str,
+        ttl: std::time::Duration,
+    ) -> Option<Result<String, StorageError>> {
+        let signer = self.signer.as_ref()?;
+        let url = signer.signed_url(method, &ObjectPath::from(key), ttl).await;
+        Some(url.map(String::from).map_err(StorageError::from))
     }
 
     /// Remove `key`; gone already is done.
@@ -386,6 +418,7 @@ mod tests {
                 &key,
                 StreamBody::new(futures_util::stream::iter(chunks)),
                 u64::MAX,
+                Some("video/mp4"),
             )
             .await
             .unwrap();
@@ -409,7 +442,7 @@ mod tests {
         let storage = local(dir.path());
         let key = storage.key(1, 0);
         let e = storage
-            .put(&key, Full::new(Bytes::from(vec![0_u8; 100])), 99)
+            .put(&key, Full::new(Bytes::from(vec![0_u8; 100])), 99, None)
             .await
             .unwrap_err();
         assert!(matches!(e, StorageError::TooLarge(99)), "{e}");

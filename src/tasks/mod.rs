@@ -16,4 +16,4 @@ pub mod view;
 pub use self::cache::{CacheLimits, CacheStats, TaskCache};
 pub use self::id::{TaskId, TaskSealer};
 pub use self::state::{MediaKind, TaskError, TaskState, TaskStatus};
-pub use self::view::{SubmitResponse, TaskView, recorded_state};
+pub use self::view::{Cost, SubmitResponse, TaskView, recorded_state};

@@ -4,6 +4,7 @@ use serde::Serialize;
 
 use super::ledger::TaskRecord;
 use super::{MediaKind, TaskError, TaskState, TaskStatus};
+use crate::money::Micros;
 
 /// Answer to a successful submit (kept by the ledger for a retry with the same
 /// idempotency key, so it lives here, below the API, as the task's shape does), and
@@ -30,6 +31,29 @@ pub struct TaskView<'a> {
     pub image_url: Option<&'a str>,
     pub urls: &'a [String],
     pub error: Option<&'a TaskError>,
+    /// What the task costs, for keys whose operator shows it (`show_cost`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cost: Option<Cost<'a>>,
+}
+
+/// A task's price in the answers of keys that show it: the estimate reserved at
+/// submit and, once the task has ended, what it cost (`null` until then).
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Cost<'a> {
+    pub currency: &'a str,
+    pub estimate: Micros,
+    pub settled: Option<Micros>,
+}
+
+impl<'a> Cost<'a> {
+    /// The cost a row records, when its task has a price.
+    pub fn of(currency: &'a str, estimate: Option<i64>, settled: Option<i64>) -> Option<Self> {
+        Some(Self {
+            currency,
+            estimate: Micros(estimate?),
+            settled: settled.map(Micros),
+        })
+    }
 }
 
 impl<'a> TaskView<'a> {
@@ -54,7 +78,15 @@ impl<'a> TaskView<'a> {
             image_url: first.filter(|_| kind == MediaKind::Image),
             urls: &state.urls,
             error: state.error.as_ref(),
+            cost: None,
         }
+    }
+
+    /// The same with the task's cost.
+    #[must_use]
+    pub fn with_cost(mut self, cost: Option<Cost<'a>>) -> Self {
+        self.cost = cost;
+        self
     }
 }
 

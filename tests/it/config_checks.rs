@@ -157,3 +157,36 @@ async fn webhook_shares_must_fit_in_the_pool() {
     .await;
     assert!(fine.is_empty(), "{fine}");
 }
+
+#[tokio::test]
+async fn storage_settings_that_cannot_work_are_refused() {
+    let with = |url: &str, lines: &str| {
+        let mut routes = Routes::simulated(&["m1"]).storage(url);
+        for line in lines.lines() {
+            routes = routes.storage_setting(line);
+        }
+        routes
+    };
+    // Direct links are presigned URLs of a bucket: local files have none.
+    let e = problems_of(with("file://media", "direct_links = true")).await;
+    assert!(e.contains("storage.direct_links"), "{e}");
+    assert!(e.contains("s3://"), "{e}");
+    // S3 presigns for 7 days at most.
+    let e = problems_of(with(
+        "s3://bucket/p",
+        "direct_links = true\nlink_ttl_secs = 700000",
+    ))
+    .await;
+    assert!(e.contains("storage.link_ttl_secs"), "{e}");
+    assert!(!e.contains("storage.direct_links"), "{e}");
+    // A results setting for a model the family does not list.
+    let routes = Routes::new()
+        .provider(tasks_provider("one", "http://127.0.0.1:9", ""))
+        .family(
+            family("f", &["one"], &["m1"]).to_string()
+                + "[families.f.per_model.m9]\nkeep_days = 1\n",
+        );
+    let e = problems_of(routes).await;
+    assert!(e.contains("families.f.per_model"), "{e}");
+    assert!(e.contains("`m9`"), "{e}");
+}

@@ -320,7 +320,7 @@ async fn video_seconds_count_against_their_own_quota() {
     assert_eq!(http.post_json(MODEL_CENTER, DEMO, &short).await.status, 200);
     let usage = operator(gw.dir(), &["usage", "--key", "demo"]);
     let row = usage.lines().nth(1).unwrap_or_default();
-    assert!(row.ends_with("\tdemo\tm1\t2\t0\t0\t12"), "{usage}");
+    assert!(row.ends_with("\tdemo\tm1\t2\t0\t0\t12\t0\t0"), "{usage}");
 }
 
 async fn listing_pages(ledger: &str) {

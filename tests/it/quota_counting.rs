@@ -86,7 +86,7 @@ async fn seconds_written_as_floats_or_left_out_count_what_the_model_produces() {
     );
     let usage = operator(gw.dir(), &["usage", "--key", "demo"]);
     let row = usage.lines().nth(1).unwrap_or_default();
-    assert!(row.ends_with("\tdemo\tm1\t3\t0\t0\t20"), "{usage}");
+    assert!(row.ends_with("\tdemo\tm1\t3\t0\t0\t20\t0\t0"), "{usage}");
 }
 
 #[tokio::test]
@@ -129,5 +129,5 @@ async fn a_huge_length_neither_overflows_a_sum_nor_locks_a_key_out() {
     );
     let usage = operator(gw.dir(), &["usage"]);
     let row = usage.lines().nth(1).unwrap_or_default();
-    assert!(row.ends_with("\tdemo\tm1\t2\t0\t0\t15"), "{usage}");
+    assert!(row.ends_with("\tdemo\tm1\t2\t0\t0\t15\t0\t0"), "{usage}");
 }

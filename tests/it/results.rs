@@ -111,12 +111,16 @@ async fn each_result_of_a_completed_task_is_copied_into_storage_with_its_hash() 
     assert_eq!(downloads, 2);
 }
 
+/// The family's `max_result_bytes` holds for `m1`; `m2` has its own, larger one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_result_over_max_result_bytes_is_not_kept() {
     let fake = completed_with(&[("/media/big.mp4", vec![7_u8; 5_000])]).await;
+    let family = family("test", &["up"], &["m1", "m2"]).to_string()
+        + "max_result_bytes = 4096\n"
+        + "[families.test.per_model.m2]\nmax_result_bytes = 8192\n";
     let routes = Routes::new()
         .provider(model_center_provider("up", &fake.url(), ""))
-        .family(family("test", &["up"], &["m1"]).to_string() + "max_result_bytes = 4096\n")
+        .family(family)
         .storage(FILES);
     let gw = Gateway::start(routes).await;
     let (http, id) = submitted(&gw).await;
@@ -138,6 +142,34 @@ async fn a_result_over_max_result_bytes_is_not_kept() {
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(&r.body[..], &[7_u8; 5_000][..]);
     assert!(r.header("etag").is_none(), "not from storage");
+
+    // The same result of `m2` fits its own limit.
+    fake.on("POST /v2/model-center/tasks", Answer::queued("r-2"));
+    let urls = json!([format!("{}/media/big.mp4", fake.url())]);
+    fake.on(
+        "GET /v2/model-center/tasks/r-2",
+        Answer::json(
+            200,
+            json!({"id": "r-2", "status": "completed", "urls": urls}),
+        ),
+    );
+    let id2 = http
+        .submit_id(MODEL_CENTER, DEMO, &json!({"model": "m2", "prompt": "p"}))
+        .await;
+    assert_eq!(
+        http.query(MODEL_CENTER, DEMO, &id2).await["status"],
+        "completed"
+    );
+    eventually("m2's copy is stored", async || {
+        copy_of_model(&ledger, "m2").0.as_deref() == Some("stored")
+    })
+    .await;
+    assert!(
+        gw.dir()
+            .path()
+            .join(".mediagate/media/results/2/0")
+            .exists()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -451,6 +483,43 @@ async fn an_unfinished_task_without_a_cancel_step_is_not_deleted() {
     );
 }
 
+/// A cancel step's `success` decides over a 2xx answer: a provider that answers it
+/// could not stop the task leaves it running, and the DELETE is 409.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_the_provider_refuses_leaves_the_task_running() {
+    let fake = Fake::start().await;
+    fake.on("POST /v2/model-center/tasks", Answer::queued("r-1"));
+    fake.on("GET /v2/model-center/tasks/r-1", Answer::queued("r-1"));
+    fake.on(
+        "POST /v2/model-center/tasks/r-1/cancel",
+        Answer::json(200, json!({"canceled": false, "reason": "almost done"})),
+    );
+    let cancel = "\n[providers.up.cancel]\npath = '\"/v2/model-center/tasks/\\($id)/cancel\"'\nsuccess = '.canceled == true'\n";
+    let routes = Routes::new()
+        .provider(model_center_provider("up", &fake.url(), "") + cancel)
+        .family(family("test", &["up"], &["m1"]));
+    let gw = Gateway::start(routes).await;
+    let (http, id) = submitted(&gw).await;
+    let r = delete(&http, DEMO, &id).await;
+    assert_error(&r, 409, "not_cancelable", None);
+    assert!(r.text().contains("would not cancel"), "{}", r.text());
+    assert_eq!(listed(&http).await, std::slice::from_ref(&id));
+    assert_eq!(
+        http.query(MODEL_CENTER, DEMO, &id).await["status"],
+        "queued"
+    );
+
+    // Once the provider says it stopped, the task ends cancelled.
+    fake.on(
+        "POST /v2/model-center/tasks/r-1/cancel",
+        Answer::json(200, json!({"canceled": true})),
+    );
+    let r = delete(&http, DEMO, &id).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let task = http.query(MODEL_CENTER, DEMO, &id).await;
+    assert_eq!(task["error"]["code"], "canceled", "{task}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn links_to_kept_results_start_with_the_configured_public_base() {
     let fake = completed_with(&[("/media/a.mp4", b"bytes".to_vec())]).await;
@@ -570,4 +639,140 @@ async fn a_copy_cut_by_kill_9_is_made_again_whole_after_a_restart() {
     assert_eq!(results[0].3, sha256(&bytes));
     let kept = std::fs::read(gw.dir().path().join(".mediagate/media/results/1/0")).unwrap();
     assert_eq!(kept, bytes, "the stored file is whole");
+}
+
+/// A 300 MB result is streamed into storage: the gateway's peak memory grows by far
+/// less than the result (a copy holds two parts of 5 MiB), and the file kept has the
+/// provider's bytes, by their SHA-256.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_300_mb_result_is_copied_whole_in_bounded_memory() {
+    const MB: u32 = 1_000_000;
+    let bytes = media(300 * MB);
+    let hash = sha256(&bytes);
+    let fake = completed_with(&[("/media/a.mp4", bytes)]).await;
+    let routes = Routes::upstream(&fake.url(), "").storage(FILES);
+    let gw = Proc::start(routes).await;
+    let http = gw.client();
+    let id = http
+        .submit_id(MODEL_CENTER, DEMO, &json!({"model": "m1", "prompt": "p"}))
+        .await;
+    let before_kib = gw.memory_kib("VmRSS");
+    assert_eq!(
+        http.query(MODEL_CENTER, DEMO, &id).await["status"],
+        "completed"
+    );
+    let ledger = gw.dir().path().join(".mediagate/ledger.db");
+    eventually("the copy is stored", async || {
+        stored(&ledger).1.as_deref() == Some("stored")
+    })
+    .await;
+    let grew_mib = gw.memory_kib("VmHWM").saturating_sub(before_kib) / 1024;
+    assert!(
+        grew_mib < 50,
+        "the peak RSS grew by {grew_mib} MiB during the copy"
+    );
+    let (results, _) = stored(&ledger);
+    assert_eq!(results[0].1, i64::from(300 * MB));
+    assert_eq!(results[0].3, hash, "the ledger's SHA-256");
+    let kept = std::fs::read(gw.dir().path().join(".mediagate/media/results/1/0")).unwrap();
+    assert_eq!(sha256(&kept), hash, "the stored file's SHA-256");
+}
+
+/// Callbacks to a receiver on 127.0.0.1 over http are allowed; retries are fast.
+const WEBHOOKS: &str = r#"
+[webhooks]
+allow_http_hosts = ["127.0.0.1"]
+allow_private_networks = ["127.0.0.1"]
+first_retry_ms = 100
+max_retry_interval_ms = 200
+"#;
+
+/// A gateway keeping results in files, the demo key signing webhooks, `[storage]`
+/// given `storage_line`; a task of `m1` whose one result's download is held, submitted
+/// with a callback to `receiver` and completed by a query. The held download.
+async fn completed_with_a_held_copy(
+    receiver: &Fake,
+    storage_line: &str,
+) -> (Fake, Gateway, crate::support::Held) {
+    let fake = completed_with(&[]).await;
+    let urls = json!([format!("{}/media/a.mp4", fake.url())]);
+    fake.on(
+        "GET /v2/model-center/tasks/r-1",
+        Answer::json(
+            200,
+            json!({"id": "r-1", "status": "completed", "urls": urls}),
+        ),
+    );
+    let held = fake.hold(
+        "GET /media/a.mp4",
+        Answer::raw(200, "video/mp4", media(40_000)),
+    );
+    let routes = Routes::upstream(&fake.url(), "")
+        .top(WEBHOOKS)
+        .demo_key("webhook_secret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"")
+        .storage(FILES)
+        .storage_setting(storage_line);
+    let gw = Gateway::start(routes).await;
+    let http = gw.client();
+    let callback = format!("{}/hook", receiver.url());
+    let id = http
+        .submit_id(
+            MODEL_CENTER,
+            DEMO,
+            &json!({"model": "m1", "prompt": "p", "callback_url": callback}),
+        )
+        .await;
+    assert_eq!(
+        http.query(MODEL_CENTER, DEMO, &id).await["status"],
+        "completed"
+    );
+    held.arrived(1).await;
+    (fake, gw, held)
+}
+
+/// The webhook of a task whose results are being copied waits for the copy: the
+/// receiver that fetches the media at once gets them from storage.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_webhook_waits_for_the_copy_of_its_task_s_results() {
+    let receiver = Fake::start().await;
+    receiver.on("POST /hook", Answer::json(204, json!(null)));
+    let (_fake, gw, held) = completed_with_a_held_copy(&receiver, "webhook_wait_ms = 60000").await;
+    // The deliverer looks at the ledger every 250 ms: a second is four looks.
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    assert!(
+        receiver.take().is_empty(),
+        "posted before the copy was made"
+    );
+    held.release();
+    eventually("the webhook is posted", async || {
+        receiver
+            .take()
+            .iter()
+            .any(|s| s.line().starts_with("POST /hook"))
+    })
+    .await;
+    let ledger = gw.dir().path().join(".mediagate/ledger.db");
+    assert_eq!(stored(&ledger).1.as_deref(), Some("stored"));
+}
+
+/// The wait is bounded: a copy that does not end holds the webhook back
+/// `webhook_wait_ms` at most.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_webhook_waits_for_a_copy_no_longer_than_webhook_wait_ms() {
+    let receiver = Fake::start().await;
+    receiver.on("POST /hook", Answer::json(204, json!(null)));
+    let (_fake, gw, _held) = completed_with_a_held_copy(&receiver, "webhook_wait_ms = 300").await;
+    eventually("the webhook is posted", async || {
+        receiver
+            .take()
+            .iter()
+            .any(|s| s.line().starts_with("POST /hook"))
+    })
+    .await;
+    let ledger = gw.dir().path().join(".mediagate/ledger.db");
+    assert_eq!(
+        stored(&ledger).1.as_deref(),
+        Some("pending"),
+        "the copy is still held"
+    );
 }

@@ -276,3 +276,50 @@ async fn a_result_of_several_parts_is_stored_whole() {
     assert_eq!(&r.body[..], &bytes[at - 10..at + 10]);
     no_download(&fake);
 }
+
+/// With `direct_links`, a link to a stored result redirects to a URL of its object
+/// presigned for the link's TTL: the bytes come from the bucket, with the type the
+/// provider gave them; HEAD is presigned for HEAD.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn direct_links_redirect_to_presigned_urls_of_the_bucket() {
+    let Some(s3) = S3::start().await else { return };
+    let bytes = pattern(70_000);
+    let fake = completed_with(&[("/media/a.mp4", bytes.clone())]).await;
+    let routes = routes(&fake)
+        .storage_setting("direct_links = true")
+        .storage_setting("link_ttl_secs = 600");
+    let gw = gateway(ConfigDir::new(routes), s3.port()).await;
+    let id = completed_task(&gw).await;
+    let ledger = gw.dir().path().join(".mediagate/ledger.db");
+    eventually("the copy is done", async || {
+        stored(&ledger).1.as_deref() == Some("stored")
+    })
+    .await;
+    let link = links(&gw, &id).await.remove(0);
+    let origin = format!("http://127.0.0.1:{}", s3.port());
+    for method in [Method::GET, Method::HEAD] {
+        let r = gw.client().send(method.clone(), &link, &[], "").await;
+        assert_eq!(r.status, 302, "{method}: {}", r.text());
+        assert_eq!(r.header("cache-control"), Some("no-store"));
+        let location = r.header("location").unwrap_or_default().to_string();
+        let path = location
+            .strip_prefix(&origin)
+            .unwrap_or_else(|| panic!("not the bucket's URL: {location}"));
+        assert!(
+            path.starts_with(&format!("/{BUCKET}/{}?", key(0))),
+            "{path}"
+        );
+        assert!(path.contains("X-Amz-Signature="), "{path}");
+        assert!(path.contains("X-Amz-Expires=600"), "{path}");
+        let object = s3.fetch(method.clone(), path).await;
+        assert_eq!(object.status, 200, "{method}: {}", object.text());
+        assert_eq!(object.header("content-type"), Some("video/mp4"));
+        assert_eq!(object.header_u64("content-length"), bytes.len() as u64);
+        if method == Method::GET {
+            assert!(object.body[..] == bytes[..], "the object differs");
+        }
+    }
+    // A link that is not valid is refused before any redirect.
+    let tampered = link.replace("signature=", "signature=0");
+    assert_eq!(gw.client().get_bare(&tampered).await.status, 403);
+}

@@ -50,7 +50,11 @@ pub(super) async fn content(
         stored.iter().find(|r| r.n == n as i64),
         gateway.tasks.storage(),
     ) {
-        return super::stored::answer(storage, result, &request.headers, now_ms()).await;
+        let storage_cfg = &ctx.snapshot.storage;
+        let direct = storage_cfg
+            .direct_links
+            .then(|| Duration::from_secs(storage_cfg.link_ttl_secs));
+        return super::stored::answer(storage, result, request, direct, now_ms()).await;
     }
     let state = open.state(gateway, ctx).await?;
     if state.status != TaskStatus::Completed {

@@ -16,6 +16,7 @@ use crate::error::ApiError;
 use crate::gateway::Gateway;
 use crate::lifecycle::links;
 use crate::response::{ResponseBody, json};
+use crate::tasks::Cost;
 use crate::tasks::ledger::{Cursor, TaskRecord};
 use crate::tasks::{MediaKind, TaskState, recorded_state};
 
@@ -64,7 +65,10 @@ pub(super) async fn list(
             items.push(item);
         }
     }
-    let data: Vec<TaskView<'_>> = items.iter().map(Item::view).collect();
+    let currency = key
+        .show_cost
+        .then_some(ctx.snapshot.billing.currency.as_str());
+    let data: Vec<TaskView<'_>> = items.iter().map(|i| i.view(currency)).collect();
     let list = TaskList {
         object: "list",
         first_id: items.first().map(|i| i.id.as_str()),
@@ -102,6 +106,7 @@ struct Item {
     model: String,
     created: u64,
     state: Arc<TaskState>,
+    cost: (Option<i64>, Option<i64>),
 }
 
 impl Item {
@@ -143,11 +148,14 @@ impl Item {
             model: task.model,
             created: task.created,
             state,
+            cost: (row.cost_estimate, row.cost_settled),
         })
     }
 
-    fn view(&self) -> TaskView<'_> {
-        TaskView::new(&self.id, self.kind, &self.model, self.created, &self.state)
+    /// The listed task; with its cost in `currency` when the key shows it.
+    fn view<'a>(&'a self, currency: Option<&'a str>) -> TaskView<'a> {
+        let cost = currency.and_then(|c| Cost::of(c, self.cost.0, self.cost.1));
+        TaskView::new(&self.id, self.kind, &self.model, self.created, &self.state).with_cost(cost)
     }
 }
 

@@ -15,6 +15,7 @@ mod query;
 mod stored;
 mod submit;
 mod task_ref;
+mod usage;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -96,6 +97,10 @@ where
         Route::Ready => ops::ready(gateway),
         Route::Metrics => Ok(metrics(gateway, req.method())),
         Route::OpenApi => Ok(ops::document(openapi, &ctx.snapshot)),
+        Route::Usage(_) => {
+            let (parts, _) = req.into_parts();
+            usage::usage(gateway, ctx, &parts).await
+        }
         Route::Models(endpoint) => models::list(ctx, *endpoint),
         Route::Model(endpoint, id) => models::one(ctx, *endpoint, id),
         Route::Refused { error, .. } => Err(error.clone()),

@@ -25,7 +25,8 @@ pub(super) fn list(
         .map(|m| &**m)
         .collect();
     models.sort_unstable_by(|a, b| a.id.cmp(&b.id));
-    Ok(json(StatusCode::OK, &ModelList::of(&models)))
+    let currency = &ctx.snapshot.billing.currency;
+    Ok(json(StatusCode::OK, &ModelList::of(&models, currency)))
 }
 
 /// `raw` is the path segment as sent: percent-decoded here, so ids with spaces and
@@ -45,5 +46,6 @@ pub(super) fn one(
         .filter(|m| key.may_use(&m.id))
         .ok_or_else(ApiError::model_not_found)?;
     ctx.note(|f| f.model = Some(model.id.clone()));
-    Ok(json(StatusCode::OK, &ModelView::of(model)))
+    let currency = &ctx.snapshot.billing.currency;
+    Ok(json(StatusCode::OK, &ModelView::of(model, currency)))
 }

@@ -14,6 +14,7 @@ use crate::error::ApiError;
 use crate::gateway::Gateway;
 use crate::lifecycle::{Woken, links};
 use crate::response::{ResponseBody, json};
+use crate::tasks::Cost;
 
 pub(super) async fn query(
     gateway: &Gateway,
@@ -51,12 +52,35 @@ pub(super) async fn query(
         id,
         client_base,
     );
-    let mut resp = json(
-        StatusCode::OK,
-        &TaskView::new(id, task.kind, &task.model, task.created, &state),
-    );
+    let cost = cost(gateway, ctx, &open).await?;
+    let currency = ctx.snapshot.billing.currency.as_str();
+    let cost = cost.and_then(|(estimate, settled)| Cost::of(currency, estimate, settled));
+    let view = TaskView::new(id, task.kind, &task.model, task.created, &state).with_cost(cost);
+    let mut resp = json(StatusCode::OK, &view);
     if let Some(w) = wait {
         w.applied(&mut resp);
     }
     Ok(resp)
+}
+
+/// The task's estimate and settled cost, read from the ledger for a key that shows
+/// costs; `None` for the others (no read).
+async fn cost(
+    gateway: &Gateway,
+    ctx: &RequestContext,
+    open: &OpenTask<'_>,
+) -> Result<Option<(Option<i64>, Option<i64>)>, ApiError> {
+    let (true, Some(ledger)) = (ctx.key()?.show_cost, gateway.tasks.ledger()) else {
+        return Ok(None);
+    };
+    let task = &open.task;
+    let priced = ledger
+        .priced(&task.provider, &task.upstream_id, false)
+        .await
+        .map_err(|e| {
+            gateway.metrics.ledger_errors.inc();
+            tracing::warn!(error = %e, "ledger read failed: a task's cost");
+            ApiError::ledger_unavailable()
+        })?;
+    Ok(priced.map(|p| (p.cost_estimate, p.cost_settled)))
 }

@@ -17,20 +17,63 @@ use crate::response::{BoxError, ResponseBody};
 use crate::storage::{Storage, StorageError};
 use crate::tasks::ledger::StoredResult;
 
+/// `302 Found` to a URL of `result`'s object presigned for `method`, valid `ttl`;
+/// `None` where storage cannot presign. Presigned for the method asked: S3 signs it
+/// with the URL. `Range` and the conditional headers are then the bucket's to answer.
+async fn direct_link(
+    storage: &Storage,
+    result: &StoredResult,
+    method: &http::Method,
+    ttl: Duration,
+) -> Option<Result<Response<ResponseBody>, ApiError>> {
+    let method = match *method {
+        http::Method::HEAD => http::Method::HEAD,
+        _ => http::Method::GET,
+    };
+    let link = storage.direct_link(method, &result.object_key, ttl).await?;
+    Some(
+        link.map_err(|e| {
+            tracing::warn!(error = %e, "storage: a direct link cannot be presigned");
+            ApiError::storage_unavailable()
+        })
+        .and_then(|location| redirect(&location)),
+    )
+}
+
+/// `302 Found` to `location`, not kept by caches: each use of the gateway's link
+/// is presigned afresh.
+fn redirect(location: &str) -> Result<Response<ResponseBody>, ApiError> {
+    let location = HeaderValue::from_str(location).map_err(|_| ApiError::storage_unavailable())?;
+    let mut resp = Response::new(empty());
+    *resp.status_mut() = StatusCode::FOUND;
+    let h = resp.headers_mut();
+    h.insert(header::LOCATION, location);
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    Ok(resp)
+}
+
 /// How long a browser may keep a stored result without asking again: it never
 /// changes under its ETag.
 const MAX_AGE: &str = "private, max-age=86400";
 
-/// Answer `result` from `storage` for a request with `headers`.
+/// Answer `result` from `storage` for `request`; with `direct` (S3's direct links
+/// on), a redirect to a URL of the object presigned for that long.
 pub(super) async fn answer(
     storage: &Storage,
     result: &StoredResult,
-    headers: &HeaderMap,
+    request: &http::request::Parts,
+    direct: Option<Duration>,
     now_ms: i64,
 ) -> Result<Response<ResponseBody>, ApiError> {
     if result.deleted_ms.is_some() || result.expires_ms <= now_ms {
         return Err(ApiError::result_expired());
     }
+    if let Some(ttl) = direct
+        && let Some(redirect) = direct_link(storage, result, &request.method, ttl).await
+    {
+        return redirect;
+    }
+    let headers = &request.headers;
     let etag = format!("\"{}\"", result.sha256);
     let stored = UNIX_EPOCH + Duration::from_millis(result.stored_ms.max(0) as u64);
     let last_modified = httpdate::fmt_http_date(stored);
@@ -62,13 +105,7 @@ pub(super) async fn answer(
     let read = storage
         .get(&result.object_key, range.clone())
         .await
-        .map_err(|e| match e {
-            StorageError::NotFound => ApiError::result_expired(),
-            e => {
-                tracing::warn!(error = %e, "storage: a stored result cannot be read");
-                ApiError::storage_unavailable()
-            }
-        })?;
+        .map_err(read_failed)?;
     let content_type = result
         .content_type
         .as_deref()
@@ -96,6 +133,18 @@ pub(super) async fn answer(
         .map_err(|e| -> BoxError { Box::new(e) });
     *resp.body_mut() = BodyExt::boxed(StreamBody::new(sync_wrapper::SyncStream::new(frames)));
     Ok(resp)
+}
+
+/// A stored result gone from storage is expired (deleted under the ledger's feet);
+/// anything else is storage failing.
+fn read_failed(e: StorageError) -> ApiError {
+    match e {
+        StorageError::NotFound => ApiError::result_expired(),
+        e => {
+            tracing::warn!(error = %e, "storage: a stored result cannot be read");
+            ApiError::storage_unavailable()
+        }
+    }
 }
 
 fn empty() -> ResponseBody {

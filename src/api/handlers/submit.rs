@@ -57,6 +57,7 @@ where
         snapshot: ctx.snapshot.clone(),
         owner: key.name.clone(),
         quota: key.quota,
+        budget: key.budget,
         endpoint,
         model: model.clone(),
         params,

@@ -59,6 +59,7 @@ pub fn document(snapshot: &Snapshot) -> Value {
         paths.insert(endpoint.models_path().into(), get(ops.list_models()));
         let model = format!("{}/{{id}}", endpoint.models_path());
         paths.insert(model, get(ops.model()));
+        paths.insert(endpoint.usage_path().into(), get(ops.usage()));
     }
     operational(&mut paths, snapshot.metrics_on_main_listeners());
     let document = Document {
@@ -95,7 +96,8 @@ pub fn document(snapshot: &Snapshot) -> Value {
 /// Every model with the JSON Schema of its submit body, in the shape of a model list.
 pub fn models(snapshot: &Snapshot) -> Value {
     let models = sorted_models(snapshot);
-    serde_json::to_value(crate::api::shapes::ModelList::of(&models)).unwrap_or_default()
+    let currency = &snapshot.billing.currency;
+    serde_json::to_value(crate::api::shapes::ModelList::of(&models, currency)).unwrap_or_default()
 }
 
 /// The document of the snapshot last asked for, as JSON text. A reload makes a new
@@ -425,6 +427,7 @@ impl Ops {
         let ok = op.responses.get_mut("200").expect("inserted");
         ok.content = Some(bytes);
         op.responses.insert("206".into(), partial);
+        add_bodiless_content_answers(&mut op);
         op
     }
 
@@ -449,6 +452,45 @@ impl Ops {
             },
         )]);
         op
+    }
+
+    fn usage(&self) -> Operation {
+        let mut op = self.operation(
+            format!("get{}Usage", self.tag_name()),
+            "Your key's tasks, video seconds and spend, per UTC day and model".into(),
+            (
+                "The key's usage over the range, its totals, and what remains of its budgets.",
+                reference("Usage"),
+            ),
+            &[LIST],
+        );
+        for (name, description) in [
+            (
+                "from",
+                "The first UTC day (YYYY-MM-DD); this month's first by default.",
+            ),
+            (
+                "to",
+                "The last UTC day, included; today by default. At most 366 days after `from`.",
+            ),
+        ] {
+            op.parameters.push(Parameter {
+                name,
+                location: "query",
+                required: false,
+                description,
+                schema: json!({"type": "string", "format": "date"}),
+            });
+        }
+        op
+    }
+
+    /// `ModelCenter`, `Alpha`: the part of an operation id naming the endpoint.
+    fn tag_name(&self) -> &'static str {
+        match self.endpoint {
+            Endpoint::ModelCenter => "ModelCenter",
+            Endpoint::AlphaVideos => "Alpha",
+        }
     }
 
     fn model(&self) -> Operation {
@@ -534,5 +576,24 @@ fn operational(paths: &mut BTreeMap<String, PathItem>, metrics_here: bool) {
                 &["missing_api_key", "invalid_api_key"],
             ),
         );
+    }
+}
+
+/// The content route's answers without a body: a stored result's to a conditional
+/// request, and the redirect of S3's direct links (416 is among the errors).
+fn add_bodiless_content_answers(op: &mut Operation) {
+    for (status, description) in [
+        (
+            "302",
+            "A stored result in S3 with direct links on: `Location` is a URL of the object, presigned.",
+        ),
+        (
+            "304",
+            "A stored result the client has already (`If-None-Match` matches its `ETag`).",
+        ),
+    ] {
+        let mut bare = success(description, json!({}), true);
+        bare.content = None;
+        op.responses.insert(status.into(), bare);
     }
 }

@@ -48,6 +48,8 @@ pub(super) const SUBMIT: &[&str] = &[
     "unsupported_media_type",
     "idempotency_key_reused",
     "quota_exceeded",
+    "budget_exceeded",
+    "price_unavailable",
     "submit_outcome_unknown",
     "ledger_unavailable",
 ];

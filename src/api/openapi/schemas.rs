@@ -19,6 +19,7 @@ pub(super) fn answers() -> BTreeMap<String, Value> {
     task_answers()
         .into_iter()
         .chain(other_answers())
+        .chain(usage_answers())
         .map(|(name, s)| (name.to_string(), s))
         .collect()
 }
@@ -28,7 +29,7 @@ fn kind() -> Value {
 }
 
 /// What submit, query and listing answer.
-fn task_answers() -> [(&'static str, Value); 4] {
+fn task_answers() -> [(&'static str, Value); 5] {
     let kind = kind();
     let status = json!({"type": "string", "enum": ["queued", "processing", "completed", "failed"]});
     let id = json!({"type": "string", "description": "The task id: store it to query the task."});
@@ -59,6 +60,19 @@ fn task_answers() -> [(&'static str, Value); 4] {
                     "image_url": {"type": "string", "description": "The first result of an image model."},
                     "urls": {"type": "array", "items": {"type": "string"}},
                     "error": {"anyOf": [{"type": "null"}, reference("TaskError")]},
+                    "cost": reference("TaskCost"),
+                }),
+            ),
+        ),
+        (
+            "TaskCost",
+            closed(
+                &["currency", "estimate", "settled"],
+                json!({
+                    "currency": {"type": "string", "description": "`[billing] currency`."},
+                    "estimate": {"type": "number", "minimum": 0, "description": "Reserved at submit."},
+                    "settled": {"type": ["number", "null"], "minimum": 0,
+                                "description": "What the task cost, once it has ended (failed: 0)."},
                 }),
             ),
         ),
@@ -89,6 +103,10 @@ fn other_answers() -> [(&'static str, Value); 5] {
                     "kind": kind,
                     "parameters": {"type": "object",
                                    "description": "The JSON Schema (2020-12) of a submit body for this model, `model` included."},
+                    "price": closed(&["currency", "description"], json!({
+                        "currency": {"type": "string"},
+                        "description": {"type": "string", "description": "How a task of this model is priced."},
+                    })),
                 }),
             ),
         ),
@@ -114,6 +132,65 @@ fn other_answers() -> [(&'static str, Value); 5] {
         (
             "Ready",
             closed(&["status"], json!({"status": {"const": "ready"}})),
+        ),
+    ]
+}
+
+/// The usage report, its lines and a budget's standing.
+fn usage_answers() -> [(&'static str, Value); 3] {
+    let amount = json!({"type": "number", "minimum": 0});
+    let count = json!({"type": "integer", "minimum": 0});
+    [
+        (
+            "Usage",
+            closed(
+                &[
+                    "object", "key", "currency", "from", "to", "data", "total", "budget",
+                ],
+                json!({
+                    "object": {"const": "usage"},
+                    "key": {"type": "string", "description": "Your key's name."},
+                    "currency": {"type": "string"},
+                    "from": {"type": "string", "format": "date"},
+                    "to": {"type": "string", "format": "date"},
+                    "data": {"type": "array", "items": reference("UsageLine"),
+                             "description": "Per UTC day and model, in that order."},
+                    "total": reference("UsageLine"),
+                    "budget": {"anyOf": [{"type": "null"}, closed(&["per_day", "per_month"], json!({
+                        "per_day": {"anyOf": [{"type": "null"}, reference("BudgetPeriod")]},
+                        "per_month": {"anyOf": [{"type": "null"}, reference("BudgetPeriod")]},
+                    }))]},
+                }),
+            ),
+        ),
+        (
+            "UsageLine",
+            closed(
+                &[
+                    "tasks",
+                    "completed",
+                    "failed",
+                    "video_seconds",
+                    "spent",
+                    "reserved",
+                ],
+                json!({
+                    "date": {"type": "string", "format": "date"},
+                    "model": {"type": "string"},
+                    "tasks": count, "completed": count, "failed": count, "video_seconds": count,
+                    "spent": amount, "reserved": amount,
+                }),
+            ),
+        ),
+        (
+            "BudgetPeriod",
+            closed(
+                &["limit", "spent", "remaining", "resets_at"],
+                json!({
+                    "limit": amount, "spent": amount, "remaining": amount,
+                    "resets_at": {"type": "integer", "description": "Unix seconds, 00:00 UTC."},
+                }),
+            ),
         ),
     ]
 }

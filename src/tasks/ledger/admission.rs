@@ -1,12 +1,15 @@
 //! Admission, decided once for both engines: the idempotency key seen before (replay,
-//! in flight, mismatch, outcome unknown), the daily quota, else the write-ahead row.
-//! An engine supplies only its transaction, as an [`AdmissionTx`]: on SQLite the
-//! writer thread's (its futures are ready at once), on PostgreSQL a connection, in a
-//! transaction serialised per owner when there is a quota.
+//! in flight, mismatch, outcome unknown), the daily quota, the budget, else the
+//! write-ahead row (which reserves the task's estimate: a trigger adds it to the
+//! owner's spend). An engine supplies only its transaction, as an [`AdmissionTx`]: on
+//! SQLite the writer thread's (its futures are ready at once), on PostgreSQL a
+//! connection, in a transaction serialised per owner when there is a quota or a
+//! budget.
 
 use super::record::{NewTask, TaskRecord};
 use super::store::Clock;
 use super::{Admission, LedgerError};
+use crate::money::{Micros, Period};
 
 /// A quota resets at the next UTC midnight.
 pub(super) const DAY_MS: i64 = 86_400_000;
@@ -19,6 +22,15 @@ pub(super) trait AdmissionTx {
     /// Tasks and video seconds the owner used since `day_start`.
     async fn used_since(&mut self, owner: &str, day_start: i64) -> Result<(i64, i64), LedgerError>;
 
+    /// What the owner's tasks cost (settled and reserved) on `day` and since
+    /// `since_day` (days since the epoch).
+    async fn spent(
+        &mut self,
+        owner: &str,
+        day: i64,
+        since_day: i64,
+    ) -> Result<(i64, i64), LedgerError>;
+
     /// The write-ahead row; `None` when the idempotency key is taken.
     async fn insert(&mut self, new: &NewTask<'_>, now: i64) -> Result<Option<i64>, LedgerError>;
 }
@@ -26,22 +38,42 @@ pub(super) trait AdmissionTx {
 /// One attempt: the admission, or `None` when the key was taken and released again
 /// between two statements (the caller tries again, a bounded number of times).
 ///
-/// With a quota the key is looked up first, so that a retry is answered even over
-/// the quota; without, the insert itself takes the key or finds it taken.
+/// With a quota or a budget the key is looked up first, so that a retry is answered
+/// even over them; without, the insert itself takes the key or finds it taken.
 pub(super) async fn admit(
     tx: &mut impl AdmissionTx,
     new: &NewTask<'_>,
     at: Clock,
 ) -> Result<Option<Admission>, LedgerError> {
+    if (new.quota.is_some() || new.budget.is_some())
+        && let Some(seen) = seen(tx, new).await?
+    {
+        return Ok(Some(seen));
+    }
     if let Some(quota) = new.quota {
-        if let Some(seen) = seen(tx, new).await? {
-            return Ok(Some(seen));
-        }
         let (tasks, seconds) = tx.used_since(new.owner, at.day_start).await?;
         if let Some(what) = quota.exceeded(tasks, seconds, new.video_seconds) {
             return Ok(Some(Admission::QuotaExceeded {
                 what,
                 resets_ms: at.day_start + DAY_MS,
+            }));
+        }
+    }
+    if let Some(budget) = new.budget {
+        let (day, month) = (at.day_start / DAY_MS, at.month_start / DAY_MS);
+        let (spent_day, spent_month) = tx.spent(new.owner, day, month).await?;
+        let cost = new.cost_estimate.unwrap_or(Micros::ZERO);
+        if let Some((period, remaining)) =
+            budget.exceeded(Micros(spent_day), Micros(spent_month), cost)
+        {
+            let resets_ms = match period {
+                Period::Day => at.day_start + DAY_MS,
+                Period::Month => at.next_month_start,
+            };
+            return Ok(Some(Admission::BudgetExceeded {
+                period,
+                remaining,
+                resets_ms,
             }));
         }
     }
@@ -76,6 +108,7 @@ mod tests {
     struct Fake {
         seen: Vec<Option<TaskRecord>>,
         used: (i64, i64),
+        spent: (i64, i64),
         key_taken: bool,
         inserted: bool,
     }
@@ -86,6 +119,9 @@ mod tests {
         }
         async fn used_since(&mut self, _: &str, _: i64) -> Result<(i64, i64), LedgerError> {
             Ok(self.used)
+        }
+        async fn spent(&mut self, _: &str, _: i64, _: i64) -> Result<(i64, i64), LedgerError> {
+            Ok(self.spent)
         }
         async fn insert(&mut self, _: &NewTask<'_>, _: i64) -> Result<Option<i64>, LedgerError> {
             self.inserted = !self.key_taken;
@@ -106,14 +142,14 @@ mod tests {
             provider: None,
             callback_url: None,
             keep_days: None,
+            cost_estimate: Some(Micros(5)),
+            budget: None,
+            price_params: None,
         }
     }
 
     fn decide(tx: &mut Fake, new: &NewTask<'_>) -> Option<Admission> {
-        let at = Clock {
-            now: DAY_MS + 5,
-            day_start: DAY_MS,
-        };
+        let at = Clock::at(DAY_MS + 5);
         admit(tx, new, at).now_or_never().unwrap().unwrap()
     }
 
@@ -147,5 +183,87 @@ mod tests {
             decide(&mut tx, &new(Some(quota))),
             Some(Admission::Fresh(7))
         ));
+    }
+}
+
+#[cfg(test)]
+mod budget_tests {
+    use super::*;
+    use crate::config::Endpoint;
+    use crate::money::Budget;
+    use crate::tasks::MediaKind;
+    use futures_util::FutureExt;
+
+    struct Spent((i64, i64));
+
+    impl AdmissionTx for Spent {
+        async fn seen(&mut self, _: &str, _: &str) -> Result<Option<TaskRecord>, LedgerError> {
+            Ok(None)
+        }
+        async fn used_since(&mut self, _: &str, _: i64) -> Result<(i64, i64), LedgerError> {
+            Ok((0, 0))
+        }
+        async fn spent(&mut self, _: &str, _: i64, _: i64) -> Result<(i64, i64), LedgerError> {
+            Ok(self.0)
+        }
+        async fn insert(&mut self, _: &NewTask<'_>, _: i64) -> Result<Option<i64>, LedgerError> {
+            Ok(Some(1))
+        }
+    }
+
+    #[test]
+    fn a_budget_refuses_what_does_not_fit_and_says_when_it_resets() {
+        let new = NewTask {
+            owner: "a",
+            endpoint: Endpoint::ModelCenter,
+            model: "m",
+            kind: MediaKind::Video,
+            fingerprint: "fp".into(),
+            idempotency_key: None,
+            video_seconds: 5,
+            quota: None,
+            provider: None,
+            callback_url: None,
+            keep_days: None,
+            cost_estimate: Some(Micros(300)),
+            budget: Some(Budget {
+                per_day: Some(Micros(1_000)),
+                per_month: Some(Micros(5_000)),
+            }),
+            price_params: None,
+        };
+        // 2026-02-14 12:00 UTC: the day ends at midnight, the month on March 1st.
+        let now = crate::calendar::days_from_civil(2026, 2, 14) * DAY_MS + DAY_MS / 2;
+        let at = Clock::at(now);
+        let decide = |spent| {
+            admit(&mut Spent(spent), &new, at)
+                .now_or_never()
+                .unwrap()
+                .unwrap()
+        };
+        assert!(matches!(decide((700, 4_000)), Some(Admission::Fresh(1))));
+        let Some(Admission::BudgetExceeded {
+            period,
+            remaining,
+            resets_ms,
+        }) = decide((701, 701))
+        else {
+            panic!("over the day's budget")
+        };
+        assert_eq!((period, remaining), (Period::Day, Micros(299)));
+        assert_eq!(resets_ms, at.day_start + DAY_MS);
+        let Some(Admission::BudgetExceeded {
+            period,
+            remaining,
+            resets_ms,
+        }) = decide((0, 4_800))
+        else {
+            panic!("over the month's budget")
+        };
+        assert_eq!((period, remaining), (Period::Month, Micros(200)));
+        assert_eq!(
+            resets_ms,
+            crate::calendar::days_from_civil(2026, 3, 1) * DAY_MS
+        );
     }
 }

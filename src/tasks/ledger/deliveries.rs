@@ -50,9 +50,10 @@ pub struct DeliveryBacklog {
     pub oldest_ms: Option<i64>,
 }
 
-/// Due deliveries no other replica holds, leased to `$1` until `$2`.
-const CLAIM_SQLITE: &str = "UPDATE deliveries SET lease_owner = $1, lease_until_ms = $2 WHERE id IN (SELECT id FROM deliveries WHERE state = 'pending' AND next_attempt_ms <= $3 AND (lease_until_ms IS NULL OR lease_until_ms < $3) ORDER BY next_attempt_ms LIMIT $4) RETURNING id, task_row, url, attempts, created_ms, (SELECT owner FROM tasks WHERE tasks.id = deliveries.task_row) AS owner";
-const CLAIM_POSTGRES: &str = "UPDATE deliveries SET lease_owner = $1, lease_until_ms = $2 WHERE id IN (SELECT id FROM deliveries WHERE state = 'pending' AND next_attempt_ms <= $3 AND (lease_until_ms IS NULL OR lease_until_ms < $3) ORDER BY next_attempt_ms LIMIT $4 FOR UPDATE SKIP LOCKED) RETURNING id, task_row, url, attempts, created_ms, (SELECT owner FROM tasks WHERE tasks.id = deliveries.task_row) AS owner";
+/// Due deliveries no other replica holds, leased to `$1` until `$2`; a delivery
+/// made after `$5` waits while its task's results are being copied.
+const CLAIM_SQLITE: &str = "UPDATE deliveries SET lease_owner = $1, lease_until_ms = $2 WHERE id IN (SELECT id FROM deliveries WHERE state = 'pending' AND next_attempt_ms <= $3 AND (lease_until_ms IS NULL OR lease_until_ms < $3) AND (created_ms <= $5 OR NOT EXISTS (SELECT 1 FROM copies WHERE copies.task_row = deliveries.task_row AND copies.state = 'pending')) ORDER BY next_attempt_ms LIMIT $4) RETURNING id, task_row, url, attempts, created_ms, (SELECT owner FROM tasks WHERE tasks.id = deliveries.task_row) AS owner";
+const CLAIM_POSTGRES: &str = "UPDATE deliveries SET lease_owner = $1, lease_until_ms = $2 WHERE id IN (SELECT id FROM deliveries WHERE state = 'pending' AND next_attempt_ms <= $3 AND (lease_until_ms IS NULL OR lease_until_ms < $3) AND (created_ms <= $5 OR NOT EXISTS (SELECT 1 FROM copies WHERE copies.task_row = deliveries.task_row AND copies.state = 'pending')) ORDER BY next_attempt_ms LIMIT $4 FOR UPDATE SKIP LOCKED) RETURNING id, task_row, url, attempts, created_ms, (SELECT owner FROM tasks WHERE tasks.id = deliveries.task_row) AS owner";
 const SET_FINISHED: &str = "UPDATE deliveries SET state = $3, attempts = attempts + 1, last_status = $4, last_error = $5, finished_ms = $6, lease_owner = NULL, lease_until_ms = NULL WHERE id = $1 AND lease_owner = $2";
 const SET_RETRY: &str = "UPDATE deliveries SET attempts = attempts + 1, last_status = $3, last_error = $4, next_attempt_ms = $5, lease_owner = NULL, lease_until_ms = NULL WHERE id = $1 AND lease_owner = $2";
 // Neither counts an attempt: none was made.
@@ -63,20 +64,23 @@ const OF_TASK: &str =
     "SELECT state, attempts, last_status, last_error FROM deliveries WHERE task_row = $1";
 
 impl Ledger {
-    /// Lease up to `limit` due deliveries to `owner` (this replica) for `lease`.
+    /// Lease up to `limit` due deliveries to `owner` (this replica) for `lease`;
+    /// one whose task's copy is still owed waits up to `copy_wait` after it was made.
     pub async fn claim_deliveries(
         &self,
         owner: &str,
         lease: Duration,
         limit: i64,
+        copy_wait: Duration,
     ) -> Result<Vec<Delivery>, LedgerError> {
         let now = now_ms();
         let until = now + lease.as_millis() as i64;
+        let waited_since = now.saturating_sub(copy_wait.as_millis() as i64);
         let claim = PerEngine {
             sqlite: CLAIM_SQLITE,
             postgres: CLAIM_POSTGRES,
         };
-        let args = params![owner, until, now, limit];
+        let args = params![owner, until, now, limit, waited_since];
         self.store.write_leased(claim, args).await
     }
 

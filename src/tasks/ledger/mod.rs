@@ -30,7 +30,6 @@ mod writer;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use self::admission::DAY_MS;
 use self::postgres::PostgresStore;
 use self::sqlite::SqliteStore;
 use self::store::{Clock, PerEngine, Store, params};
@@ -44,7 +43,20 @@ pub use self::record::{
 };
 pub use self::store::Leased;
 use crate::config::Endpoint;
+use crate::money::Micros;
 use crate::tasks::{TaskState, TaskStatus};
+
+/// What a task's end is settled with (see [`Ledger::priced`]).
+#[derive(Debug, Clone)]
+pub struct Priced {
+    pub owner: String,
+    /// Millionths; `None`: it was submitted without a price.
+    pub cost_estimate: Option<i64>,
+    /// What it cost, once settled.
+    pub cost_settled: Option<i64>,
+    /// The validated parameters, as JSON text.
+    pub price_params: Option<String>,
+}
 
 /// Where the ledger lives, from `[ledger] url`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -135,10 +147,7 @@ impl Ledger {
     /// it is serialised per owner, so that replicas agree on the count.
     pub async fn admit(&self, new: &NewTask<'_>) -> Result<Admission, LedgerError> {
         let now = now_ms();
-        let at = Clock {
-            now,
-            day_start: now - now.rem_euclid(DAY_MS),
-        };
+        let at = Clock::at(now);
         for _ in 0..ADMIT_ATTEMPTS {
             if let Some(admission) = self.store.admit(new, at).await? {
                 return Ok(admission);
@@ -202,6 +211,64 @@ impl Ledger {
         record::decode_status(status.flatten().as_deref())
     }
 
+    /// A task's owner, its estimate and, when `with_params`, the parameters kept for
+    /// its settlement: what its end is settled with.
+    pub async fn priced(
+        &self,
+        provider: &str,
+        upstream_id: &str,
+        with_params: bool,
+    ) -> Result<Option<Priced>, LedgerError> {
+        let reads = self.store.reads();
+        let args = params![provider, upstream_id];
+        let Some(row) = reads.tasks(record::SELECT_BY_UPSTREAM, args).await?.pop() else {
+            return Ok(None);
+        };
+        let price_params = match with_params {
+            true => {
+                let args = params![provider, upstream_id];
+                reads.text(record::PRICE_PARAMS, args).await?.flatten()
+            }
+            false => None,
+        };
+        Ok(Some(Priced {
+            owner: row.owner,
+            cost_estimate: row.cost_estimate,
+            cost_settled: row.cost_settled,
+            price_params,
+        }))
+    }
+
+    /// An `unknown_outcome` task the operator resolved: `completed` (settled at
+    /// `settled`, its estimate when `None`) or `failed` (settled at 0). Whether it was
+    /// one to resolve.
+    pub async fn resolve(
+        &self,
+        row: i64,
+        completed: bool,
+        settled: Option<Micros>,
+    ) -> Result<bool, LedgerError> {
+        let (state, status, code, message) = match completed {
+            true => (State::Completed, TaskStatus::Completed, None, None),
+            false => (
+                State::Failed,
+                TaskStatus::Failed,
+                Some("unknown_outcome"),
+                Some("the submit's outcome was unknown; the operator resolved it as failed"),
+            ),
+        };
+        let args = params![
+            row,
+            state.as_str(),
+            status.as_str(),
+            code,
+            settled.map(|s| s.0),
+            message,
+            now_ms(),
+        ];
+        Ok(self.store.execute(record::SET_RESOLVED, args).await? == 1)
+    }
+
     /// One row by its number.
     pub async fn row(&self, row: i64) -> Result<Option<TaskRecord>, LedgerError> {
         let rows = self
@@ -218,6 +285,7 @@ impl Ledger {
         provider: &str,
         upstream_id: &str,
         state: &TaskState,
+        settled: Option<Micros>,
     ) -> Result<bool, LedgerError> {
         let urls = serde_json::to_string(&state.urls).unwrap_or_default();
         let (code, message) = match &state.error {
@@ -234,6 +302,7 @@ impl Ledger {
             message,
             now_ms(),
             state.progress.map(i64::from),
+            settled.map(|s| s.0),
         ];
         let changed = self.store.execute(record::SET_FINISHED, args).await?;
         Ok(changed == 1)
@@ -345,9 +414,23 @@ impl Ledger {
         &self,
         key: Option<&str>,
         since_ms: i64,
+        until_ms: i64,
     ) -> Result<Vec<UsageRow>, LedgerError> {
-        let args = params![key, since_ms];
+        let args = params![key, since_ms, until_ms];
         self.store.reads().usage(record::USAGE, args).await
+    }
+
+    /// What `owner`'s tasks cost (settled and reserved) today and this month (UTC),
+    /// as budgets count it, in millionths.
+    pub async fn spent(&self, owner: &str) -> Result<(Micros, Micros), LedgerError> {
+        let at = Clock::at(now_ms());
+        let day = at.day_start / admission::DAY_MS;
+        let since = |from: i64| params![owner, from, i64::MAX];
+        let reads = self.store.reads();
+        let today = reads.int(record::SPENT_SINCE, since(day)).await?;
+        let month = at.month_start / admission::DAY_MS;
+        let this_month = reads.int(record::SPENT_SINCE, since(month)).await?;
+        Ok((Micros(today.unwrap_or(0)), Micros(this_month.unwrap_or(0))))
     }
 
     /// Rows for operators, newest first, optionally of one state and one key.
@@ -389,6 +472,7 @@ mod tests {
     use super::*;
     use std::sync::Arc;
 
+    use self::admission::DAY_MS;
     use crate::config::QuotaConfig;
     use crate::tasks::MediaKind;
 
@@ -410,6 +494,9 @@ mod tests {
             provider: Some("p"),
             callback_url: None,
             keep_days: None,
+            cost_estimate: None,
+            budget: None,
+            price_params: None,
         }
     }
 
@@ -557,7 +644,7 @@ mod tests {
             urls: vec![],
             error: None,
         };
-        l.finished("p", "up-1", &failed).await.unwrap();
+        l.finished("p", "up-1", &failed, None).await.unwrap();
         assert!(matches!(
             l.admit(&with_quota(3)).await.unwrap(),
             Admission::Fresh(_)
@@ -1033,7 +1120,7 @@ mod tests {
             urls: vec![],
             error: None,
         };
-        assert!(l.finished("p", "up-1", &done).await.unwrap());
+        assert!(l.finished("p", "up-1", &done, None).await.unwrap());
         assert_eq!(
             l.status_of("p", "up-1").await.unwrap(),
             Some(TaskStatus::Completed)
@@ -1099,6 +1186,7 @@ mod tests {
                 urls: vec!["https://x/1".into()],
                 error: None,
             },
+            None,
         )
         .await
         .unwrap();
@@ -1168,7 +1256,11 @@ mod tests {
             urls: vec![],
             error: None,
         };
-        assert!(l.finished("p", &format!("up-{n}"), &done).await.unwrap());
+        assert!(
+            l.finished("p", &format!("up-{n}"), &done, None)
+                .await
+                .unwrap()
+        );
         row
     }
 
@@ -1178,7 +1270,10 @@ mod tests {
         let l = ledger(&dir).await;
         let row = finished_with_webhook(&l, 1).await;
         let lease = Duration::from_secs(30);
-        let claimed = l.claim_deliveries("me", lease, 10).await.unwrap();
+        let claimed = l
+            .claim_deliveries("me", lease, 10, Duration::ZERO)
+            .await
+            .unwrap();
         assert_eq!(claimed.len(), 1);
         let (id, ours) = (claimed[0].id, &claimed[0]);
         assert_eq!(
@@ -1191,20 +1286,23 @@ mod tests {
         // Another replica cannot give back what this one holds.
         l.delivery_put_back(id, "them", &due_now).await.unwrap();
         assert!(
-            l.claim_deliveries("me", lease, 10)
+            l.claim_deliveries("me", lease, 10, Duration::ZERO)
                 .await
                 .unwrap()
                 .is_empty()
         );
         l.delivery_put_back(id, "me", &due_now).await.unwrap();
-        let again = l.claim_deliveries("me", lease, 10).await.unwrap();
+        let again = l
+            .claim_deliveries("me", lease, 10, Duration::ZERO)
+            .await
+            .unwrap();
         assert_eq!((again.len(), again[0].attempts), (1, 0));
         let later = PutBack::Until {
             next_ms: now_ms() + 60_000,
         };
         l.delivery_put_back(id, "me", &later).await.unwrap();
         assert!(
-            l.claim_deliveries("me", lease, 10)
+            l.claim_deliveries("me", lease, 10, Duration::ZERO)
                 .await
                 .unwrap()
                 .is_empty()
@@ -1213,7 +1311,10 @@ mod tests {
         assert_eq!(shown, ("pending".into(), 0, None, None));
         // Given up without an attempt: expired, still none counted.
         let row = finished_with_webhook(&l, 2).await;
-        let claimed = l.claim_deliveries("me", lease, 10).await.unwrap();
+        let claimed = l
+            .claim_deliveries("me", lease, 10, Duration::ZERO)
+            .await
+            .unwrap();
         assert_eq!(claimed.len(), 1);
         let expired = PutBack::Expired {
             error: "cooling down".into(),

@@ -15,7 +15,7 @@ use super::{Admission, LedgerError};
 
 static MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
 
-/// Replicas agree on a key's daily count: its admissions take this lock, for the
+/// Replicas agree on a key's daily count and spend: its admissions take this lock, for the
 /// length of their transaction.
 const LOCK_OWNER: &str = "SELECT pg_advisory_xact_lock(hashtext($1))";
 
@@ -51,7 +51,7 @@ impl PostgresStore {
         at: Clock,
     ) -> Result<Option<Admission>, LedgerError> {
         let mut conn = self.reads.0.acquire().await?;
-        if new.quota.is_none() {
+        if new.quota.is_none() && new.budget.is_none() {
             // No count to agree on: the insert takes the key or finds it taken, each
             // statement on its own.
             return admission::admit(&mut ConnTx(&mut conn), new, at).await;
@@ -131,6 +131,20 @@ impl AdmissionTx for ConnTx<'_> {
             .await?)
     }
 
+    async fn spent(
+        &mut self,
+        owner: &str,
+        day: i64,
+        since_day: i64,
+    ) -> Result<(i64, i64), LedgerError> {
+        Ok(sqlx::query_as(record::SPENT)
+            .bind(owner)
+            .bind(day)
+            .bind(since_day)
+            .fetch_one(&mut *self.0)
+            .await?)
+    }
+
     async fn insert(&mut self, new: &NewTask<'_>, now: i64) -> Result<Option<i64>, LedgerError> {
         Ok(sqlx::query_scalar(record::INSERT)
             .bind(new.owner)
@@ -144,6 +158,8 @@ impl AdmissionTx for ConnTx<'_> {
             .bind(new.provider)
             .bind(new.callback_url)
             .bind(new.keep_days)
+            .bind(new.cost_estimate.map(|c| c.0))
+            .bind(new.price_params.as_deref())
             .fetch_optional(&mut *self.0)
             .await?)
     }

@@ -3,6 +3,7 @@
 
 use super::LedgerError;
 use crate::config::{Endpoint, QuotaConfig};
+use crate::money::{Budget, Micros, Period};
 use crate::tasks::{MediaKind, TaskStatus};
 
 /// A row's state.
@@ -65,6 +66,12 @@ pub struct NewTask<'a> {
     pub callback_url: Option<&'a str>,
     /// Days to keep the task's results in storage; `None`: they are not copied.
     pub keep_days: Option<i64>,
+    /// What the task reserves of its owner's spend; `None`: its model has no price.
+    pub cost_estimate: Option<Micros>,
+    /// The key's budget, checked against the spend in the admission's transaction.
+    pub budget: Option<Budget>,
+    /// The validated parameters as JSON, kept for a price that settles on them.
+    pub price_params: Option<String>,
 }
 
 impl NewTask<'_> {
@@ -111,6 +118,13 @@ pub enum Admission {
     OutcomeUnknown,
     /// The daily quota is used up until `resets_ms`.
     QuotaExceeded { what: &'static str, resets_ms: i64 },
+    /// The task's estimate does not fit in what remains of the key's budget for
+    /// `period`, until `resets_ms`.
+    BudgetExceeded {
+        period: Period,
+        remaining: Micros,
+        resets_ms: i64,
+    },
 }
 
 impl Admission {
@@ -183,6 +197,10 @@ pub struct TaskRecord {
     pub lease_until_ms: Option<i64>,
     /// The progress the finished task was last reported with (0–100).
     pub progress: Option<i64>,
+    /// Its price at submit, and what it cost once settled (millionths); `None`
+    /// without a price.
+    pub cost_estimate: Option<i64>,
+    pub cost_settled: Option<i64>,
 }
 
 /// A row as the engines read it, its words still text: decoded by
@@ -215,6 +233,8 @@ pub(super) struct RawTaskRecord {
     lease_owner: Option<String>,
     lease_until_ms: Option<i64>,
     progress: Option<i64>,
+    cost_estimate: Option<i64>,
+    cost_settled: Option<i64>,
 }
 
 impl RawTaskRecord {
@@ -247,6 +267,8 @@ impl RawTaskRecord {
             lease_owner: row.get(23)?,
             lease_until_ms: row.get(24)?,
             progress: row.get(25)?,
+            cost_estimate: row.get(26)?,
+            cost_settled: row.get(27)?,
         })
     }
 
@@ -279,6 +301,8 @@ impl RawTaskRecord {
             lease_owner: self.lease_owner,
             lease_until_ms: self.lease_until_ms,
             progress: self.progress,
+            cost_estimate: self.cost_estimate,
+            cost_settled: self.cost_settled,
         })
     }
 }
@@ -343,6 +367,9 @@ pub struct UsageRow {
     pub completed: i64,
     pub failed: i64,
     pub video_seconds: i64,
+    /// What finished tasks cost, and what unfinished ones hold reserved (millionths).
+    pub spent: i64,
+    pub reserved: i64,
 }
 
 /// Where a listing's page starts: after this task, which the previous page ended with.
@@ -427,7 +454,7 @@ fn canonical(v: &serde_json::Value, out: &mut ring::digest::Context) {
 /// Every column of a row, in [`TaskRecord`]'s order.
 macro_rules! columns {
     () => {
-        "id, owner, endpoint, model, kind, fingerprint, idempotency_key, video_seconds, state, status, provider, upstream_id, task_id, answer_status, answer_body, urls, error_code, error_message, created_ms, updated_ms, finished_ms, next_poll_ms, poll_interval_ms, lease_owner, lease_until_ms, progress"
+        "id, owner, endpoint, model, kind, fingerprint, idempotency_key, video_seconds, state, status, provider, upstream_id, task_id, answer_status, answer_body, urls, error_code, error_message, created_ms, updated_ms, finished_ms, next_poll_ms, poll_interval_ms, lease_owner, lease_until_ms, progress, cost_estimate, cost_settled"
     };
 }
 
@@ -451,6 +478,8 @@ macro_rules! select {
 
 pub(super) const SELECT_BY_IDEMPOTENCY: &str = select!("WHERE owner = $1 AND idempotency_key = $2");
 pub(super) const SELECT_BY_ROW: &str = select!("WHERE id = $1");
+pub(super) const SELECT_BY_UPSTREAM: &str =
+    select!("WHERE provider = $1 AND upstream_id = $2 ORDER BY id DESC LIMIT 1");
 pub(super) const SELECT_BY_ANY_ID: &str =
     select!("WHERE task_id = $1 OR upstream_id = $1 ORDER BY id DESC LIMIT 1");
 pub(super) const SELECT_FILTERED: &str = select!(
@@ -470,9 +499,14 @@ pub(super) const USED_TODAY: &str = concat!(
     counted_seconds!(),
     "), 0) AS BIGINT) FROM tasks WHERE owner = $1 AND created_ms >= $2 AND state IN ('submitting', 'submitted', 'completed', 'unknown_outcome')"
 );
+/// What the owner `$1` spent (settled and reserved) on day `$2` and since day `$3`
+/// (the month's first), in millionths.
+pub(super) const SPENT: &str = "SELECT CAST(COALESCE(SUM(CASE WHEN day = $2 THEN micros ELSE 0 END), 0) AS BIGINT), CAST(COALESCE(SUM(micros), 0) AS BIGINT) FROM spend WHERE owner = $1 AND day >= $3";
+/// What the owner `$1` spent (settled and reserved) from day `$2` to before day `$3`.
+pub(super) const SPENT_SINCE: &str = "SELECT CAST(COALESCE(SUM(micros), 0) AS BIGINT) FROM spend WHERE owner = $1 AND day >= $2 AND day < $3";
 macro_rules! insert {
     () => {
-        "INSERT INTO tasks (owner, endpoint, model, kind, fingerprint, idempotency_key, video_seconds, state, provider, created_ms, updated_ms, callback_url, keep_days) VALUES ($1, $2, $3, $4, $5, $6, $7, 'submitting', $9, $8, $8, $10, $11) ON CONFLICT (owner, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"
+        "INSERT INTO tasks (owner, endpoint, model, kind, fingerprint, idempotency_key, video_seconds, state, provider, created_ms, updated_ms, callback_url, keep_days, cost_estimate, price_params) VALUES ($1, $2, $3, $4, $5, $6, $7, 'submitting', $9, $8, $8, $10, $11, $12, $13) ON CONFLICT (owner, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"
     };
 }
 /// The write-ahead row; nothing when another request took the idempotency key first.
@@ -497,14 +531,21 @@ pub(super) const CLAIM_POSTGRES: &str = concat!(
 pub(super) const SET_POLLED: &str = "UPDATE tasks SET status = $3, next_poll_ms = $4, poll_interval_ms = $5, lease_owner = NULL, lease_until_ms = NULL, updated_ms = $6 WHERE id = $1 AND lease_owner = $2";
 pub(super) const SET_ATTEMPT: &str =
     "UPDATE tasks SET provider = $2, updated_ms = $3 WHERE id = $1 AND state = 'submitting'";
-pub(super) const SET_REFUSED: &str = "UPDATE tasks SET state = 'refused', answer_status = $2, answer_body = $3, idempotency_key = CASE WHEN $2 IS NULL THEN NULL ELSE idempotency_key END, updated_ms = $4, finished_ms = $4 WHERE id = $1";
+pub(super) const SET_REFUSED: &str = "UPDATE tasks SET state = 'refused', answer_status = $2, answer_body = $3, idempotency_key = CASE WHEN $2 IS NULL THEN NULL ELSE idempotency_key END, updated_ms = $4, finished_ms = $4, cost_settled = CASE WHEN cost_estimate IS NULL THEN NULL ELSE 0 END WHERE id = $1";
 pub(super) const SET_UNKNOWN: &str =
     "UPDATE tasks SET state = 'unknown_outcome', provider = $2, updated_ms = $3 WHERE id = $1";
 /// A task's end, once. It sets `finished_ms` with the terminal state: the webhook's
 /// trigger watches that column (on SQLite, watching `state` put every submit's
 /// completion in a statement journal), so any other update that ends a task must
 /// set it too.
-pub(super) const SET_FINISHED: &str = "UPDATE tasks SET state = $3, status = $4, urls = $5, error_code = $6, error_message = $7, updated_ms = $8, finished_ms = $8, progress = $9 WHERE provider = $1 AND upstream_id = $2 AND state = 'submitted'";
+/// A priced task is settled by the same statement: at `$10` when completed (its
+/// estimate when `$10` is NULL), at 0 when failed.
+pub(super) const SET_FINISHED: &str = "UPDATE tasks SET state = $3, status = $4, urls = $5, error_code = $6, error_message = $7, updated_ms = $8, finished_ms = $8, progress = $9, cost_settled = CASE WHEN cost_estimate IS NULL THEN NULL WHEN $3 = 'completed' THEN COALESCE($10, cost_estimate) ELSE 0 END WHERE provider = $1 AND upstream_id = $2 AND state = 'submitted'";
+/// The parameters a price settles on, of the task the provider knows as `$1`/`$2`.
+pub(super) const PRICE_PARAMS: &str = "SELECT price_params FROM tasks WHERE provider = $1 AND upstream_id = $2 ORDER BY id DESC LIMIT 1";
+/// An `unknown_outcome` task resolved by the operator: ended and settled (at `$5`
+/// when completed, its estimate when NULL; at 0 when failed).
+pub(super) const SET_RESOLVED: &str = "UPDATE tasks SET state = $2, status = $3, error_code = $4, error_message = $6, updated_ms = $7, finished_ms = $7, cost_settled = CASE WHEN cost_estimate IS NULL THEN NULL WHEN $2 = 'completed' THEN COALESCE($5, cost_estimate) ELSE 0 END WHERE id = $1 AND state = 'unknown_outcome'";
 pub(super) const EXPIRE_SUBMITTING: &str = concat!(
     "UPDATE tasks SET state = 'unknown_outcome', updated_ms = $2 WHERE state = 'submitting' AND updated_ms < $1 RETURNING ",
     columns!()
@@ -515,7 +556,7 @@ pub(super) const COUNT_STATE: &str = "SELECT COUNT(*) FROM tasks WHERE state = $
 pub(super) const USAGE: &str = concat!(
     "SELECT owner, model, created_ms / 86400000 AS day, CAST(SUM(CASE WHEN upstream_id IS NOT NULL THEN 1 ELSE 0 END) AS BIGINT) AS submitted, CAST(SUM(CASE WHEN state = 'completed' THEN 1 ELSE 0 END) AS BIGINT) AS completed, CAST(SUM(CASE WHEN state = 'failed' THEN 1 ELSE 0 END) AS BIGINT) AS failed, CAST(SUM(CASE WHEN upstream_id IS NOT NULL THEN ",
     counted_seconds!(),
-    " ELSE 0 END) AS BIGINT) AS video_seconds FROM tasks WHERE ($1 IS NULL OR owner = $1) AND created_ms >= $2 GROUP BY owner, model, created_ms / 86400000 ORDER BY day, owner, model"
+    " ELSE 0 END) AS BIGINT) AS video_seconds, CAST(COALESCE(SUM(cost_settled), 0) AS BIGINT) AS spent, CAST(COALESCE(SUM(CASE WHEN cost_settled IS NULL THEN cost_estimate ELSE 0 END), 0) AS BIGINT) AS reserved FROM tasks WHERE ($1 IS NULL OR owner = $1) AND created_ms >= $2 AND created_ms < $3 GROUP BY owner, model, created_ms / 86400000 ORDER BY day, owner, model"
 );
 
 #[cfg(test)]

@@ -15,6 +15,7 @@ use super::store::{Clock, Leased, Param, PerEngine, Store, StoreFuture};
 use super::writer::{Writer, bind, owned, query_rows};
 use super::{Admission, LedgerError};
 use crate::config::{Endpoint, QuotaConfig};
+use crate::money::{Budget, Micros};
 use crate::tasks::MediaKind;
 
 /// SQLite writes one transaction at a time: every write goes to one writer thread
@@ -132,6 +133,9 @@ struct OwnedTask {
     provider: Option<String>,
     callback_url: Option<String>,
     keep_days: Option<i64>,
+    cost_estimate: Option<Micros>,
+    budget: Option<Budget>,
+    price_params: Option<String>,
 }
 
 impl From<&NewTask<'_>> for OwnedTask {
@@ -148,6 +152,9 @@ impl From<&NewTask<'_>> for OwnedTask {
             provider: new.provider.map(str::to_owned),
             callback_url: new.callback_url.map(str::to_owned),
             keep_days: new.keep_days,
+            cost_estimate: new.cost_estimate,
+            budget: new.budget,
+            price_params: new.price_params.clone(),
         }
     }
 }
@@ -173,6 +180,9 @@ impl OwnedTask {
             provider: self.provider.as_deref(),
             callback_url: self.callback_url.as_deref(),
             keep_days: self.keep_days,
+            cost_estimate: self.cost_estimate,
+            budget: self.budget,
+            price_params: self.price_params,
         };
         admission::admit(&mut WriterTx(conn), &new, at)
             .now_or_never()
@@ -203,8 +213,23 @@ impl AdmissionTx for WriterTx<'_> {
         })
     }
 
+    async fn spent(
+        &mut self,
+        owner: &str,
+        day: i64,
+        since_day: i64,
+    ) -> Result<(i64, i64), LedgerError> {
+        let args: [&dyn rusqlite::ToSql; 3] = [&owner, &day, &since_day];
+        let mut stmt = bind(self.0, record::SPENT, &args)?;
+        Ok(match stmt.raw_query().next()? {
+            Some(row) => (row.get(0)?, row.get(1)?),
+            None => (0, 0),
+        })
+    }
+
     async fn insert(&mut self, new: &NewTask<'_>, now: i64) -> Result<Option<i64>, LedgerError> {
-        let args: [&dyn rusqlite::ToSql; 11] = [
+        let cost = new.cost_estimate.map(|c| c.0);
+        let args: [&dyn rusqlite::ToSql; 13] = [
             &new.owner,
             &new.endpoint_name(),
             &new.model,
@@ -216,6 +241,8 @@ impl AdmissionTx for WriterTx<'_> {
             &new.provider,
             &new.callback_url,
             &new.keep_days,
+            &cost,
+            &new.price_params,
         ];
         Ok(
             match bind(self.0, record::INSERT_SQLITE, &args)?.raw_execute()? {

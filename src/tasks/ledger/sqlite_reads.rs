@@ -99,6 +99,8 @@ fn usage_row(row: &rusqlite::Row<'_>) -> Result<UsageRow, LedgerError> {
         completed: row.get("completed")?,
         failed: row.get("failed")?,
         video_seconds: row.get("video_seconds")?,
+        spent: row.get("spent")?,
+        reserved: row.get("reserved")?,
     })
 }
 

@@ -87,6 +87,28 @@ pub(super) struct PerEngine {
 pub(super) struct Clock {
     pub now: i64,
     pub day_start: i64,
+    /// The first millisecond of the UTC month, and of the next.
+    pub month_start: i64,
+    pub next_month_start: i64,
+}
+
+impl Clock {
+    /// The clock at `now` (Unix milliseconds).
+    pub fn at(now: i64) -> Self {
+        let day = now.div_euclid(super::admission::DAY_MS);
+        let (year, month, _) = crate::calendar::civil_from_days(day);
+        let month_day = crate::calendar::days_from_civil(year, month, 1);
+        let next_month_day = match month {
+            12 => crate::calendar::days_from_civil(year + 1, 1, 1),
+            _ => crate::calendar::days_from_civil(year, month + 1, 1),
+        };
+        Self {
+            now,
+            day_start: day * super::admission::DAY_MS,
+            month_start: month_day * super::admission::DAY_MS,
+            next_month_start: next_month_day * super::admission::DAY_MS,
+        }
+    }
 }
 
 /// One engine holding the ledger.

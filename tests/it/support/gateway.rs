@@ -290,6 +290,18 @@ impl Proc {
         }
     }
 
+    /// A memory figure of the process from `/proc/PID/status`, in KiB: `VmRSS` (now)
+    /// or `VmHWM` (the peak so far).
+    pub fn memory_kib(&self, field: &str) -> u64 {
+        let pid = self.child.as_ref().expect("running").id();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
+    }
+
     /// Send `sig` (`HUP` or `TERM`), once the process has taken the signal over: the
     /// gateway announces its listeners before its SIGTERM handler is in place, and a
     /// signal in between would end it by the default action.

@@ -181,6 +181,12 @@ impl S3 {
         self.http.get_bare(&format!("/{BUCKET}/{key}")).await
     }
 
+    /// `method` of `path` (with its query) on the server, as a browser following a
+    /// direct link sends it: no key, no signature of its own.
+    pub async fn fetch(&self, method: http::Method, path: &str) -> Reply {
+        self.http.send(method, path, &[], "").await
+    }
+
     /// What moto logged so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.log.path()).unwrap_or_default()
