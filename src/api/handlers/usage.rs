@@ -1,5 +1,6 @@
 //! `GET /v2/usage` and `GET /v1/alpha/usage` (`?from=YYYY-MM-DD&to=YYYY-MM-DD`, UTC
-//! days, both included; this month so far by default): the calling key's own tasks,
+//! days, both included; `to` is today by default, `from` the first of `to`'s month; a
+//! range that ends before it starts has nothing in it): the calling key's own tasks,
 //! video seconds and spend per day and model, their totals, and what remains of its
 //! budgets. The same on both paths: usage is the key's, not an endpoint's.
 
@@ -16,9 +17,6 @@ use crate::response::{ResponseBody, json};
 use crate::tasks::ledger::{LedgerError, now_ms};
 
 const DAY_MS: i64 = 86_400_000;
-
-/// The longest range one request may ask for, in days.
-const MAX_DAYS: i64 = 366;
 
 pub(super) async fn usage(
     gateway: &Gateway,
@@ -78,11 +76,11 @@ pub(super) async fn usage(
     Ok(json(StatusCode::OK, &report))
 }
 
-/// `from` and `to` (days since the epoch) from the query string: this month's first
-/// day and today by default; `to` not before `from`, at most [`MAX_DAYS`] apart.
+/// `from` and `to` (days since the epoch) from the query string: `to` today unless
+/// given (or `from` when that is later), `from` the first day of `to`'s month unless
+/// given.
 fn range(query: Option<&str>, today: i64) -> Result<(i64, i64), ApiError> {
-    let (y, m, _) = civil_from_days(today);
-    let (mut from, mut to) = (days_from_civil(y, m, 1), today);
+    let (mut from, mut to) = (None, None);
     for (name, value) in form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
         let day = || {
             days_from_date(&value).ok_or_else(|| {
@@ -91,19 +89,16 @@ fn range(query: Option<&str>, today: i64) -> Result<(i64, i64), ApiError> {
             })
         };
         match &*name {
-            "from" => from = day()?,
-            "to" => to = day()?,
+            "from" => from = Some(day()?),
+            "to" => to = Some(day()?),
             _ => {}
         }
     }
-    if to < from {
-        let msg = "`to` must not be before `from`".to_string();
-        return Err(ApiError::invalid_parameter("to", msg));
-    }
-    if to - from >= MAX_DAYS {
-        let msg = format!("at most {MAX_DAYS} days at once");
-        return Err(ApiError::invalid_parameter("to", msg));
-    }
+    let to = to.unwrap_or_else(|| from.map_or(today, |f| f.max(today)));
+    let from = from.unwrap_or_else(|| {
+        let (y, m, _) = civil_from_days(to);
+        days_from_civil(y, m, 1)
+    });
     Ok((from, to))
 }
 
@@ -112,23 +107,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_range_is_this_month_by_default_and_bounded() {
-        let today = days_from_date("2026-11-25").unwrap();
-        let first = days_from_date("2026-11-01").unwrap();
-        assert_eq!(range(None, today).unwrap(), (first, today));
+    fn the_range_is_this_month_so_far_by_default() {
+        let day = |d: &str| days_from_date(d).unwrap();
+        let today = day("2026-11-25");
+        assert_eq!(range(None, today).unwrap(), (day("2026-11-01"), today));
         let asked = range(Some("from=2026-01-01&to=2026-01-31"), today).unwrap();
-        assert_eq!(
-            asked,
-            (
-                days_from_date("2026-01-01").unwrap(),
-                days_from_date("2026-01-31").unwrap()
-            )
-        );
+        assert_eq!(asked, (day("2026-01-01"), day("2026-01-31")));
+        // Only `to`: its month; only a future `from`: that day alone.
+        let to = range(Some("to=2000-02-10"), today).unwrap();
+        assert_eq!(to, (day("2000-02-01"), day("2000-02-10")));
+        let from = range(Some("from=2027-03-05"), today).unwrap();
+        assert_eq!(from, (day("2027-03-05"), day("2027-03-05")));
+        // Backwards is empty, not refused.
+        let backwards = range(Some("from=2026-02-01&to=2026-01-01"), today).unwrap();
+        assert_eq!(backwards, (day("2026-02-01"), day("2026-01-01")));
         for bad in [
             "from=2026-13-01",
             "to=yesterday",
-            "from=2026-02-01&to=2026-01-01",
-            "from=2020-01-01&to=2026-01-01",
+            "from=99999999999-01-01",
+            "to=2026-02-30",
         ] {
             assert!(range(Some(bad), today).is_err(), "{bad}");
         }

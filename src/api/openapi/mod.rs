@@ -471,7 +471,7 @@ impl Ops {
             ),
             (
                 "to",
-                "The last UTC day, included; today by default. At most 366 days after `from`.",
+                "The last UTC day, included; by default today (or `from`, when later). A range that ends before it starts has nothing in it.",
             ),
         ] {
             op.parameters.push(Parameter {
