@@ -127,12 +127,16 @@ fn sorted_models(snapshot: &Snapshot) -> Vec<&Model> {
     models
 }
 
-const TAGS: [(&str, &str); 3] = [
+const TAGS: [(&str, &str); 4] = [
     (
         "model-center",
         "`/v2/model-center/…`: every published model.",
     ),
     ("alpha", "`/v1/alpha/…`: the alpha-family video endpoint."),
+    (
+        "openai",
+        "`/v1/videos`, `/v1/models`: the OpenAI Videos API's shapes, every video model.",
+    ),
     (
         "operations",
         "Health, readiness and this document; no key needed.",
@@ -176,6 +180,14 @@ impl Ops {
                 tasks: "AlphaVideos",
                 model: "AlphaModel",
                 models: "AlphaModels",
+            },
+            Endpoint::OpenAiVideos => Self {
+                endpoint,
+                tag: "openai",
+                task: "Video",
+                tasks: "Videos",
+                model: "OpenAiModel",
+                models: "OpenAiModels",
             },
         }
     }
@@ -490,6 +502,7 @@ impl Ops {
         match self.endpoint {
             Endpoint::ModelCenter => "ModelCenter",
             Endpoint::AlphaVideos => "Alpha",
+            Endpoint::OpenAiVideos => "OpenAi",
         }
     }
 
