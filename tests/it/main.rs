@@ -18,6 +18,7 @@ mod lifecycle;
 mod metrics_access;
 mod models;
 mod observability;
+mod openai;
 mod param_bounds;
 mod param_limits;
 mod private_networks;

@@ -10,6 +10,7 @@ mod markdown;
 mod objects;
 mod responses;
 mod schemas;
+mod videos;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
@@ -37,8 +38,17 @@ pub fn document(snapshot: &Snapshot) -> Value {
     let mut schemas = schemas::answers();
     let bodies = SubmitBodies::name(&models, &mut schemas);
     let mut paths = BTreeMap::new();
+    schemas.extend(videos::answers().map(|(name, s)| (name.to_string(), s)));
     for endpoint in Endpoint::ALL {
         let ops = Ops::of(endpoint);
+        paths.insert(endpoint.models_path().into(), get(ops.list_models()));
+        let model = format!("{}/{{id}}", endpoint.models_path());
+        paths.insert(model, get(ops.model()));
+        paths.insert(endpoint.usage_path().into(), get(ops.usage()));
+        if endpoint == Endpoint::OpenAiVideos {
+            videos::paths(&mut paths, &ops);
+            continue;
+        }
         paths.insert(
             endpoint.path().to_string(),
             PathItem {
@@ -56,10 +66,6 @@ pub fn document(snapshot: &Snapshot) -> Value {
         paths.insert(content, get(ops.content(false)));
         let nth = format!("{}/{{id}}/content/{{n}}", endpoint.path());
         paths.insert(nth, get(ops.content(true)));
-        paths.insert(endpoint.models_path().into(), get(ops.list_models()));
-        let model = format!("{}/{{id}}", endpoint.models_path());
-        paths.insert(model, get(ops.model()));
-        paths.insert(endpoint.usage_path().into(), get(ops.usage()));
     }
     operational(&mut paths, snapshot.metrics_on_main_listeners());
     let document = Document {
