@@ -19,6 +19,7 @@ mod metrics_access;
 mod models;
 mod observability;
 mod openai;
+mod openai_sdk;
 mod param_bounds;
 mod param_limits;
 mod private_networks;

@@ -9,6 +9,7 @@ mod media;
 mod postgres;
 mod routes;
 pub mod s3;
+pub mod sdk;
 mod tls;
 
 use std::sync::{Mutex, Once};
