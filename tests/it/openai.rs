@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use crate::support::{
     Answer, DEMO, DEMO2, Fake, Gateway, Http, MODEL_CENTER, PATIENCE, Reply, Routes, assert_error,
-    eventually, family, shipped_routes, tasks_provider,
+    check, eventually, family, shipped_routes, tasks_provider,
 };
 
 pub const VIDEOS: &str = "/v1/videos";
@@ -385,4 +385,39 @@ async fn an_upload_is_refused_where_no_provider_could_fetch_it() {
     let msg = assert_error(&r, 400, "invalid_parameter", Some("input_reference"));
     assert!(msg.contains("storage"), "{msg}");
     assert!(fake.take().is_empty());
+}
+
+#[tokio::test]
+async fn a_family_may_keep_off_v1_videos_and_only_video_families_are_on_it() {
+    let off = "\n[families.off]\nkind = \"video\"\nproviders = [\"up\"]\nmodels = [\"m2\"]\nschema = \"video\"\ndefault_seconds = 5\nopenai_videos = false\n";
+    let routes = Routes::simulated(&["m1"]).family(off);
+    let gw = Gateway::start(&routes).await;
+    let http = gw.client();
+    let r = http
+        .post_json(VIDEOS, DEMO, &json!({"model": "m2", "prompt": "p"}))
+        .await;
+    assert_error(&r, 400, "unknown_model", Some("model"));
+    create(&http, DEMO, &json!({"model": "m1", "prompt": "p"})).await;
+    let listed = http.get("/v1/models", DEMO).await.json();
+    let ids: Vec<&str> = listed["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["m1"]);
+    // Still served where it was.
+    http.submit_id(MODEL_CENTER, DEMO, &json!({"model": "m2", "prompt": "p"}))
+        .await;
+
+    let image = "\n[families.pics]\nkind = \"image\"\nendpoints = [\"openai-videos\"]\nproviders = [\"up\"]\nmodels = [\"i1\"]\nschema = \"video\"\nopenai_request = '{prompt}'\n";
+    let dir = gw.dir().path();
+    let file = dir.join("bad.toml");
+    std::fs::write(&file, Routes::simulated(&["m1"]).family(image).render()).unwrap();
+    let out = check(dir, &file, &[]);
+    let said =
+        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{said}");
+    assert!(said.contains("families.pics.endpoints"), "{said}");
+    assert!(said.contains("families.pics.openai_request"), "{said}");
 }
