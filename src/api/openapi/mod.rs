@@ -46,7 +46,7 @@ pub fn document(snapshot: &Snapshot) -> Value {
         paths.insert(model, get(ops.model()));
         paths.insert(endpoint.usage_path().into(), get(ops.usage()));
         if endpoint == Endpoint::OpenAiVideos {
-            videos::paths(&mut paths, &ops);
+            videos::paths(&mut paths, &ops, &models);
             continue;
         }
         paths.insert(

@@ -13,6 +13,7 @@ use super::schemas::reference;
 use super::{Ops, get, id_parameter};
 use crate::api::routing::INPUTS;
 use crate::config::Endpoint;
+use crate::models::Model;
 
 const INPUT: &[&str] = &[
     "invalid_signature",
@@ -24,13 +25,18 @@ const INPUT: &[&str] = &[
 ];
 
 /// Every path of `/v1/videos`.
-pub(super) fn paths(paths: &mut BTreeMap<String, PathItem>, ops: &Ops) {
+pub(super) fn paths(paths: &mut BTreeMap<String, PathItem>, ops: &Ops, models: &[&Model]) {
     let base = Endpoint::OpenAiVideos.path();
+    let ids: Vec<&str> = models
+        .iter()
+        .filter(|m| m.served_on(Endpoint::OpenAiVideos))
+        .map(|m| m.id.as_str())
+        .collect();
     paths.insert(
         base.into(),
         PathItem {
             get: Some(list(ops)),
-            post: Some(create(ops)),
+            post: Some(create(ops, &ids)),
             delete: None,
         },
     );
@@ -48,8 +54,12 @@ pub(super) fn paths(paths: &mut BTreeMap<String, PathItem>, ops: &Ops) {
     paths.insert(format!("{INPUTS}{{name}}"), get(input(ops)));
 }
 
-/// The request's fields, for JSON and for the form alike.
-fn create_fields(form: bool) -> Value {
+/// The request's fields, for JSON and for the form alike; `model` one of `ids`.
+fn create_fields(form: bool, ids: &[&str]) -> Value {
+    let model = match ids {
+        [] => json!({"type": "string"}),
+        ids => json!({"type": "string", "enum": ids}),
+    };
     let input = if form {
         json!({"type": "string", "contentMediaType": "application/octet-stream",
                "description": "An image (or video) file: kept by the gateway and handed to the provider as a signed link."})
@@ -62,7 +72,7 @@ fn create_fields(form: bool) -> Value {
         "required": ["model", "prompt"],
         "additionalProperties": false,
         "properties": {
-            "model": {"type": "string", "description": "A video model of GET /v1/models."},
+            "model": model,
             "prompt": {"type": "string", "minLength": 1},
             "seconds": {"type": "string", "pattern": "^[0-9]{1,6}$",
                         "description": "Seconds of video, as a string; the model's `duration` (or `seconds`)."},
@@ -73,24 +83,27 @@ fn create_fields(form: bool) -> Value {
     })
 }
 
-fn create(ops: &Ops) -> Operation {
+fn create(ops: &Ops, ids: &[&str]) -> Operation {
     let mut op = ops.operation(
         "createVideo".into(),
         "Create a video (OpenAI's `client.videos.create`)".into(),
         ("The video, queued.", reference("Video")),
         &[SUBMIT, VIDEO_SUBMIT, UPSTREAM],
     );
-    let mut content = json_content(create_fields(false));
+    let mut content = json_content(create_fields(false, ids));
     content.insert(
         "multipart/form-data",
         MediaType {
-            schema: create_fields(true),
+            schema: create_fields(true, ids),
         },
     );
     op.request_body = Some(RequestBody {
         required: true,
         content,
     });
+    // `getVideo`, `getVideoContent`: the operation ids the generic links name.
+    let ok = op.responses.get_mut("200").expect("inserted");
+    ok.links = ops.task_links();
     op
 }
 
