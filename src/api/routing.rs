@@ -139,7 +139,8 @@ fn resolve(method: &Method, path: &str, optional: Optional) -> Result<Route, Api
         },
     };
     let ok = match route {
-        Route::Submit(_) | Route::Delete(..) | Route::Remix(_) => true,
+        Route::Submit(_) | Route::Delete(..) => true,
+        Route::Remix(_) => method == Method::POST,
         _ => method == Method::GET || method == Method::HEAD,
     };
     if ok {
@@ -333,6 +334,36 @@ mod tests {
             Route::Delete(Endpoint::AlphaVideos, id) if &*id == "x"
         ));
         assert_eq!(refused(Method::POST, "/metrics").allow, Some("GET, HEAD"));
+    }
+
+    #[test]
+    fn v1_videos_has_a_remix_and_uploaded_inputs() {
+        assert!(matches!(
+            route(&Method::POST, "/v1/videos/task_a/remix", NONE),
+            Route::Remix(id) if &*id == "task_a"
+        ));
+        assert_eq!(
+            refused(Method::GET, "/v1/videos/task_a/remix").allow,
+            Some("POST")
+        );
+        let input = route(&Method::GET, "/v1/videos/inputs/ab-3.png", NONE);
+        assert!(matches!(&input, Route::Input(name) if &**name == "ab-3.png"));
+        assert!(input.is_public());
+        assert!(matches!(
+            route(&Method::GET, "/v1/videos/task_a/content", NONE),
+            Route::Content(Endpoint::OpenAiVideos, id, 0) if &*id == "task_a"
+        ));
+        for no in [
+            "/v1/videos//remix",
+            "/v1/videos/inputs/",
+            "/v1/videos/inputs/a/b",
+        ] {
+            assert_eq!(refused(Method::GET, no).status, 404, "{no}");
+        }
+        assert_eq!(
+            label(Method::DELETE, "/v1/videos/x"),
+            "DELETE /v1/videos/{id}"
+        );
     }
 
     #[test]

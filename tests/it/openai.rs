@@ -421,3 +421,50 @@ async fn a_family_may_keep_off_v1_videos_and_only_video_families_are_on_it() {
     assert!(said.contains("families.pics.endpoints"), "{said}");
     assert!(said.contains("families.pics.openai_request"), "{said}");
 }
+
+#[tokio::test]
+async fn a_finished_video_is_posted_as_openais_event_signed_and_a_retry_replays_its_answer() {
+    let receiver = Fake::start().await;
+    receiver.on("POST /hook", Answer::json(200, json!({})));
+    let routes = Routes::tracked_simulator()
+        .top("[webhooks]\nallow_http_hosts = [\"127.0.0.1\"]\nallow_private_networks = [\"127.0.0.1\"]\n")
+        .demo_key(&format!(
+            "webhook_secret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\nwebhook_url = \"{}/hook\"",
+            receiver.url()
+        ));
+    let gw = Gateway::start(routes).await;
+    let http = gw.client();
+    let auth = format!("Bearer {DEMO}");
+    let headers = [
+        ("authorization", auth.as_str()),
+        ("content-type", "application/json"),
+        ("idempotency-key", "video-1"),
+    ];
+    let body = json!({"model": "m1", "prompt": "p", "seconds": "5"}).to_string();
+    let first = http
+        .send(Method::POST, VIDEOS, &headers, body.clone())
+        .await;
+    assert_eq!(first.status, 200, "{}", first.text());
+    let again = http.send(Method::POST, VIDEOS, &headers, body).await;
+    assert_eq!(again.header("idempotent-replayed"), Some("true"));
+    assert_eq!(again.json(), first.json());
+    let id = first.json()["id"].as_str().unwrap().to_string();
+    let mut delivered = Vec::new();
+    eventually("the webhook is delivered", async || {
+        delivered.extend(receiver.take());
+        !delivered.is_empty()
+    })
+    .await;
+    let seen = &delivered[0];
+    let event = seen.json();
+    assert_eq!(event["object"], "event");
+    assert_eq!(event["type"], "video.completed");
+    assert_eq!(event["data"], json!({"id": id}));
+    assert_eq!(event["id"], seen.header("webhook-id").unwrap());
+    assert!(event["created_at"].as_u64().unwrap() >= first.json()["created_at"].as_u64().unwrap());
+    // Checked by the webhook tests' own implementation of Standard Webhooks.
+    assert!(crate::webhooks::signed_with(
+        seen,
+        "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+    ));
+}
