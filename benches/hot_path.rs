@@ -155,6 +155,7 @@ fn task() -> TaskId {
         kind: MediaKind::Video,
         owner: "demo".into(),
         created: 1_763_700_000,
+        openai: false,
     }
 }
 

@@ -134,6 +134,7 @@ fn seal(args: &Args) {
                 kind,
                 owner: args.need("--owner").into(),
                 created,
+                openai: false,
             })
             .expect("id fields short enough to seal")
     );

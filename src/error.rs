@@ -111,6 +111,24 @@ impl ApiError {
             "request body must be a JSON object",
         )
     }
+    /// A form that cannot be read (`POST /v1/videos`).
+    pub fn invalid_form(detail: &str) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            "invalid_form",
+            format!("request body is not a valid multipart/form-data form: {detail}"),
+        )
+    }
+    /// What the OpenAI API has and mediagate does not (`POST /v1/videos/{id}/remix`).
+    pub fn unsupported(what: &str) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            "unsupported",
+            format!("{what} is not supported by this gateway"),
+        )
+    }
     pub fn missing_model() -> Self {
         Self::new(
             StatusCode::BAD_REQUEST,
@@ -175,6 +193,19 @@ impl ApiError {
     }
     /// A model id that is unknown on this endpoint or not allowed for the key: the
     /// same answer, so a key learns nothing about models it may not use.
+    /// `GET /v1/videos/{id}/content?variant=…` of a variant no provider gives.
+    pub fn variant_not_found(variant: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            "variant_not_found",
+            format!(
+                "this video has no `{}` variant: its provider gives the video only",
+                quote(variant)
+            ),
+        )
+        .with_param("variant")
+    }
     pub fn model_not_found() -> Self {
         Self::new(
             StatusCode::NOT_FOUND,
@@ -218,6 +249,15 @@ impl ApiError {
             "invalid_request_error",
             "body_too_large",
             format!("request body is larger than the limit of {limit} bytes"),
+        )
+    }
+    /// `POST /v1/videos`, which also takes forms.
+    pub fn unsupported_form() -> Self {
+        Self::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "invalid_request_error",
+            "unsupported_media_type",
+            "request body must be sent with `Content-Type: application/json` or `multipart/form-data`",
         )
     }
     pub fn unsupported_media_type() -> Self {
@@ -580,6 +620,8 @@ impl ApiError {
         vec![
             Self::too_many_connections(),
             Self::invalid_json("…"),
+            Self::invalid_form("…"),
+            Self::unsupported("…"),
             Self::missing_model(),
             Self::unknown_model("…", "…"),
             Self::invalid_parameter("…", String::new()),
@@ -597,6 +639,7 @@ impl ApiError {
             Self::not_cancelable(),
             Self::invalid_signature(),
             Self::result_expired(),
+            Self::variant_not_found("…"),
             Self::storage_unavailable(),
             Self::model_not_found(),
             Self::path_not_found(),

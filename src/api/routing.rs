@@ -24,6 +24,11 @@ pub enum Route {
     Models(Endpoint),
     /// `GET {models}/{id}`: one of them; the id as sent (percent-encoded).
     Model(Endpoint, Box<str>),
+    /// `POST /v1/videos/{id}/remix`: refused, no provider has a remix step.
+    Remix(Box<str>),
+    /// `GET /v1/videos/inputs/{name}`: an uploaded `input_reference`, opened by the
+    /// signature of its link (no key: the provider fetches it).
+    Input(Box<str>),
     /// `GET /openapi.json`, unless `server.openapi` turns it off.
     OpenApi,
     Health,
@@ -45,7 +50,9 @@ impl Route {
         match self {
             Self::Health | Self::Ready | Self::Metrics | Self::OpenApi => true,
             Self::Refused { public, .. } => *public,
+            Self::Input(_) => true,
             Self::Submit(_)
+            | Self::Remix(_)
             | Self::List(_)
             | Self::Query(..)
             | Self::Delete(..)
@@ -75,6 +82,16 @@ impl Route {
             Route::Models(Endpoint::AlphaVideos) => "GET /v1/alpha/models",
             Route::Model(Endpoint::ModelCenter, _) => "GET /v2/model-center/models/{id}",
             Route::Model(Endpoint::AlphaVideos, _) => "GET /v1/alpha/models/{id}",
+            Route::Submit(Endpoint::OpenAiVideos) => "POST /v1/videos",
+            Route::List(Endpoint::OpenAiVideos) => "GET /v1/videos",
+            Route::Query(Endpoint::OpenAiVideos, _) => "GET /v1/videos/{id}",
+            Route::Delete(Endpoint::OpenAiVideos, _) => "DELETE /v1/videos/{id}",
+            Route::Content(Endpoint::OpenAiVideos, ..) => "GET /v1/videos/{id}/content",
+            Route::Usage(Endpoint::OpenAiVideos) => "GET /v1/usage",
+            Route::Models(Endpoint::OpenAiVideos) => "GET /v1/models",
+            Route::Model(Endpoint::OpenAiVideos, _) => "GET /v1/models/{id}",
+            Route::Remix(_) => "POST /v1/videos/{id}/remix",
+            Route::Input(_) => "GET /v1/videos/inputs/{name}",
             Route::OpenApi => "GET /openapi.json",
             Route::Health => "GET /healthz",
             Route::Ready => "GET /readyz",
@@ -115,13 +132,15 @@ fn resolve(method: &Method, path: &str, optional: Optional) -> Result<Route, Api
         _ if let Some(e) = Endpoint::ALL.into_iter().find(|e| e.usage_path() == path) => {
             (Route::Usage(e), "GET, HEAD")
         }
-        _ => match models(path) {
-            Some(route) => (route?, "GET, HEAD"),
-            None => tasks(method, path)?,
+        _ => match (models(path), openai(path)) {
+            (Some(route), _) => (route?, "GET, HEAD"),
+            (None, Some(route)) => route,
+            (None, None) => tasks(method, path)?,
         },
     };
     let ok = match route {
         Route::Submit(_) | Route::Delete(..) => true,
+        Route::Remix(_) => method == Method::POST,
         _ => method == Method::GET || method == Method::HEAD,
     };
     if ok {
@@ -146,6 +165,23 @@ fn models(path: &str) -> Option<Result<Route, ApiError>> {
         },
     })
 }
+
+/// The paths of `/v1/videos` that the other endpoints do not have: a remix (POST)
+/// and an uploaded input (GET).
+fn openai(path: &str) -> Option<(Route, &'static str)> {
+    let rest = path.strip_prefix(INPUTS);
+    if let Some(name) = rest.filter(|n| !n.is_empty() && !n.contains('/')) {
+        return Some((Route::Input(name.into()), "GET, HEAD"));
+    }
+    let id = path
+        .strip_prefix(Endpoint::OpenAiVideos.path())?
+        .strip_prefix('/')?
+        .strip_suffix("/remix")?;
+    (!id.is_empty() && !id.contains('/')).then(|| (Route::Remix(id.into()), "POST"))
+}
+
+/// Where uploaded inputs are served: `{INPUTS}{name}`.
+pub const INPUTS: &str = "/v1/videos/inputs/";
 
 /// A task collection, a task or its content, with the methods the path allows.
 fn tasks(method: &Method, path: &str) -> Result<(Route, &'static str), ApiError> {
@@ -298,6 +334,36 @@ mod tests {
             Route::Delete(Endpoint::AlphaVideos, id) if &*id == "x"
         ));
         assert_eq!(refused(Method::POST, "/metrics").allow, Some("GET, HEAD"));
+    }
+
+    #[test]
+    fn v1_videos_has_a_remix_and_uploaded_inputs() {
+        assert!(matches!(
+            route(&Method::POST, "/v1/videos/task_a/remix", NONE),
+            Route::Remix(id) if &*id == "task_a"
+        ));
+        assert_eq!(
+            refused(Method::GET, "/v1/videos/task_a/remix").allow,
+            Some("POST")
+        );
+        let input = route(&Method::GET, "/v1/videos/inputs/ab-3.png", NONE);
+        assert!(matches!(&input, Route::Input(name) if &**name == "ab-3.png"));
+        assert!(input.is_public());
+        assert!(matches!(
+            route(&Method::GET, "/v1/videos/task_a/content", NONE),
+            Route::Content(Endpoint::OpenAiVideos, id, 0) if &*id == "task_a"
+        ));
+        for no in [
+            "/v1/videos//remix",
+            "/v1/videos/inputs/",
+            "/v1/videos/inputs/a/b",
+        ] {
+            assert_eq!(refused(Method::GET, no).status, 404, "{no}");
+        }
+        assert_eq!(
+            label(Method::DELETE, "/v1/videos/x"),
+            "DELETE /v1/videos/{id}"
+        );
     }
 
     #[test]

@@ -8,6 +8,7 @@ use crate::models::Model;
 use crate::money::Micros;
 use crate::tasks::MediaKind;
 use crate::tasks::ledger::UsageRow;
+pub use crate::tasks::openai::Video;
 pub use crate::tasks::{SubmitResponse, TaskView};
 
 /// A page of a collection (`object` is `"list"`): `after=last_id` asks for the next.
@@ -22,6 +23,9 @@ pub struct List<'a, T> {
 
 /// A page of tasks, newest first.
 pub type TaskList<'a> = List<'a, TaskView<'a>>;
+
+/// A page of `/v1/videos`, in the OpenAI SDK's cursor page shape.
+pub type VideoList<'a> = List<'a, Video<'a>>;
 
 /// A model a key may submit, with the JSON Schema of a submit body for it.
 #[derive(Debug, Serialize)]

@@ -643,7 +643,38 @@ pub struct FamilyConfig {
     /// What a task of the family's models costs; without one, nothing.
     #[serde(default)]
     pub price: Option<PriceConfig>,
+    /// Serve the family's models on `/v1/videos` (video families only).
+    #[serde(default = "default_true")]
+    pub openai_videos: bool,
+    /// jq from an OpenAI video request (`prompt`, `seconds`, `size`, `width`,
+    /// `height`, `input_reference`) to the model's parameters; `$params` is the
+    /// model's parameter schema. Without one, [`DEFAULT_OPENAI_REQUEST`].
+    #[serde(default)]
+    pub openai_request: Option<String>,
 }
+
+/// The default `openai_request`: each OpenAI field to the parameter the model's schema
+/// has for it (`seconds` → `duration`, else `seconds`; `size` → `aspect_ratio` and
+/// `resolution` as the shorter side, e.g. `720p`; `input_reference` → `first_image`,
+/// else `reference_images`). A field the schema has no parameter for is passed under
+/// the first name, so that the schema refuses it; `resolution` alone is left out where
+/// the schema has none (the model's id fixes it).
+pub const DEFAULT_OPENAI_REQUEST: &str = r#"
+def takes($p): ($params.properties // {})[$p] | . != null and . != false;
+def gcd($a; $b): if $b == 0 then $a else gcd($b; $a % $b) end;
+{prompt}
++ (if .seconds == null then {}
+   elif takes("duration") or (takes("seconds") | not) then {duration: .seconds}
+   else {seconds: .seconds} end)
++ (if .size == null then {} else
+     gcd(.width; .height) as $g
+     | {aspect_ratio: "\(.width / $g | floor):\(.height / $g | floor)"}
+     + (if takes("resolution") then {resolution: "\([.width, .height] | min)p"} else {} end)
+   end)
++ (if .input_reference == null then {}
+   elif takes("first_image") or (takes("reference_images") | not) then {first_image: .input_reference}
+   else {reference_images: [.input_reference]} end)
+"#;
 
 /// One model's own settings; what it leaves out is the family's.
 #[derive(Debug, Deserialize, Default, Clone)]
@@ -723,16 +754,24 @@ pub enum Endpoint {
     /// `/v1/alpha/videos`
     #[serde(rename = "alpha-videos")]
     AlphaVideos,
+    /// `/v1/videos`: the OpenAI Videos API's shapes, every video model.
+    #[serde(rename = "openai-videos")]
+    OpenAiVideos,
 }
 
 impl Endpoint {
-    pub const ALL: [Endpoint; 2] = [Endpoint::ModelCenter, Endpoint::AlphaVideos];
+    pub const ALL: [Endpoint; 3] = [
+        Endpoint::ModelCenter,
+        Endpoint::AlphaVideos,
+        Endpoint::OpenAiVideos,
+    ];
 
     /// Its name in routes.toml and in the ledger's `endpoint` column.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::ModelCenter => "model-center",
             Self::AlphaVideos => "alpha-videos",
+            Self::OpenAiVideos => "openai-videos",
         }
     }
 
@@ -741,6 +780,7 @@ impl Endpoint {
         match self {
             Self::ModelCenter => "/v2/model-center/tasks",
             Self::AlphaVideos => "/v1/alpha/videos",
+            Self::OpenAiVideos => "/v1/videos",
         }
     }
 
@@ -749,14 +789,16 @@ impl Endpoint {
         match self {
             Self::ModelCenter => "/v2/model-center/models",
             Self::AlphaVideos => "/v1/alpha/models",
+            Self::OpenAiVideos => "/v1/models",
         }
     }
 
-    /// Where a key reads its own usage and spend (the same on both: it is the key's).
+    /// Where a key reads its own usage and spend (the same on each: it is the key's).
     pub fn usage_path(self) -> &'static str {
         match self {
             Self::ModelCenter => "/v2/usage",
             Self::AlphaVideos => "/v1/alpha/usage",
+            Self::OpenAiVideos => "/v1/usage",
         }
     }
 }

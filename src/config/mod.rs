@@ -11,10 +11,10 @@ mod secret;
 use std::path::Path;
 
 pub use self::file::{
-    BillingConfig, BudgetConfig, Endpoint, FamilyConfig, KeyConfig, KeyLimitsConfig, LedgerConfig,
-    LimitsConfig, LimitsTable, LogFormat, MediaKind, PriceConfig, QuotaConfig, RoutesFile,
-    ServerConfig, SimulatorConfig, StorageConfig, TaskStatus, TasksConfig, TlsConfig,
-    TrackerConfig, WebhooksConfig, is_base_url,
+    BillingConfig, BudgetConfig, DEFAULT_OPENAI_REQUEST, Endpoint, FamilyConfig, KeyConfig,
+    KeyLimitsConfig, LedgerConfig, LimitsConfig, LimitsTable, LogFormat, MediaKind, PriceConfig,
+    QuotaConfig, RoutesFile, ServerConfig, SimulatorConfig, StorageConfig, TaskStatus, TasksConfig,
+    TlsConfig, TrackerConfig, WebhooksConfig, is_base_url,
 };
 pub use self::network::Network;
 pub use self::problems::{LoadError, Problems, Scope};

@@ -52,6 +52,15 @@ where
     if !is_json(headers) {
         return Err(ApiError::unsupported_media_type());
     }
+    read_body(headers, body, limit).await
+}
+
+/// Read a request body of any type, of at most `limit` bytes.
+pub async fn read_body<B>(headers: &HeaderMap, body: B, limit: usize) -> Result<Bytes, ApiError>
+where
+    B: http_body::Body<Data = Bytes>,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
     let mut body = std::pin::pin!(body);
     // First stage: a declared length over the limit is refused without keeping any of it.
     if let Some(len) = headers

@@ -28,11 +28,12 @@ use tokio::sync::Semaphore;
 use super::Gateway;
 use super::rounds::Rounds;
 use super::shares::{self, Contact, Held, NotNow, ShareLimits, Shares, receiver_of};
-use crate::config::WebhooksConfig;
+use crate::config::{Endpoint, WebhooksConfig};
 use crate::lifecycle::links;
 use crate::outbound::{CallError, UpstreamClient};
 use crate::snapshot::Snapshot;
 use crate::tasks::ledger::{Delivery, DeliveryOutcome, Ledger, PutBack, TaskRecord, now_ms};
+use crate::tasks::openai::VideoEvent;
 use crate::tasks::{Cost, TaskView, recorded_state};
 use crate::webhooks::WebhookSigner;
 
@@ -348,10 +349,18 @@ fn message_id(row: &TaskRecord) -> String {
     format!("msg_{}", hex::encode(&ctx.finish().as_ref()[..16]))
 }
 
-/// The task as `GET …/{id}` answers it once finished.
+/// The task as `GET …/{id}` answers it once finished; a task submitted on
+/// `/v1/videos` as OpenAI's event (`video.completed`, `video.failed`: the receiver
+/// retrieves the video by the id).
 fn task_body(row: &TaskRecord, snapshot: &Snapshot) -> Option<Vec<u8>> {
     let id = row.task_id.as_deref()?;
     let mut state = Arc::new(recorded_state(row)?);
+    if row.endpoint == Endpoint::OpenAiVideos {
+        let event_id = message_id(row);
+        let at = row.finished_ms.unwrap_or(row.updated_ms).max(0) as u64 / 1000;
+        let event = VideoEvent::new(&event_id, id, state.status, at);
+        return serde_json::to_vec(&event).ok();
+    }
     // The sealed id says when the task was created, exactly as a query answers.
     let (kind, model, created) = match snapshot.sealer.open(id) {
         Some(task) => (task.kind, task.model, task.created),

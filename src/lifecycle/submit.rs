@@ -23,7 +23,8 @@ use crate::providers::jq::JqVars;
 use crate::providers::{Accepted, Provider, SubmitError};
 use crate::snapshot::Snapshot;
 use crate::tasks::ledger::{self, Admission, Answer, Ledger, NewTask, State, fingerprint};
-use crate::tasks::{SubmitResponse, TaskId, TaskStatus};
+use crate::tasks::openai::{Video, VideoAsked, VideoTimes};
+use crate::tasks::{SubmitResponse, TaskId, TaskState, TaskStatus};
 
 /// How often a retry with the same idempotency key looks whether the first request
 /// has its answer.
@@ -49,6 +50,8 @@ pub struct SubmitOrder {
     /// Whether the request named the callback URL: then it is part of what makes a
     /// retry the same request (the key's own URL is the operator's, not the client's).
     pub callback_in_request: bool,
+    /// A submit on `/v1/videos`: what it asked for in OpenAI's terms, for its answer.
+    pub openai: Option<VideoAsked>,
 }
 
 /// What a submit came to.
@@ -64,6 +67,8 @@ pub struct SealedTask {
     pub task: TaskId,
     pub id: String,
     pub status: TaskStatus,
+    /// A submit on `/v1/videos`: its answer is the video object.
+    pub openai: Option<VideoAsked>,
     /// When the tracker first asks about it.
     first_poll: Duration,
 }
@@ -80,11 +85,31 @@ impl SealedTask {
         }
     }
 
+    /// A submit on `/v1/videos`: the video object it is answered with.
+    pub fn video<'a>(&'a self, asked: &'a VideoAsked, state: &'a TaskState) -> Video<'a> {
+        let times = VideoTimes::default();
+        Video::new(
+            &self.id,
+            &self.task.model,
+            self.task.created,
+            state,
+            asked,
+            times,
+        )
+    }
+
     /// The same answer as text, kept for a retry with the same idempotency key.
     fn answer(&self) -> Answer {
+        let body = match &self.openai {
+            Some(asked) => {
+                let state = TaskState::of_status(self.status);
+                serde_json::to_string(&self.video(asked, &state))
+            }
+            None => serde_json::to_string(&self.body()),
+        };
         Answer {
             status: 200,
-            body: serde_json::to_string(&self.body()).unwrap_or_default(),
+            body: body.unwrap_or_default(),
         }
     }
 }
@@ -375,12 +400,14 @@ fn seal(
         kind: order.model.kind,
         owner: order.owner.to_string(),
         created: unix_now(),
+        openai: order.endpoint == Endpoint::OpenAiVideos,
     };
     match order.snapshot.sealer.seal(&task) {
         Ok(id) => Ok(SealedTask {
             task,
             id,
             status: accepted.status,
+            openai: order.openai.clone(),
             first_poll: provider.poll_interval(),
         }),
         Err(_) => {

@@ -2,6 +2,7 @@
 //! its upstream name, its providers in failover order, and the JSON Schema its
 //! parameters are validated with ([`params`]).
 
+mod openai;
 mod params;
 mod price;
 
@@ -9,10 +10,12 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
+pub use self::openai::OpenAiRequest;
 pub use self::params::ParamsValidator;
 pub use self::price::{Price, examples as price_examples};
 use crate::config::Endpoint;
 use crate::error::ApiError;
+use crate::providers::jq::Jq;
 use crate::providers::{Call, Provider};
 use crate::tasks::MediaKind;
 
@@ -38,6 +41,9 @@ pub struct Model {
     pub results: ResultsPolicy,
     /// What a task costs; `None`: nothing.
     pub price: Option<Arc<Price>>,
+    /// From an OpenAI video request to the model's parameters; `Some` exactly when the
+    /// model is served on `/v1/videos`.
+    pub openai_request: Option<Arc<Jq>>,
 }
 
 /// The family's `keep_results`, `keep_days` and `max_result_bytes`, storage allowing.

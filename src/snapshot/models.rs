@@ -7,11 +7,13 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::FastMap;
-use crate::config::{FamilyConfig, PriceConfig, Problems, RoutesFile, Scope};
+use crate::config::{
+    DEFAULT_OPENAI_REQUEST, Endpoint, FamilyConfig, PriceConfig, Problems, RoutesFile, Scope,
+};
 use crate::models::{MAX_VIDEO_SECONDS, Model, ParamsValidator, ResultsPolicy, SECONDS_PARAMS};
 use crate::models::{Price, price_examples};
 use crate::providers::Provider;
-use crate::providers::jq::JqVars;
+use crate::providers::jq::{Jq, JqVars};
 use crate::tasks::MediaKind;
 
 pub(super) fn compile(
@@ -27,6 +29,11 @@ pub(super) fn compile(
         else {
             continue;
         };
+        let openai_request = openai_request(cfg, &mut at);
+        let mut endpoints = cfg.endpoints.clone();
+        if openai_request.is_some() && !endpoints.contains(&Endpoint::OpenAiVideos) {
+            endpoints.push(Endpoint::OpenAiVideos);
+        }
         for id in &cfg.models {
             if id.is_empty() {
                 at.push("models", "a model id is empty");
@@ -38,7 +45,8 @@ pub(super) fn compile(
                 id: id.clone(),
                 family: family.clone(),
                 kind: cfg.kind,
-                endpoints: cfg.endpoints.clone(),
+                endpoints: endpoints.clone(),
+                openai_request: openai_request.clone(),
                 upstream_model: cfg.upstream_models.get(id).unwrap_or(id).clone(),
                 providers: chain.clone(),
                 validator: validator.clone(),
@@ -52,6 +60,31 @@ pub(super) fn compile(
         }
     }
     models
+}
+
+/// The family's program from an OpenAI video request to its parameters, when its
+/// models are served on `/v1/videos`: video families, unless `openai_videos = false`.
+fn openai_request(cfg: &FamilyConfig, at: &mut Scope) -> Option<Arc<Jq>> {
+    let listed = cfg.endpoints.contains(&Endpoint::OpenAiVideos);
+    let served = cfg.kind == MediaKind::Video && cfg.openai_videos;
+    if !served {
+        if listed {
+            let why = "lists `openai-videos`, which serves video families only, unless `openai_videos = false`";
+            at.push("endpoints", why);
+        }
+        if cfg.openai_request.is_some() {
+            at.push(
+                "openai_request",
+                "is for video families served on /v1/videos",
+            );
+        }
+        return None;
+    }
+    let code = cfg
+        .openai_request
+        .as_deref()
+        .unwrap_or(DEFAULT_OPENAI_REQUEST);
+    Jq::at(at, "openai_request", code).map(Arc::new)
 }
 
 /// A model's price (its own, else its family's).

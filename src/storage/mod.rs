@@ -180,6 +180,15 @@ impl Storage {
         }
     }
 
+    /// Where the uploaded input `name` is kept.
+    pub fn input_key(&self, name: &str) -> String {
+        if self.prefix.is_empty() {
+            format!("inputs/{name}")
+        } else {
+            format!("{}/inputs/{name}", self.prefix)
+        }
+    }
+
     /// Stream `body` into `key`, at most `max_bytes` of it; a body that is longer,
     /// or breaks off, leaves nothing behind. An S3 object keeps `content_type`, for
     /// the clients of its direct links.

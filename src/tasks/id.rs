@@ -42,7 +42,14 @@ pub struct TaskId {
     pub owner: String,
     /// Unix seconds.
     pub created: u64,
+    /// Submitted on `/v1/videos`: such an id opens only there, any other only
+    /// elsewhere. Marked in the kind byte, so the ids of the other endpoints are
+    /// sealed as before.
+    pub openai: bool,
 }
+
+/// The kind byte's flag for [`TaskId::openai`].
+const OPENAI_FLAG: u8 = 0x10;
 
 /// Seals ids with the current secret and opens them with the current or older ones.
 pub struct TaskSealer {
@@ -158,6 +165,18 @@ impl TaskSealer {
             .any(|key| hmac::verify(key, message.as_bytes(), &tag).is_ok())
     }
 
+    /// The signature of a link to the uploaded input `name`, valid until `expires`:
+    /// what lets a provider fetch it without a key.
+    pub fn sign_input(&self, name: &str, expires: u64) -> String {
+        self.sign_link(&input_subject(name), 0, expires)
+    }
+
+    /// Whether `signature` was made by [`TaskSealer::sign_input`] for this input and
+    /// expiry (with the current secret or an older one).
+    pub fn input_signed(&self, name: &str, expires: u64, signature: &str) -> bool {
+        self.link_signed(&input_subject(name), 0, expires, signature)
+    }
+
     /// Seal a task into an opaque id.
     pub fn seal(&self, task: &TaskId) -> Result<String, TooLong> {
         let fields_len =
@@ -168,9 +187,14 @@ impl TaskSealer {
         let mut plain = Vec::with_capacity(FIXED_LEN + fields_len);
         plain.push(VERSION);
         plain.extend_from_slice(&task.created.to_be_bytes());
-        plain.push(match task.kind {
+        let kind = match task.kind {
             MediaKind::Video => 0,
             MediaKind::Image => 1,
+        };
+        plain.push(if task.openai {
+            kind | OPENAI_FLAG
+        } else {
+            kind
         });
         for field in [&task.provider, &task.upstream_id, &task.model, &task.owner] {
             // Within MAX_FIELDS_LEN, so every length fits in u16.
@@ -221,6 +245,12 @@ impl TaskSealer {
     }
 }
 
+/// What an input link signs in place of a task id: never a task id (those start with
+/// [`PREFIX`]), so neither link opens the other's resource.
+fn input_subject(name: &str) -> String {
+    format!("input/{name}")
+}
+
 fn link_message(id: &str, n: usize, expires: u64) -> String {
     format!("mediagate result link v1\n{id}\n{n}\n{expires}")
 }
@@ -242,14 +272,16 @@ fn decode(mut b: &[u8]) -> Option<TaskId> {
         return None;
     }
     let created = u64::from_be_bytes(take(&mut b, 8)?.try_into().ok()?);
-    let kind = match take(&mut b, 1)? {
-        [0] => MediaKind::Video,
-        [1] => MediaKind::Image,
+    let byte = take(&mut b, 1)?[0];
+    let kind = match byte & !OPENAI_FLAG {
+        0 => MediaKind::Video,
+        1 => MediaKind::Image,
         _ => return None,
     };
     let task = TaskId {
         created,
         kind,
+        openai: byte & OPENAI_FLAG != 0,
         provider: string(&mut b)?,
         upstream_id: string(&mut b)?,
         model: string(&mut b)?,
@@ -270,6 +302,7 @@ mod tests {
             kind: MediaKind::Video,
             owner: "demo".into(),
             created: 1_763_700_000,
+            openai: false,
         }
     }
 
@@ -284,6 +317,22 @@ mod tests {
                 .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_')
         );
         assert_eq!(s.open(&id), Some(task()));
+        let openai = TaskId {
+            openai: true,
+            kind: MediaKind::Image,
+            ..task()
+        };
+        assert_eq!(s.open(&s.seal(&openai).unwrap()), Some(openai));
+    }
+
+    #[test]
+    fn an_input_link_is_no_result_link() {
+        let s = TaskSealer::new(b"secret", &[]);
+        let sig = s.sign_input("abc.png", 1_800_000_000);
+        assert!(s.input_signed("abc.png", 1_800_000_000, &sig));
+        assert!(!s.input_signed("abd.png", 1_800_000_000, &sig));
+        assert!(!s.input_signed("abc.png", 1_800_000_001, &sig));
+        assert!(!s.link_signed("abc.png", 0, 1_800_000_000, &sig));
     }
 
     #[test]

@@ -5,11 +5,13 @@
 //! - [`id`]: sealed, self-contained task ids (the only way a query finds its task);
 //! - [`cache`]: results cache with request coalescing (moka);
 //! - [`ledger`]: the durable record of every task (SQLite or PostgreSQL);
-//! - [`view`]: the public task shape, from a state or a ledger row.
+//! - [`view`]: the public task shape, from a state or a ledger row;
+//! - [`openai`]: the same task in the OpenAI Videos API's shapes.
 
 pub mod cache;
 pub mod id;
 pub mod ledger;
+pub mod openai;
 pub mod state;
 pub mod view;
 

@@ -29,6 +29,16 @@ pub struct TaskState {
 }
 
 impl TaskState {
+    /// A state known only by its status (a submit's answer).
+    pub fn of_status(status: TaskStatus) -> Self {
+        Self {
+            status,
+            progress: None,
+            urls: Vec::new(),
+            error: None,
+        }
+    }
+
     /// The same state holding room for its own content only. Kept states (cached,
     /// watched) often come from an upstream's answer, whose vectors and strings may
     /// have been allocated for far more than what was kept of them.

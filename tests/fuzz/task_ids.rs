@@ -32,6 +32,7 @@ fn task() -> impl Strategy<Value = TaskId> {
                 },
                 owner,
                 created,
+                openai: created % 2 == 1,
             },
         )
 }

@@ -19,6 +19,8 @@ mod metrics_access;
 mod models;
 mod money;
 mod observability;
+mod openai;
+mod openai_sdk;
 mod param_bounds;
 mod param_limits;
 mod private_networks;

@@ -46,7 +46,7 @@ fn config(routes: &Routes, secrets: &str) -> ConfigDir {
 /// A receiver verifying a delivery: every signature in `webhook-signature` that is
 /// `v1,` + base64 HMAC-SHA256 of `id.timestamp.body` under `secret`, and a
 /// timestamp within five minutes.
-fn signed_with(seen: &Seen, secret: &str) -> bool {
+pub fn signed_with(seen: &Seen, secret: &str) -> bool {
     let key = STANDARD
         .decode(secret.strip_prefix("whsec_").unwrap())
         .unwrap();

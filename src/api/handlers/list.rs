@@ -10,7 +10,7 @@ use http::{Response, StatusCode};
 
 use super::public_url::PublicBase;
 use crate::api::context::RequestContext;
-use crate::api::shapes::{TaskList, TaskView};
+use crate::api::shapes::{TaskList, TaskView, VideoList};
 use crate::config::Endpoint;
 use crate::error::ApiError;
 use crate::gateway::Gateway;
@@ -18,6 +18,7 @@ use crate::lifecycle::links;
 use crate::response::{ResponseBody, json};
 use crate::tasks::Cost;
 use crate::tasks::ledger::{Cursor, TaskRecord};
+use crate::tasks::openai::{Video, VideoAsked, VideoTimes};
 use crate::tasks::{MediaKind, TaskState, recorded_state};
 
 const DEFAULT_LIMIT: u32 = 20;
@@ -33,7 +34,7 @@ pub(super) async fn list(
     let Some(ledger) = gateway.tasks.ledger() else {
         return Err(ApiError::ledger_off());
     };
-    let (limit, after) = paging(req.uri.query())?;
+    let (limit, after, ascending) = paging(req.uri.query(), endpoint == Endpoint::OpenAiVideos)?;
     let unknown_cursor = || {
         let msg = "`after` must be the id of one of your tasks (the `last_id` of a page)";
         ApiError::invalid_parameter("after", msg.into())
@@ -49,7 +50,7 @@ pub(super) async fn list(
         upstream_id: &task.upstream_id,
     });
     let page = ledger
-        .list(&key.name, endpoint, cursor, limit)
+        .list_in(&key.name, endpoint, cursor, limit, ascending)
         .await
         .map_err(|e| {
             gateway.metrics.ledger_errors.inc();
@@ -65,25 +66,49 @@ pub(super) async fn list(
             items.push(item);
         }
     }
+    let first_id = items.first().map(|i| i.id.as_str());
+    let last_id = items.last().map(|i| i.id.as_str());
+    if endpoint == Endpoint::OpenAiVideos {
+        let data = items.iter().map(Item::video).collect();
+        let list = VideoList {
+            object: "list",
+            data,
+            first_id,
+            last_id,
+            has_more: page.has_more,
+        };
+        return Ok(json(StatusCode::OK, &list));
+    }
     let currency = key
         .show_cost
         .then_some(ctx.snapshot.billing.currency.as_str());
     let data: Vec<TaskView<'_>> = items.iter().map(|i| i.view(currency)).collect();
     let list = TaskList {
         object: "list",
-        first_id: items.first().map(|i| i.id.as_str()),
-        last_id: items.last().map(|i| i.id.as_str()),
+        first_id,
+        last_id,
         data,
         has_more: page.has_more,
     };
     Ok(json(StatusCode::OK, &list))
 }
 
-/// `limit` (1–100, default 20) and `after` from the query string.
-fn paging(query: Option<&str>) -> Result<(u32, Option<String>), ApiError> {
-    let (mut limit, mut after) = (DEFAULT_LIMIT, None);
+/// `limit` (1–100, default 20) and `after` from the query string; with `order`,
+/// also `order` (`asc` or `desc`, the default): whether oldest first.
+fn paging(query: Option<&str>, order: bool) -> Result<(u32, Option<String>, bool), ApiError> {
+    let (mut limit, mut after, mut ascending) = (DEFAULT_LIMIT, None, false);
     for (k, v) in form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
         match &*k {
+            "order" if order => {
+                ascending = match &*v {
+                    "asc" => true,
+                    "desc" => false,
+                    _ => {
+                        let msg = "`order` must be asc or desc".to_string();
+                        return Err(ApiError::invalid_parameter("order", msg));
+                    }
+                };
+            }
             "limit" => {
                 limit = super::digits(&v)
                     .filter(|n| (1..=MAX_LIMIT).contains(n))
@@ -96,7 +121,7 @@ fn paging(query: Option<&str>) -> Result<(u32, Option<String>), ApiError> {
             _ => {}
         }
     }
-    Ok((limit, after))
+    Ok((limit, after, ascending))
 }
 
 /// One listed task, owned, so that views can borrow it.
@@ -107,6 +132,8 @@ struct Item {
     created: u64,
     state: Arc<TaskState>,
     cost: (Option<i64>, Option<i64>),
+    /// A video of `/v1/videos`: what was asked, when it ended.
+    video: (VideoAsked, VideoTimes),
 }
 
 impl Item {
@@ -142,7 +169,12 @@ impl Item {
             &id,
             client_base,
         );
+        let video = match endpoint {
+            Endpoint::OpenAiVideos => super::openai::recorded(snapshot, &task.model, Some(row)),
+            _ => Default::default(),
+        };
         Some(Self {
+            video,
             id,
             kind: task.kind,
             model: task.model,
@@ -150,6 +182,19 @@ impl Item {
             state,
             cost: (row.cost_estimate, row.cost_settled),
         })
+    }
+
+    /// The listed video of `/v1/videos`.
+    fn video(&self) -> Video<'_> {
+        let (asked, times) = &self.video;
+        Video::new(
+            &self.id,
+            &self.model,
+            self.created,
+            &self.state,
+            asked,
+            *times,
+        )
     }
 
     /// The listed task; with its cost in `currency` when the key shows it.
@@ -165,17 +210,20 @@ mod tests {
 
     #[test]
     fn paging_defaults_and_bounds() {
-        assert_eq!(paging(None).unwrap(), (20, None));
+        assert_eq!(paging(None, false).unwrap(), (20, None, false));
         assert_eq!(
-            paging(Some("limit=100&after=task_x")).unwrap(),
-            (100, Some("task_x".into()))
+            paging(Some("limit=100&after=task_x&order=asc"), false).unwrap(),
+            (100, Some("task_x".into()), false)
         );
+        assert_eq!(paging(Some("order=asc"), true).unwrap(), (20, None, true));
         for bad in ["limit=0", "limit=101", "limit=x", "limit=-1"] {
             assert_eq!(
-                paging(Some(bad)).unwrap_err().param.as_deref(),
+                paging(Some(bad), true).unwrap_err().param.as_deref(),
                 Some("limit"),
                 "{bad}"
             );
         }
+        let e = paging(Some("order=up"), true).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("order"));
     }
 }

@@ -9,6 +9,8 @@ mod idempotency;
 mod list;
 mod long_poll;
 mod models;
+mod openai;
+mod openai_submit;
 mod ops;
 mod public_url;
 mod query;
@@ -29,6 +31,7 @@ pub use self::ops::{healthy, metrics};
 use super::context::Ctx;
 use super::openapi;
 use super::routing::Route;
+use crate::config::Endpoint;
 use crate::edge::body::TimedBody;
 use crate::error::ApiError;
 use crate::gateway::Gateway;
@@ -104,7 +107,15 @@ where
         Route::Models(endpoint) => models::list(ctx, *endpoint),
         Route::Model(endpoint, id) => models::one(ctx, *endpoint, id),
         Route::Refused { error, .. } => Err(error.clone()),
+        Route::Submit(Endpoint::OpenAiVideos) => openai_submit::submit(gateway, ctx, req).await,
         Route::Submit(endpoint) => submit::submit(gateway, ctx, *endpoint, req).await,
+        Route::Query(Endpoint::OpenAiVideos, id) => openai::query(gateway, ctx, id).await,
+        Route::Delete(Endpoint::OpenAiVideos, id) => openai::delete(gateway, ctx, id).await,
+        Route::Remix(id) => openai::remix(ctx, id),
+        Route::Input(name) => {
+            let (parts, _) = req.into_parts();
+            openai::input(gateway, ctx, name, &parts).await
+        }
         Route::List(endpoint) => {
             let (parts, _) = req.into_parts();
             list::list(gateway, ctx, *endpoint, &parts).await
@@ -116,6 +127,9 @@ where
         Route::Delete(endpoint, id) => delete::delete(gateway, ctx, *endpoint, id).await,
         Route::Content(endpoint, id, n) => {
             let (parts, _) = req.into_parts();
+            if *endpoint == Endpoint::OpenAiVideos {
+                openai::variant(ctx, id, &parts)?;
+            }
             content::content(gateway, ctx, *endpoint, id, *n, &parts).await
         }
     }

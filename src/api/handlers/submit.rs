@@ -65,6 +65,7 @@ where
         idempotency_key,
         callback_url,
         callback_in_request,
+        openai: None,
     };
     let (submitted, attempted) = gateway.tasks.submit(order).await;
     ctx.note(|f| {

@@ -69,7 +69,10 @@ impl<'s> OpenTask<'s> {
         task: Option<TaskId>,
     ) -> Result<Self, ApiError> {
         let snapshot = &ctx.snapshot;
+        // An id of `/v1/videos` opens only there, any other only elsewhere, though
+        // its model may be served on both.
         let task = task
+            .filter(|t| t.openai == (endpoint == Endpoint::OpenAiVideos))
             .filter(|t| {
                 snapshot
                     .models

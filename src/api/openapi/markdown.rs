@@ -37,7 +37,11 @@ const READ: [&str; 18] = [
 pub fn markdown(snapshot: &Snapshot) -> String {
     let models = sorted_models(snapshot);
     let mut out = String::new();
-    for endpoint in Endpoint::ALL {
+    // `/v1/videos` takes OpenAI's fields, the same for every model (docs/api.md).
+    for endpoint in Endpoint::ALL
+        .into_iter()
+        .filter(|e| *e != Endpoint::OpenAiVideos)
+    {
         let _ = writeln!(out, "### `POST {}`\n", endpoint.path());
         let served: Vec<&Model> = models
             .iter()

@@ -10,6 +10,7 @@ mod markdown;
 mod objects;
 mod responses;
 mod schemas;
+mod videos;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
@@ -37,8 +38,17 @@ pub fn document(snapshot: &Snapshot) -> Value {
     let mut schemas = schemas::answers();
     let bodies = SubmitBodies::name(&models, &mut schemas);
     let mut paths = BTreeMap::new();
+    schemas.extend(videos::answers().map(|(name, s)| (name.to_string(), s)));
     for endpoint in Endpoint::ALL {
         let ops = Ops::of(endpoint);
+        paths.insert(endpoint.models_path().into(), get(ops.list_models()));
+        let model = format!("{}/{{id}}", endpoint.models_path());
+        paths.insert(model, get(ops.model()));
+        paths.insert(endpoint.usage_path().into(), get(ops.usage()));
+        if endpoint == Endpoint::OpenAiVideos {
+            videos::paths(&mut paths, &ops, &models);
+            continue;
+        }
         paths.insert(
             endpoint.path().to_string(),
             PathItem {
@@ -56,10 +66,6 @@ pub fn document(snapshot: &Snapshot) -> Value {
         paths.insert(content, get(ops.content(false)));
         let nth = format!("{}/{{id}}/content/{{n}}", endpoint.path());
         paths.insert(nth, get(ops.content(true)));
-        paths.insert(endpoint.models_path().into(), get(ops.list_models()));
-        let model = format!("{}/{{id}}", endpoint.models_path());
-        paths.insert(model, get(ops.model()));
-        paths.insert(endpoint.usage_path().into(), get(ops.usage()));
     }
     operational(&mut paths, snapshot.metrics_on_main_listeners());
     let document = Document {
@@ -127,12 +133,16 @@ fn sorted_models(snapshot: &Snapshot) -> Vec<&Model> {
     models
 }
 
-const TAGS: [(&str, &str); 3] = [
+const TAGS: [(&str, &str); 4] = [
     (
         "model-center",
         "`/v2/model-center/…`: every published model.",
     ),
     ("alpha", "`/v1/alpha/…`: the alpha-family video endpoint."),
+    (
+        "openai",
+        "`/v1/videos`, `/v1/models`: the OpenAI Videos API's shapes, every video model.",
+    ),
     (
         "operations",
         "Health, readiness and this document; no key needed.",
@@ -176,6 +186,14 @@ impl Ops {
                 tasks: "AlphaVideos",
                 model: "AlphaModel",
                 models: "AlphaModels",
+            },
+            Endpoint::OpenAiVideos => Self {
+                endpoint,
+                tag: "openai",
+                task: "Video",
+                tasks: "Videos",
+                model: "OpenAiModel",
+                models: "OpenAiModels",
             },
         }
     }
@@ -490,6 +508,7 @@ impl Ops {
         match self.endpoint {
             Endpoint::ModelCenter => "ModelCenter",
             Endpoint::AlphaVideos => "Alpha",
+            Endpoint::OpenAiVideos => "OpenAi",
         }
     }
 

@@ -75,6 +75,10 @@ pub(super) const CONTENT: &[&str] = &[
     "storage_unavailable",
 ];
 pub(super) const MODEL: &[&str] = &["model_not_found", "not_found"];
+/// `/v1/videos`' own: a form that cannot be read, the remix, the preview variants.
+pub(super) const VIDEO_SUBMIT: &[&str] = &["invalid_form"];
+pub(super) const REMIX: &[&str] = &["unsupported"];
+pub(super) const VARIANT: &[&str] = &["variant_not_found", "invalid_parameter"];
 pub(super) const READY: &[&str] = &["shutting_down", "too_many_connections"];
 /// A client over its connection cap is refused on any route.
 pub(super) const ANY: &[&str] = &["too_many_connections"];
@@ -233,6 +237,9 @@ mod tests {
             CONTENT,
             MODEL,
             READY,
+            VIDEO_SUBMIT,
+            REMIX,
+            VARIANT,
         ]
         .concat()
         .into_iter()

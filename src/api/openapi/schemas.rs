@@ -206,7 +206,7 @@ fn closed(required: &[&str], properties: Value) -> Value {
 }
 
 /// A collection page of `item`s.
-fn list(item: &str) -> Value {
+pub(super) fn list(item: &str) -> Value {
     closed(
         &["object", "data", "first_id", "last_id", "has_more"],
         json!({

@@ -269,6 +269,17 @@ impl Ledger {
         Ok(self.store.execute(record::SET_RESOLVED, args).await? == 1)
     }
 
+    /// The row of a task, by its provider and upstream id.
+    pub async fn by_upstream(
+        &self,
+        provider: &str,
+        upstream_id: &str,
+    ) -> Result<Option<TaskRecord>, LedgerError> {
+        let args = params![provider, upstream_id];
+        let rows = self.store.reads().tasks(record::SELECT_BY_UPSTREAM, args);
+        Ok(rows.await?.pop())
+    }
+
     /// One row by its number.
     pub async fn row(&self, row: i64) -> Result<Option<TaskRecord>, LedgerError> {
         let rows = self
@@ -351,8 +362,21 @@ impl Ledger {
         after: Option<Cursor<'_>>,
         limit: u32,
     ) -> Result<Page, LedgerError> {
+        self.list_in(owner, endpoint, after, limit, false).await
+    }
+
+    /// [`Ledger::list`], oldest first when `ascending`.
+    pub async fn list_in(
+        &self,
+        owner: &str,
+        endpoint: Endpoint,
+        after: Option<Cursor<'_>>,
+        limit: u32,
+        ascending: bool,
+    ) -> Result<Page, LedgerError> {
         let endpoint = record::endpoint_name(endpoint);
         let before = match after {
+            None if ascending => 0,
             None => i64::MAX,
             Some(after) => {
                 let args = params![
@@ -369,7 +393,12 @@ impl Ledger {
             }
         };
         let args = params![owner, endpoint, before, i64::from(limit) + 1];
-        let mut rows = self.store.reads().tasks(record::LIST, args).await?;
+        let statement = if ascending {
+            record::LIST_ASCENDING
+        } else {
+            record::LIST
+        };
+        let mut rows = self.store.reads().tasks(statement, args).await?;
         let has_more = rows.len() > limit as usize;
         rows.truncate(limit as usize);
         Ok(Page {

@@ -488,6 +488,10 @@ pub(super) const SELECT_FILTERED: &str = select!(
 pub(super) const LIST: &str = select!(
     "WHERE owner = $1 AND endpoint = $2 AND id < $3 AND task_id IS NOT NULL AND deleted_ms IS NULL ORDER BY id DESC LIMIT $4"
 );
+/// [`LIST`] oldest first: `$3` is the row after which the page starts.
+pub(super) const LIST_ASCENDING: &str = select!(
+    "WHERE owner = $1 AND endpoint = $2 AND id > $3 AND task_id IS NOT NULL AND deleted_ms IS NULL ORDER BY id ASC LIMIT $4"
+);
 pub(super) const STATUS_OF: &str =
     "SELECT status FROM tasks WHERE provider = $1 AND upstream_id = $2 ORDER BY id DESC LIMIT 1";
 /// The row of a listing's cursor, found by the provider and upstream id its sealed id

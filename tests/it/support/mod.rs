@@ -10,6 +10,7 @@ mod postgres;
 mod redis;
 mod routes;
 pub mod s3;
+pub mod sdk;
 mod tls;
 
 use std::sync::{Mutex, Once};

@@ -1,0 +1,246 @@
+//! `POST /v1/videos`: an OpenAI video request, JSON or `multipart/form-data` (what the
+//! SDK sends with an `input_reference` file) → an uploaded file kept in storage and
+//! handed on as a signed link → the model's parameters by its family's
+//! `openai_request` → the task service's submit, as `POST {collection}` does → the
+//! video object.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http::request::Parts;
+use http::{Request, Response, StatusCode, header};
+use serde_json::Value;
+
+use super::public_url::PublicBase;
+use super::{callback, idempotency};
+use crate::api::context::Ctx;
+use crate::api::routing::INPUTS;
+use crate::config::Endpoint;
+use crate::edge::body::{is_json, read_body};
+use crate::error::ApiError;
+use crate::gateway::Gateway;
+use crate::lifecycle::{SubmitOrder, Submitted};
+use crate::models::OpenAiRequest;
+use crate::response::{ResponseBody, json};
+use crate::tasks::TaskState;
+use crate::tasks::openai::VideoAsked;
+
+/// A form's file part: its bytes and declared type.
+struct Upload {
+    bytes: Bytes,
+    content_type: Option<String>,
+}
+
+/// The request as read: `model`, the OpenAI fields, and an uploaded file if any.
+#[derive(Default)]
+struct Asked {
+    model: Option<String>,
+    fields: OpenAiRequest,
+    upload: Option<Upload>,
+}
+
+pub(super) async fn submit<B>(
+    gateway: &Arc<Gateway>,
+    ctx: &Ctx,
+    req: Request<B>,
+) -> Result<Response<ResponseBody>, ApiError>
+where
+    B: http_body::Body<Data = Bytes>,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
+    let key = ctx.key()?;
+    let with_ledger = gateway.tasks.ledger().is_some();
+    let idempotency_key = match with_ledger {
+        true => idempotency::read(req.headers(), key)?,
+        false => None,
+    };
+    let (parts, body) = req.into_parts();
+    let bytes = read_body(&parts.headers, body, ctx.snapshot.server.max_body_bytes).await?;
+    let mut asked = parse(&parts.headers, bytes).await?;
+    let model_id = asked.model.take().ok_or_else(ApiError::missing_model)?;
+    let endpoint = Endpoint::OpenAiVideos;
+    let model = ctx
+        .snapshot
+        .model(&model_id, endpoint)
+        .ok_or_else(|| ApiError::unknown_model(&model_id, endpoint.path()))?;
+    ctx.note(|f| f.model = Some(model.id.clone()));
+    if !key.may_use(&model.id) {
+        return Err(ApiError::model_not_allowed(&model.id));
+    }
+    if let Some(upload) = asked.upload.take() {
+        asked.fields.input_reference = Some(keep_upload(gateway, ctx, &parts, upload).await?);
+    }
+    let params = model.openai_params(&asked.fields)?;
+    let video_seconds = model.video_seconds(&params)?;
+    let callback_url = match with_ledger {
+        true => callback::target(ctx, key, None).await?,
+        false => None,
+    };
+    let openai = VideoAsked {
+        seconds: asked.fields.seconds,
+        size: asked.fields.size,
+    };
+    let order = SubmitOrder {
+        snapshot: ctx.snapshot.clone(),
+        owner: key.name.clone(),
+        quota: key.quota,
+        budget: key.budget,
+        endpoint,
+        model: model.clone(),
+        params,
+        video_seconds,
+        idempotency_key,
+        callback_url,
+        callback_in_request: false,
+        openai: Some(openai.clone()),
+    };
+    let (submitted, attempted) = gateway.tasks.submit(order).await;
+    ctx.note(|f| {
+        f.provider = attempted.provider;
+        f.upstream = attempted.upstream_time;
+    });
+    Ok(match submitted? {
+        Submitted::Created(created) => {
+            let state = TaskState::of_status(created.status);
+            json(StatusCode::OK, &created.video(&openai, &state))
+        }
+        Submitted::Replayed(answer) => idempotency::replay(&answer),
+    })
+}
+
+/// The body as JSON or as a form.
+async fn parse(headers: &http::HeaderMap, bytes: Bytes) -> Result<Asked, ApiError> {
+    if is_json(headers) {
+        return parse_json(&bytes);
+    }
+    let boundary = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|ct| multer::parse_boundary(ct).ok())
+        .ok_or_else(ApiError::unsupported_form)?;
+    parse_form(bytes, boundary).await
+}
+
+fn parse_json(bytes: &[u8]) -> Result<Asked, ApiError> {
+    let object = match serde_json::from_slice::<Value>(bytes) {
+        Ok(Value::Object(map)) => map,
+        Ok(_) => return Err(ApiError::not_an_object()),
+        Err(e) => return Err(ApiError::invalid_json(e)),
+    };
+    let mut asked = Asked::default();
+    for (name, value) in object {
+        let text = match value {
+            Value::Null => continue,
+            Value::String(s) => s,
+            // `seconds` as a number is taken as the SDK's string would be.
+            Value::Number(n) if name == "seconds" => n.to_string(),
+            _ => {
+                let msg = format!("`{name}` must be a string");
+                return Err(ApiError::invalid_parameter(name, msg));
+            }
+        };
+        asked.set(&name, text)?;
+    }
+    Ok(asked)
+}
+
+async fn parse_form(bytes: Bytes, boundary: String) -> Result<Asked, ApiError> {
+    let stream = futures_util::stream::once(async move { Ok::<_, std::io::Error>(bytes) });
+    let mut form = multer::Multipart::new(stream, boundary);
+    let mut asked = Asked::default();
+    let bad = |e: multer::Error| ApiError::invalid_form(&e.to_string());
+    while let Some(field) = form.next_field().await.map_err(bad)? {
+        let name = field.name().unwrap_or_default().to_string();
+        if name == "input_reference" && field.file_name().is_some() {
+            let content_type = field.content_type().map(|m| m.essence_str().to_string());
+            let bytes = field.bytes().await.map_err(bad)?;
+            asked.upload = Some(Upload {
+                bytes,
+                content_type,
+            });
+            continue;
+        }
+        let text = field.text().await.map_err(bad)?;
+        asked.set(&name, text)?;
+    }
+    Ok(asked)
+}
+
+impl Asked {
+    /// One field of the request; any other name is refused.
+    fn set(&mut self, name: &str, value: String) -> Result<(), ApiError> {
+        let f = &mut self.fields;
+        let slot = match name {
+            "model" => &mut self.model,
+            "prompt" => &mut f.prompt,
+            "seconds" => &mut f.seconds,
+            "size" => &mut f.size,
+            "input_reference" => &mut f.input_reference,
+            other => {
+                let msg = format!(
+                    "unknown field `{}`: /v1/videos takes model, prompt, seconds, size and input_reference",
+                    crate::error::quote(other)
+                );
+                return Err(ApiError::unknown_parameter(other.to_string(), msg));
+            }
+        };
+        *slot = Some(value);
+        Ok(())
+    }
+}
+
+/// The types an uploaded `input_reference` may have, with the extension it is kept
+/// under (which says its type when it is served).
+pub(super) const INPUT_TYPES: [(&str, &str); 4] = [
+    ("image/jpeg", "jpg"),
+    ("image/png", "png"),
+    ("image/webp", "webp"),
+    ("video/mp4", "mp4"),
+];
+
+/// Keep an uploaded file in storage, named by its SHA-256 and size; the signed link
+/// the provider fetches it by.
+async fn keep_upload(
+    gateway: &Gateway,
+    ctx: &Ctx,
+    parts: &Parts,
+    upload: Upload,
+) -> Result<String, ApiError> {
+    let refused = |msg: &str| ApiError::invalid_parameter("input_reference", msg.into());
+    let Some(storage) = gateway.tasks.storage() else {
+        return Err(refused(
+            "an uploaded `input_reference` needs the gateway's storage, which is off: pass a URL instead",
+        ));
+    };
+    let ct = upload.content_type.as_deref().unwrap_or_default();
+    let Some((_, ext)) = INPUT_TYPES.iter().find(|(t, _)| t.eq_ignore_ascii_case(ct)) else {
+        return Err(refused(
+            "an uploaded `input_reference` must be image/jpeg, image/png, image/webp or video/mp4",
+        ));
+    };
+    let sha = hex::encode(ring::digest::digest(&ring::digest::SHA256, &upload.bytes));
+    let name = format!("{sha}-{}.{ext}", upload.bytes.len());
+    let len = upload.bytes.len() as u64;
+    let body = http_body_util::Full::new(upload.bytes);
+    let key = storage.input_key(&name);
+    storage.put(&key, body, len, Some(ct)).await.map_err(|e| {
+        tracing::warn!(error = %e, "storage: an uploaded input cannot be written");
+        ApiError::storage_unavailable()
+    })?;
+    let snapshot = &ctx.snapshot;
+    let ttl = Duration::from_secs(snapshot.storage.link_ttl_secs);
+    let expires = (SystemTime::now() + ttl)
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let signature = snapshot.sealer.sign_input(&name, expires);
+    let base = match &snapshot.storage.public_base_url {
+        Some(base) => base.clone(),
+        None => PublicBase::of(parts)
+            .as_seen_by_client()
+            .ok_or_else(|| refused("the gateway's address is not known (no Host header, no [storage] public_base_url) to link the upload by"))?,
+    };
+    Ok(format!(
+        "{base}{INPUTS}{name}?expires={expires}&signature={signature}"
+    ))
+}
