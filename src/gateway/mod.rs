@@ -23,6 +23,7 @@ use tokio::sync::watch;
 use crate::access::SharedLimits;
 use crate::config::{LoadError, RoutesFile};
 use crate::edge;
+use crate::error::ApiError;
 use crate::lifecycle::TaskService;
 use crate::metrics::Metrics;
 use crate::snapshot::{LoadContext, SIMULATOR_URL, SecretFileMode, Snapshot};
@@ -51,6 +52,14 @@ pub struct Gateway {
 }
 
 impl Gateway {
+    /// A ledger read of a request that failed: counted, logged with `what` was read,
+    /// and the client's 503.
+    pub fn ledger_failed(&self, what: &str, e: &crate::tasks::ledger::LedgerError) -> ApiError {
+        self.metrics.ledger_errors.inc();
+        tracing::warn!(error = %e, "ledger read failed: {what}");
+        ApiError::ledger_unavailable()
+    }
+
     /// Build the gateway from the routes `file` read from `config_path`;
     /// `simulator_addr` is where the built-in simulated provider listens, when the
     /// process started it. Errors name the file, the key and the problem.

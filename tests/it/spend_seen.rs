@@ -105,6 +105,16 @@ async fn a_key_that_shows_costs_sees_them_in_its_answers_and_its_usage() {
     assert_eq!(zeta, "zeta-5.0\t2\t2\t0\t0\t0.04\t0", "{by_model}");
 }
 
+/// The row number of the one `unknown_outcome` task, as `mediagate tasks` lists it.
+fn unknown_row(gw: &Gateway) -> String {
+    let unknown = operator(gw.dir(), &["tasks", "--state", "unknown_outcome"]);
+    let line = unknown
+        .lines()
+        .nth(1)
+        .unwrap_or_else(|| panic!("{unknown}"));
+    line.split('\t').next().unwrap_or_default().to_string()
+}
+
 /// A priced family (1.5 a task) on a provider whose submits time out, the demo key
 /// with a budget of 2 a day.
 fn timing_out(fake: &Fake) -> Routes {
@@ -153,12 +163,7 @@ async fn an_unknown_outcome_stays_reserved_until_the_operator_resolves_it() {
     assert_eq!(usage["total"]["reserved"], 1.5, "{usage}");
 
     // The operator finds it failed at the provider: the reservation is given back.
-    let unknown = operator(gw.dir(), &["tasks", "--state", "unknown_outcome"]);
-    let row = unknown
-        .lines()
-        .nth(1)
-        .and_then(|l| l.split('\t').next())
-        .unwrap();
+    let row = &unknown_row(&gw);
     let said = operator(gw.dir(), &["tasks", "resolve", row, "--failed"]);
     assert!(said.contains("resolved as failed; settled at 0"), "{said}");
     let usage = get_json(&http, "/v2/usage", DEMO).await;
@@ -173,12 +178,7 @@ async fn an_unknown_outcome_stays_reserved_until_the_operator_resolves_it() {
 
     // Another one the operator finds completed: settled at its estimate.
     assert_error(&submit().await, 504, "upstream_timeout", None);
-    let unknown = operator(gw.dir(), &["tasks", "--state", "unknown_outcome"]);
-    let row = unknown
-        .lines()
-        .nth(1)
-        .and_then(|l| l.split('\t').next())
-        .unwrap();
+    let row = &unknown_row(&gw);
     let said = operator(gw.dir(), &["tasks", "resolve", row, "--completed"]);
     assert!(
         said.contains("resolved as completed; settled at 1.5"),

@@ -52,11 +52,7 @@ pub(super) async fn list(
     let page = ledger
         .list_in(&key.name, endpoint, cursor, limit, ascending)
         .await
-        .map_err(|e| {
-            gateway.metrics.ledger_errors.inc();
-            tracing::warn!(error = %e, "ledger listing failed");
-            ApiError::ledger_unavailable()
-        })?;
+        .map_err(|e| gateway.ledger_failed("a listing", &e))?;
     if !page.cursor_known {
         return Err(unknown_cursor());
     }

@@ -33,11 +33,7 @@ pub(super) async fn query(
         Some(ledger) => ledger
             .by_upstream(&task.provider, &task.upstream_id)
             .await
-            .map_err(|e| {
-                gateway.metrics.ledger_errors.inc();
-                tracing::warn!(error = %e, "ledger read failed: a video's row");
-                ApiError::ledger_unavailable()
-            })?,
+            .map_err(|e| gateway.ledger_failed("a video's row", &e))?,
     };
     let (asked, times) = recorded(&ctx.snapshot, &task.model, row.as_ref());
     let video = Video::new(id, &task.model, task.created, &state, &asked, times);

@@ -77,10 +77,6 @@ async fn cost(
     let priced = ledger
         .priced(&task.provider, &task.upstream_id, false)
         .await
-        .map_err(|e| {
-            gateway.metrics.ledger_errors.inc();
-            tracing::warn!(error = %e, "ledger read failed: a task's cost");
-            ApiError::ledger_unavailable()
-        })?;
+        .map_err(|e| gateway.ledger_failed("a task's cost", &e))?;
     Ok(priced.map(|p| (p.cost_estimate, p.cost_settled)))
 }

@@ -29,11 +29,7 @@ pub(super) async fn usage(
     };
     let today = now_ms().div_euclid(DAY_MS);
     let (from, to) = range(req.uri.query(), today)?;
-    let unavailable = |e: LedgerError| {
-        gateway.metrics.ledger_errors.inc();
-        tracing::warn!(error = %e, "ledger read failed: usage");
-        ApiError::ledger_unavailable()
-    };
+    let unavailable = |e: LedgerError| gateway.ledger_failed("usage", &e);
     let rows = ledger
         .usage(Some(&key.name), from * DAY_MS, (to + 1) * DAY_MS)
         .await
