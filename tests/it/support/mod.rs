@@ -134,3 +134,40 @@ pub async fn done_task_with_files(server: &str) -> (Fake, Gateway) {
     );
     (fake, gw)
 }
+
+/// Whether this run must have a tool rather than skip the tests that need it: CI's
+/// run (`CI`), or `need_var` set (as `.ci/run` sets them).
+pub fn tool_required(need_var: &str) -> bool {
+    let set =
+        |name: &str| std::env::var(name).is_ok_and(|v| !v.is_empty() && v != "0" && v != "false");
+    set("CI") || set(need_var)
+}
+
+/// Run `.ci/NAME` (it installs a tool under the target dir when missing) with the
+/// target dir cargo built into; its standard output, or why it failed (the last lines
+/// of its standard error).
+pub fn run_ci_script(name: &str) -> Result<String, String> {
+    // target/debug/mediagate: tools go in target/, beside what cargo built.
+    let target = std::path::Path::new(env!("CARGO_BIN_EXE_mediagate"))
+        .parent()
+        .and_then(std::path::Path::parent)
+        .ok_or("no target directory")?;
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(".ci")
+        .join(name);
+    let out = std::process::Command::new("bash")
+        .arg(&script)
+        .env("CARGO_TARGET_DIR", target)
+        .output()
+        .map_err(|e| format!("bash {}: {e}", script.display()))?;
+    if !out.status.success() {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let tail: Vec<&str> = stderr.lines().rev().take(5).collect();
+        return Err(format!(
+            "bash .ci/{name} failed ({}): {}",
+            out.status,
+            tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}

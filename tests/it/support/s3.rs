@@ -41,7 +41,7 @@ pub fn env(port: u16) -> Vec<(&'static str, String)> {
 pub fn available() -> bool {
     match python() {
         Ok(_) => true,
-        Err(why) if required() => {
+        Err(why) if super::tool_required("MEDIAGATE_TESTS_NEED_S3") => {
             panic!("moto (the S3 server of the S3 tests) cannot be installed: {why}")
         }
         Err(why) => {
@@ -58,13 +58,6 @@ pub fn available() -> bool {
     }
 }
 
-/// CI's run: a missing server is a failure, not a skip.
-fn required() -> bool {
-    let set =
-        |name: &str| std::env::var(name).is_ok_and(|v| !v.is_empty() && v != "0" && v != "false");
-    set("CI") || set("MEDIAGATE_TESTS_NEED_S3")
-}
-
 /// The venv's python, once per test process: `.ci/moto` installs moto when missing.
 fn python() -> Result<&'static Path, &'static str> {
     static PYTHON: OnceLock<Result<PathBuf, String>> = OnceLock::new();
@@ -76,27 +69,8 @@ fn python() -> Result<&'static Path, &'static str> {
 }
 
 fn install() -> Result<PathBuf, String> {
-    // target/debug/mediagate: the venv goes in target/, beside what cargo built.
-    let target = Path::new(env!("CARGO_BIN_EXE_mediagate"))
-        .parent()
-        .and_then(Path::parent)
-        .ok_or("no target directory")?;
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join(".ci/moto");
-    let out = Command::new("bash")
-        .arg(&script)
-        .env("CARGO_TARGET_DIR", target)
-        .output()
-        .map_err(|e| format!("bash {}: {e}", script.display()))?;
-    if !out.status.success() {
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        let tail: Vec<&str> = stderr.lines().rev().take(5).collect();
-        return Err(format!(
-            "bash .ci/moto failed ({}): {}",
-            out.status,
-            tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
-        ));
-    }
-    let python = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    let out = super::run_ci_script("moto")?;
+    let python = PathBuf::from(out.trim());
     if !python.exists() {
         return Err(format!("{} is not there", python.display()));
     }

@@ -8,7 +8,6 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::OnceLock;
 
 use serde_json::Value;
@@ -26,7 +25,9 @@ pub struct Sdks {
 pub fn available() -> Option<&'static Sdks> {
     match installed() {
         Ok(sdks) => Some(sdks),
-        Err(why) if required() => panic!("the OpenAI SDKs cannot be installed: {why}"),
+        Err(why) if super::tool_required("MEDIAGATE_TESTS_NEED_SDK") => {
+            panic!("the OpenAI SDKs cannot be installed: {why}")
+        }
         Err(why) => {
             // Straight to stderr: the test harness keeps what `eprintln!` says of a
             // test that passes.
@@ -41,40 +42,13 @@ pub fn available() -> Option<&'static Sdks> {
     }
 }
 
-/// CI's run: missing SDKs are a failure, not a skip.
-fn required() -> bool {
-    let set =
-        |name: &str| std::env::var(name).is_ok_and(|v| !v.is_empty() && v != "0" && v != "false");
-    set("CI") || set("MEDIAGATE_TESTS_NEED_SDK")
-}
-
 fn installed() -> Result<&'static Sdks, &'static str> {
     static SDKS: OnceLock<Result<Sdks, String>> = OnceLock::new();
     SDKS.get_or_init(install).as_ref().map_err(String::as_str)
 }
 
 fn install() -> Result<Sdks, String> {
-    // target/debug/mediagate: the SDKs go in target/, beside what cargo built.
-    let target = Path::new(env!("CARGO_BIN_EXE_mediagate"))
-        .parent()
-        .and_then(Path::parent)
-        .ok_or("no target directory")?;
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join(".ci/openai-sdk");
-    let out = Command::new("bash")
-        .arg(&script)
-        .env("CARGO_TARGET_DIR", target)
-        .output()
-        .map_err(|e| format!("bash {}: {e}", script.display()))?;
-    if !out.status.success() {
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        let tail: Vec<&str> = stderr.lines().rev().take(5).collect();
-        return Err(format!(
-            "bash .ci/openai-sdk failed ({}): {}",
-            out.status,
-            tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
-        ));
-    }
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = super::run_ci_script("openai-sdk")?;
     let mut lines = stdout.lines().map(|l| PathBuf::from(l.trim()));
     let (Some(python), Some(node_dir)) = (lines.next(), lines.next()) else {
         return Err(format!("bash .ci/openai-sdk printed {stdout:?}"));
