@@ -13,6 +13,9 @@
 #                                   # holding IDLE_CONNS connections, nothing else run
 #   ONLY=shared benches/load.sh     # only the cost of [limits] shared (no nginx): a
 #                                   # redis-server on loopback started here, ~1 minute
+#   ONLY=traces benches/load.sh     # only the cost of [telemetry] (no nginx): traces
+#                                   # exported to the fast upstream at sampling 1.0
+#                                   # and 0.01, against off, ~1 minute
 #   PROFILE=submit benches/load.sh  # where the gateway's CPU goes under the submit load
 #                                   # (perf; a build with line tables in target/profile);
 #                                   # PROFILE=query: queries of a finished task;
@@ -55,7 +58,7 @@ STORM_CONNS=${STORM_CONNS:-1000}
 STORM_TASKS=${STORM_TASKS:-100}
 IDLE_CONNS=${IDLE_CONNS:-10000}
 POLL_TTL_MS=${POLL_TTL_MS:-1000}
-ONLY=${ONLY:-all}              # all | ledger | memory | shared
+ONLY=${ONLY:-all}              # all | ledger | memory | shared | traces
 PROFILE=${PROFILE:-}           # submit | submit-sqlite | submit-sqlite-money | submit-nginx | query | query-forwarded: profile that load, then stop
 COUNT=${COUNT:-}               # instructions: with PROFILE, count with callgrind instead of sampling with perf
 COUNT_REQUESTS=${COUNT_REQUESTS:-3000} # with COUNT: at least 250, counted in whole 250s
@@ -63,8 +66,8 @@ COUNT_REQUESTS=${COUNT_REQUESTS:-3000} # with COUNT: at least 250, counted in wh
   || { echo "COUNT=instructions goes with PROFILE=submit, submit-sqlite, submit-sqlite-money, query or query-forwarded" >&2; exit 2; }
 [[ -z $COUNT || $COUNT_REQUESTS -ge 250 ]] || { echo "COUNT_REQUESTS is at least 250" >&2; exit 2; }
 [[ -z $PROFILE ]] || ONLY=profile
-[[ $ONLY == all || $ONLY == ledger || $ONLY == memory || $ONLY == shared || $ONLY == profile ]] \
-  || { echo "ONLY is all, ledger, memory or shared" >&2; exit 2; }
+[[ $ONLY == all || $ONLY == ledger || $ONLY == memory || $ONLY == shared || $ONLY == traces || $ONLY == profile ]] \
+  || { echo "ONLY is all, ledger, memory, shared or traces" >&2; exit 2; }
 LAT_SECONDS=${LAT_SECONDS:-5}  # per constant-rate run
 LAT_REPEAT=${LAT_REPEAT:-3}    # constant-rate runs per cell (median reported)
 OUT=target/load
@@ -155,7 +158,7 @@ log "fast upstream on $UP_ADDR"
 
 # --- mediagate ----------------------------------------------------------------------
 key_sha=$(printf %s "$KEY" | sha256sum | cut -d' ' -f1)
-routes() { # $1 = poll cache ttl (ms), $2 = ledger url (default none), $3 = money: a price and a budget, $4 = [limits] shared URL
+routes() { # $1 = poll cache ttl (ms), $2 = ledger url (default none), $3 = money: a price and a budget, $4 = [limits] shared URL, $5 = [telemetry]: "ENDPOINT RATIO"
   local budget="" price=""
   if [[ ${3:-} == money ]]; then
     # Far above what the runs spend: the budget is read and the estimate reserved on
@@ -203,6 +206,8 @@ $([[ -z ${4:-} ]] || printf 'shared = "%s"\n%s\n%s\n' "$4" \
   "# Every request asks Redis: a saturated machine answers past the default 50 ms," \
   "shared_timeout_ms = 1000")
 
+$([[ -z ${5:-} ]] || printf '[telemetry]\notlp_endpoint = "%s"\nsampling_ratio = %s\n' "${5% *}" "${5#* }")
+
 [[keys]]
 name = "bench"
 sha256 = "$key_sha"
@@ -233,9 +238,9 @@ $price
 EOF
 }
 
-start_gateway() { # $1 = name, $2 = poll ttl, $3 = ledger url, $4 = money, $5 = shared limits URL; prints the address
+start_gateway() { # $1 = name, $2 = poll ttl, $3 = ledger url, $4 = money, $5 = shared limits URL, $6 = telemetry; prints the address
   local name=$1
-  routes "$2" "${3:-none}" "${4:-}" "${5:-}" >"$WORK/$name.toml"
+  routes "$2" "${3:-none}" "${4:-}" "${5:-}" "${6:-}" >"$WORK/$name.toml"
   MEDIAGATE_TASK_SECRET=$SECRET RUST_LOG=${RUST_LOG:-info} \
     ${GATEWAY_UNDER[@]+"${GATEWAY_UNDER[@]}"} "$MEDIAGATE" serve --config "$WORK/$name.toml" >/dev/null 2>"$WORK/$name.log" &
   echo $! >"$WORK/$name.pid"
@@ -615,8 +620,34 @@ shared_cost "Redis $(redis-server --version | sed 's/.* v=\([^ ]*\).*/\1/') on l
 SHARED_ALONE=$(grep -c "Redis does not answer" "$WORK/mediagate-redis.log" || true)
 fi
 
+# --- the cost of traces -------------------------------------------------------------
+if [[ $ONLY == all || $ONLY == traces ]]; then
+# The same submit load against the gateway without [telemetry] (the one measured
+# above) and two exporting every span to the fast upstream (it accepts OTLP posts):
+# at sampling 1.0 (every request: request, ledger-less upstream span) and 0.01.
+MGT1_ADDR=$(start_gateway mediagate-traces-1 "$POLL_TTL_MS" none "" "" "$UP 1.0")
+MGT001_ADDR=$(start_gateway mediagate-traces-001 "$POLL_TTL_MS" none "" "" "$UP 0.01")
+TRACE_ROWS=()
+trace_cost() { # $1 = label, $2 = address, $3 = the gateway's pid
+  local t l c0 c1 rate_cpu
+  log "traces: $1"
+  t=($(run_wrk "$CONNS" "$WORK/submit.lua" "http://$2$TASKS"))
+  c0=$(cpu_ticks "$3")
+  l=($(run_rate "$2" "$TASKS" "${SUBMIT_ARGS[@]}"))
+  c1=$(cpu_ticks "$3")
+  rate_cpu=$(awk -v t=$(( c1 - c0 )) -v n=$(( RATE * LAT_SECONDS * LAT_REPEAT )) -v hz="$CLK_TCK" \
+    'BEGIN { if (n > 0) printf "%.1f", t * 1e6 / hz / n; else print "-" }')
+  [[ -z ${TRACE_OFF_CPU:-} ]] && TRACE_OFF_CPU=${t[4]} TRACE_OFF_P99=${l[1]} TRACE_OFF_RATE_CPU=$rate_cpu
+  TRACE_ROWS+=("| $1 | ${t[0]} | ${t[4]} | $(ratio "${t[4]}" "$TRACE_OFF_CPU") | ${t[3]} | $rate_cpu | $(ratio "$rate_cpu" "$TRACE_OFF_RATE_CPU") | ${l[0]} / ${l[1]} | $(( l[1] - TRACE_OFF_P99 )) | ${l[2]} |")
+}
+trace_cost "off" "$MG_ADDR" "$MG_PID"
+trace_cost "sampling 1.0" "$MGT1_ADDR" "$(cat "$WORK/mediagate-traces-1.pid")"
+trace_cost "sampling 0.01" "$MGT001_ADDR" "$(cat "$WORK/mediagate-traces-001.pid")"
+TRACE_FAILED=$(grep -c "trace export failed" "$WORK/mediagate-traces-1.log" "$WORK/mediagate-traces-001.log" | awk -F: '{n += $2} END {print n}')
+fi
+
 # --- the ledger's cost ---------------------------------------------------------------
-if [[ $ONLY != memory && $ONLY != shared ]]; then
+if [[ $ONLY != memory && $ONLY != shared && $ONLY != traces ]]; then
 # The same submit load against gateways whose ledger is off (the one measured above),
 # on SQLite, and on PostgreSQL (a cluster of its own, when the binaries are there).
 LEDGER_ROWS=()
@@ -663,7 +694,7 @@ fi
 fi # ONLY != memory
 
 # --- memory -------------------------------------------------------------------------
-if [[ $ONLY != ledger && $ONLY != shared ]]; then
+if [[ $ONLY != ledger && $ONLY != shared && $ONLY != traces ]]; then
 sleep 1
 RSS_AFTER=$(rss_kb "$MG_PID")
 log "holding $IDLE_CONNS idle keep-alive connections"
@@ -683,7 +714,7 @@ fi # ONLY != ledger
   echo "## Run of $(date -u '+%Y-%m-%d %H:%M UTC')"
   echo
   echo "Machine: $(nproc) CPUs, $(cpu_model), $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo) RAM, Linux $(uname -r)."
-  if [[ $ONLY == memory || $ONLY == shared ]]; then
+  if [[ $ONLY == memory || $ONLY == shared || $ONLY == traces ]]; then
   echo "Versions: mediagate $(git rev-parse --short HEAD 2>/dev/null || echo "?") ($MEDIAGATE), $(rustc --version)."
   else
   echo "Versions: mediagate $(git rev-parse --short HEAD 2>/dev/null || echo "?") ($MEDIAGATE), $(rustc --version), nginx $("$NGINX" -v 2>&1 | cut -d/ -f2), wrk $(wrk -v 2>&1 | head -1 | awk '{print $2}')."
@@ -725,7 +756,17 @@ fi # ONLY != ledger
   printf '%s\n' "${SHARED_ROWS[@]}"
   echo
   fi
-  if [[ $ONLY != memory && $ONLY != shared ]]; then
+  if [[ $ONLY == all || $ONLY == traces ]]; then
+  echo "### The cost of traces (submit; wrk -c$CONNS for throughput, $RATE req/s for latency)"
+  echo
+  echo "\`[telemetry]\` exporting to the fast upstream over OTLP/HTTP, against the gateway without it in the same run. Exports that failed (logged once per gateway): $TRACE_FAILED."
+  echo
+  echo "| traces | submit req/s | CPU µs/req | CPU vs off | errors | CPU µs/req at $RATE req/s | CPU vs off at $RATE req/s | p50 / p99 µs at $RATE req/s | p99 added vs off | failed |"
+  echo "|---|---|---|---|---|---|---|---|---|---|"
+  printf '%s\n' "${TRACE_ROWS[@]}"
+  echo
+  fi
+  if [[ $ONLY != memory && $ONLY != shared && $ONLY != traces ]]; then
   echo "### The ledger's cost (submit; wrk -c$CONNS for throughput, $RATE req/s for latency)"
   echo
   echo "SQLite file in $LEDGER_DIR ($(df --output=fstype "$LEDGER_DIR" | tail -1), $(df --output=source "$LEDGER_DIR" | tail -1))."
@@ -735,7 +776,7 @@ fi # ONLY != ledger
   printf '%s\n' "${LEDGER_ROWS[@]}"
   echo
   fi
-  if [[ $ONLY != ledger && $ONLY != shared ]]; then
+  if [[ $ONLY != ledger && $ONLY != shared && $ONLY != traces ]]; then
   echo "### Memory (mediagate VmRSS)"
   echo
   echo "| state | RSS |"

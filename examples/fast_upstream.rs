@@ -178,6 +178,8 @@ async fn handle(req: Request<Incoming>, stats: &Stats, settings: &Settings) -> R
             query(&p[TASKS.len() + 1..], settings, now_ms())
         }
         (&Method::GET, p) if p.starts_with("/media/") => media(p, &settings.pattern),
+        // A collector for `benches/load.sh` with traces on: exports accepted, unread.
+        (&Method::POST, "/v1/traces") => reply(StatusCode::OK, String::new()),
         _ => reply(
             StatusCode::NOT_FOUND,
             r#"{"error":{"message":"not found"}}"#.into(),

@@ -56,6 +56,8 @@ pub mod simulator;
 pub mod snapshot;
 pub mod storage;
 pub mod tasks;
+pub mod telemetry;
+pub mod traces;
 pub mod webhooks;
 pub mod workers;
 

@@ -9,6 +9,9 @@ use mediagate::config::LogFormat;
 use mediagate::config::read_routes;
 use mediagate::log_format::{AccessLine, PlainFields, Style};
 use mediagate::snapshot::{LoadContext, Snapshot};
+use mediagate::telemetry::Telemetry;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
 
 // jemalloc rather than glibc's malloc: hyper keeps an 8 KiB read and an 8 KiB write
 // buffer per HTTP/1 connection, of which an idle connection has touched a few hundred
@@ -251,14 +254,29 @@ fn operator(
 /// Log lines are formatted on the thread that logs and written by a thread of their
 /// own, in batches (`log_output`): workers never wait on each other for standard
 /// error's lock, nor make a system call per line. Nothing is dropped; the returned
-/// guard writes what is waiting when it is dropped.
-fn init_logging(path: &Path, flag: Option<LogFormat>) -> mediagate::log_output::Flushed {
-    // The format is read before the full load so that load messages use it too.
+/// guard writes what is waiting when it is dropped. With `[telemetry]`, spans are
+/// also exported (its guard exports what is queued when it is dropped, before the
+/// log's).
+fn init_logging(
+    path: &Path,
+    flag: Option<LogFormat>,
+) -> (mediagate::log_output::Flushed, Option<Telemetry>) {
+    // The format and the telemetry are read before the full load so that load
+    // messages use them too; `[telemetry]` is read only here, at start.
+    let file = read_routes(path).ok();
     let format = flag.unwrap_or_else(|| {
-        read_routes(path)
+        file.as_ref()
             .map(|f| f.server.log_format)
             .unwrap_or_default()
     });
+    let telemetry = match file.as_ref().map(|f| Telemetry::start(&f.telemetry)) {
+        Some(Ok(t)) => t,
+        Some(Err(e)) => {
+            eprintln!("{e}; traces are not exported");
+            None
+        }
+        None => None,
+    };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let (output, flushed) = mediagate::log_output::start(std::io::stderr());
@@ -273,22 +291,29 @@ fn init_logging(path: &Path, flag: Option<LogFormat>) -> mediagate::log_output::
     match format {
         LogFormat::Json => {
             let json = text.json().flatten_event(true);
-            builder
+            let subscriber = builder
                 .json()
                 .flatten_event(true)
                 .event_format(AccessLine::new(json, Style::Json))
-                .init()
+                .finish();
+            let traces = telemetry.as_ref().map(|t| t.layer());
+            subscriber.with(traces).init()
         }
-        LogFormat::Text => builder
-            .fmt_fields(PlainFields::default())
-            .event_format(AccessLine::new(text, Style::Text))
-            .init(),
+        LogFormat::Text => {
+            let subscriber = builder
+                .fmt_fields(PlainFields::default())
+                .event_format(AccessLine::new(text, Style::Text))
+                .finish();
+            let traces = telemetry.as_ref().map(|t| t.layer());
+            subscriber.with(traces).init()
+        }
     }
-    flushed
+    (flushed, telemetry)
 }
 
 fn serve(path: &Path, log_format: Option<LogFormat>) -> ExitCode {
-    let _flushed_at_exit = init_logging(path, log_format);
+    // Dropped in reverse order: spans are exported while the log still writes.
+    let (_flushed_at_exit, _exported_at_exit) = init_logging(path, log_format);
     let Some(runtime) = runtime(tokio::runtime::Builder::new_multi_thread()) else {
         return ExitCode::FAILURE;
     };

@@ -4,6 +4,7 @@
 //! configured model and provider names, fixed reason words. Names of every metric
 //! are listed in docs/operations.md.
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -173,6 +174,12 @@ fn upstream_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.005, 2.0, 15))
 }
 
+/// Spans lost by the trace exporter: those of an export that failed or timed out.
+/// Process-wide, as the exporter is (`telemetry.rs`); every registry shows it.
+pub static TRACE_SPANS_DROPPED: LazyLock<Counter> = LazyLock::new(Counter::default);
+/// Trace exports that failed (collector down, refused, timed out).
+pub static TRACE_EXPORT_FAILURES: LazyLock<Counter> = LazyLock::new(Counter::default);
+
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
@@ -270,6 +277,16 @@ impl Metrics {
             "tls_handshake_failures",
             "TLS handshakes that failed or timed out",
             self.tls_handshake_failures.clone(),
+        );
+        registry.register(
+            "trace_spans_dropped",
+            "Spans of [telemetry] lost because their export failed (spans dropped from a full queue are not counted: the SDK does not expose them)",
+            TRACE_SPANS_DROPPED.clone(),
+        );
+        registry.register(
+            "trace_export_failures",
+            "Exports of spans to the [telemetry] collector that failed or timed out",
+            TRACE_EXPORT_FAILURES.clone(),
         );
         let shared = &self.shared_limits;
         registry.register("shared_limits_available", "1 while the Redis of [limits] shared answers (or limits are not shared), 0 while this replica applies its local_share alone", shared.available.clone());

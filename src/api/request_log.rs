@@ -130,7 +130,12 @@ impl<S: Next<B>, B: Send + 'static> Service<Request<B>> for RequestLog<S> {
         let ctx: Ctx = Arc::new(RequestContext::new(id, route, snapshot));
         let method = req.method().clone();
         let gateway = self.layer.gateway.clone();
-        let span = tracing::info_span!("request", request_id = %String::from_utf8_lossy(ctx.id.as_bytes()));
+        let span = match crate::traces::on() {
+            false => {
+                tracing::info_span!("request", request_id = %String::from_utf8_lossy(ctx.id.as_bytes()))
+            }
+            true => traced_span(&ctx, &method, req.headers()),
+        };
         let clone = self.inner.clone();
         let mut ready = std::mem::replace(&mut self.inner, clone);
         Box::pin(
@@ -143,6 +148,32 @@ impl<S: Next<B>, B: Send + 'static> Service<Request<B>> for RequestLog<S> {
             .instrument(span),
         )
     }
+}
+
+/// The request span when traces are exported: named after the route template, the
+/// client's trace continued; what the answer was is recorded by [`log`].
+fn traced_span(
+    ctx: &RequestContext,
+    method: &http::Method,
+    headers: &http::HeaderMap,
+) -> tracing::Span {
+    // The label is `METHOD /template`: the span's name; the template alone is the route.
+    let label = ctx.route.label();
+    let route = label.split_once(' ').map_or(label, |(_, path)| path);
+    let span = tracing::info_span!(
+        "request",
+        request_id = %String::from_utf8_lossy(ctx.id.as_bytes()),
+        otel.name = label,
+        otel.kind = "server",
+        http.request.method = %method,
+        http.route = route,
+        http.response.status_code = tracing::field::Empty,
+        mediagate.model = tracing::field::Empty,
+        mediagate.key = tracing::field::Empty,
+        mediagate.error_code = tracing::field::Empty,
+    );
+    crate::traces::continue_from(&span, headers);
+    span
 }
 
 /// The access-log line and the request metrics of an answered request.
@@ -178,6 +209,15 @@ fn log<B>(
         error = code,
         "request"
     );
+    if crate::traces::on() {
+        // After the access line, so that its text stays as it is without traces. The
+        // key's configured name only, never its secret.
+        let span = tracing::Span::current();
+        span.record("http.response.status_code", resp.status().as_u16());
+        span.record("mediagate.model", fields.model.as_deref());
+        span.record("mediagate.key", ctx.key_if_any().map(|k| &*k.name));
+        span.record("mediagate.error_code", code);
+    }
 }
 
 #[cfg(test)]

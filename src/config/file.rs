@@ -37,6 +37,9 @@ pub struct RoutesFile {
     /// where replicas share them.
     #[serde(default)]
     pub limits: LimitsTable,
+    /// OpenTelemetry traces exported over OTLP/HTTP; off unless `otlp_endpoint` is set.
+    #[serde(default)]
+    pub telemetry: TelemetryConfig,
     /// Client API keys.
     #[serde(default, rename = "keys")]
     pub keys: Vec<KeyConfig>,
@@ -352,6 +355,43 @@ impl Default for LedgerConfig {
             idempotency_ttl_hours: 24,
             idempotency_wait_ms: 10_000,
             max_connections: 8,
+        }
+    }
+}
+
+/// `[telemetry]`: traces of requests, ledger writes, upstream calls and copies,
+/// exported over OTLP/HTTP (protobuf). Read once at start, like `ledger.url`.
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields, default)]
+pub struct TelemetryConfig {
+    /// The collector's OTLP/HTTP base URL, e.g. `http://collector:4318` (spans are
+    /// posted to `/v1/traces` under it). Unset: no traces, no exporter.
+    pub otlp_endpoint: Option<String>,
+    /// The `service.name` resource attribute.
+    pub service_name: String,
+    /// Share of new traces sampled (0.0–1.0); a request continuing a trace follows
+    /// its parent's decision.
+    pub sampling_ratio: f64,
+    /// Further resource attributes (e.g. `deployment.environment`).
+    pub resource_attributes: BTreeMap<String, String>,
+    /// Longest wait before finished spans are exported.
+    pub export_interval_ms: u64,
+    /// Finished spans waiting for export at most; more are dropped, never waited for.
+    pub max_queue_size: usize,
+    /// How long one export may take before it counts as failed.
+    pub export_timeout_ms: u64,
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> Self {
+        Self {
+            otlp_endpoint: None,
+            service_name: "mediagate".into(),
+            sampling_ratio: 1.0,
+            resource_attributes: BTreeMap::new(),
+            export_interval_ms: 5_000,
+            max_queue_size: 2_048,
+            export_timeout_ms: 10_000,
         }
     }
 }

@@ -14,7 +14,7 @@ pub use self::file::{
     BillingConfig, BudgetConfig, DEFAULT_OPENAI_REQUEST, Endpoint, FamilyConfig, KeyConfig,
     KeyLimitsConfig, LedgerConfig, LimitsConfig, LimitsTable, LogFormat, MediaKind, PriceConfig,
     QuotaConfig, RoutesFile, ServerConfig, SimulatorConfig, StorageConfig, TaskStatus, TasksConfig,
-    TlsConfig, TrackerConfig, WebhooksConfig, is_base_url,
+    TelemetryConfig, TlsConfig, TrackerConfig, WebhooksConfig, is_base_url,
 };
 pub use self::network::Network;
 pub use self::problems::{LoadError, Problems, Scope};

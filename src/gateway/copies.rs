@@ -167,11 +167,30 @@ struct CopyJob {
     gateway: Arc<Gateway>,
 }
 
+fn outcome_label(outcome: &CopyOutcome) -> &'static str {
+    match outcome {
+        CopyOutcome::Stored => "stored",
+        CopyOutcome::Skipped { .. } => "skipped",
+        CopyOutcome::Failed { .. } => "failed",
+        CopyOutcome::Retry { .. } => "retry",
+    }
+}
+
 impl CopyJob {
     async fn run(self, copy: Leased) {
         let timeout = Duration::from_millis(self.snapshot.storage.copy_timeout_ms);
         let started = std::time::Instant::now();
-        let outcome = match tokio::time::timeout(timeout, self.copy(&copy)).await {
+        // A trace of its own: the copy runs after the task's requests have ended.
+        let span = crate::traces::span(|| {
+            tracing::info_span!(
+                "storage.copy",
+                otel.kind = "internal",
+                mediagate.task_row = copy.task_row,
+                mediagate.outcome = tracing::field::Empty
+            )
+        });
+        let copied = tracing::Instrument::instrument(self.copy(&copy), span.clone());
+        let outcome = match tokio::time::timeout(timeout, copied).await {
             Ok(Ok(())) => CopyOutcome::Stored,
             Ok(Err(Failure::Skip(why))) => {
                 tracing::warn!(task_row = copy.task_row, why = %why, "result not kept");
@@ -181,6 +200,7 @@ impl CopyJob {
             Err(_) => self.retry(&copy, "the copy took longer than copy_timeout_ms".into()),
         };
         let metrics = &self.gateway.metrics;
+        span.record("mediagate.outcome", outcome_label(&outcome));
         match &outcome {
             CopyOutcome::Stored => metrics.result_copy("stored", Some(started.elapsed())),
             CopyOutcome::Skipped { .. } => metrics.result_copy("skipped", None),

@@ -242,7 +242,19 @@ async fn attempt(gateway: &Gateway, http: &UpstreamClient, delivery: Delivery, h
     let settings = &snapshot.webhooks.settings;
     let result = match ledger.row(delivery.task_row).await {
         Ok(Some(row)) => match Message::of(&row, &snapshot) {
-            Ok(message) => send(http, &delivery.url, &message, settings).await,
+            Ok(message) => {
+                // Its own trace (the ledger keeps no trace context of the submit); its
+                // `traceparent` goes to the receiver.
+                let span = crate::traces::span(|| {
+                    tracing::info_span!(
+                        "webhook.delivery",
+                        otel.kind = "client",
+                        mediagate.task_row = delivery.task_row
+                    )
+                });
+                let sent = send(http, &delivery.url, &message, settings);
+                tracing::Instrument::instrument(sent, span).await
+            }
             Err(e) => Attempt::failed("not_sent", None, e),
         },
         Ok(None) => Attempt::failed("not_sent", None, "the task's ledger row is gone".into()),

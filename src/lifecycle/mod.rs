@@ -144,14 +144,22 @@ impl TaskService {
         let settled = settlement.as_ref().map(|s| s.settled);
         let first = match &self.ledger {
             None => true,
-            Some(ledger) => ledger
-                .finished(provider, upstream_id, state, settled)
-                .await
-                .unwrap_or_else(|e| {
-                    self.ledger_errors.inc();
-                    tracing::warn!(provider, error = %e, "ledger update of a finished task failed");
-                    false
-                }),
+            Some(ledger) => {
+                let span = crate::traces::span(|| {
+                    tracing::info_span!(
+                        "ledger.finish",
+                        otel.kind = "internal",
+                        mediagate.provider = provider
+                    )
+                });
+                let write = ledger.finished(provider, upstream_id, state, settled);
+                tracing::Instrument::instrument(write, span).await
+            }
+            .unwrap_or_else(|e| {
+                self.ledger_errors.inc();
+                tracing::warn!(provider, error = %e, "ledger update of a finished task failed");
+                false
+            }),
         };
         if first {
             if let Some(Settlement {

@@ -205,7 +205,10 @@ impl TaskService {
             callback_url: order.callback_url.as_deref(),
             keep_days: order.model.results.keep_days.map(i64::from),
         };
-        let admission = ledger.admit(&new).await.map_err(|e| {
+        let span =
+            crate::traces::span(|| tracing::info_span!("ledger.admit", otel.kind = "internal"));
+        let admitted = tracing::Instrument::instrument(ledger.admit(&new), span).await;
+        let admission = admitted.map_err(|e| {
             self.ledger_errors.inc();
             tracing::error!(error = %e, "ledger write failed; submit refused before the provider");
             ApiError::ledger_unavailable()
@@ -322,7 +325,22 @@ async fn run_to_end(
 
 /// The outcome on the submit's row; whether it ended the task there (a refusal).
 async fn record(ledger: &Ledger, row: i64, outcome: &Result<SealedTask, Failure>) -> bool {
-    let written = match outcome {
+    let span = crate::traces::span(|| tracing::info_span!("ledger.record", otel.kind = "internal"));
+    let written = tracing::Instrument::instrument(write_outcome(ledger, row, outcome), span).await;
+    if let Err(e) = &written {
+        let upstream_id = outcome.as_ref().ok().map(|c| c.task.upstream_id.as_str());
+        tracing::error!(row, upstream_id, error = %e, "ledger update failed after the submit");
+    }
+    written.is_ok() && matches!(outcome, Err(Failure::Refused(_) | Failure::Rejected(_)))
+}
+
+/// The statement that records a submit's outcome on its row.
+async fn write_outcome(
+    ledger: &Ledger,
+    row: i64,
+    outcome: &Result<SealedTask, Failure>,
+) -> Result<(), ledger::LedgerError> {
+    match outcome {
         Ok(created) => {
             let answer = created.answer();
             let done = ledger::Created {
@@ -338,12 +356,7 @@ async fn record(ledger: &Ledger, row: i64, outcome: &Result<SealedTask, Failure>
         Err(Failure::Refused(_)) => ledger.refused(row, None).await,
         Err(Failure::Rejected(e)) => ledger.refused(row, Some(&error_answer(e))).await,
         Err(Failure::Unknown(unknown)) => ledger.outcome_unknown(row, &unknown.1).await,
-    };
-    if let Err(e) = &written {
-        let upstream_id = outcome.as_ref().ok().map(|c| c.task.upstream_id.as_str());
-        tracing::error!(row, upstream_id, error = %e, "ledger update failed after the submit");
     }
-    written.is_ok() && matches!(outcome, Err(Failure::Refused(_) | Failure::Rejected(_)))
 }
 
 /// Submit to the model's providers in order; the next is tried only when one proves
@@ -364,7 +377,19 @@ async fn forward(
         {
             tracing::warn!(row, error = %e, "ledger update failed before a provider attempt");
         }
-        match provider.submit(model.call(), &order.params).await {
+        let span = crate::traces::span(|| {
+            tracing::info_span!(
+                "upstream",
+                otel.name = "upstream submit",
+                otel.kind = "client",
+                mediagate.provider = %provider.name,
+                mediagate.step = "submit",
+                mediagate.attempt = n + 1,
+                http.response.status_code = tracing::field::Empty,
+            )
+        });
+        let submitted = provider.submit(model.call(), &order.params);
+        match tracing::Instrument::instrument(submitted, span).await {
             Ok(accepted) => {
                 attempted.upstream_time = Some(accepted.upstream_time);
                 return seal(order, provider, accepted);

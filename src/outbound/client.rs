@@ -254,9 +254,11 @@ impl UpstreamClient {
     /// Send one request and read the whole answer, all under `timeout`.
     pub async fn call(
         &self,
-        request: Request<Full<Bytes>>,
+        mut request: Request<Full<Bytes>>,
         timeout: Duration,
     ) -> Result<Reply, CallError> {
+        // The current span's trace goes along (providers and webhook receivers alike).
+        crate::traces::propagate(request.headers_mut());
         let exchange = async {
             let (response, lease) = self.pool.send(request).await.map_err(call_error)?;
             let (parts, body) = response.into_parts();
@@ -285,9 +287,11 @@ impl UpstreamClient {
     /// `timeout`); the body is left to stream, never held whole in memory.
     pub async fn open(
         &self,
-        request: Request<Full<Bytes>>,
+        mut request: Request<Full<Bytes>>,
         timeout: Duration,
     ) -> Result<Response<Incoming>, CallError> {
+        // The current span's trace goes along (providers and webhook receivers alike).
+        crate::traces::propagate(request.headers_mut());
         let exchange = async {
             let (response, lease) = self.pool.send(request).await.map_err(call_error)?;
             // Back to the pool once the answer has streamed to its end; a body dropped

@@ -125,7 +125,22 @@ impl Provider {
         step: Step,
         request: Request<Full<Bytes>>,
     ) -> Result<Reply, UpstreamError> {
-        let answer = self.client.call(request, self.query_timeout).await.map_err(|e| {
+        let span = crate::traces::span(|| {
+            tracing::info_span!(
+                "upstream",
+                otel.name = %format_args!("upstream {}", step.as_str()),
+                otel.kind = "client",
+                mediagate.provider = %self.name,
+                mediagate.step = step.as_str(),
+                http.response.status_code = tracing::field::Empty,
+            )
+        });
+        let call = self.client.call(request, self.query_timeout);
+        let answer = tracing::Instrument::instrument(call, span.clone()).await;
+        if let Ok(a) = &answer {
+            span.record("http.response.status_code", a.status.as_u16());
+        }
+        let answer = answer.map_err(|e| {
             tracing::warn!(provider = %self.name, step = step.as_str(), error = %e, "upstream call failed");
             Refusal::of_call(&e).into_error(&self.name, step, None)
         })?;

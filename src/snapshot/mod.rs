@@ -23,8 +23,8 @@ use crate::FastMap;
 use crate::access::{KeyLimits, KeyRing, SharedSettings};
 use crate::config::{
     BillingConfig, Endpoint, LedgerConfig, LoadError, Problems, RoutesFile, Scope, ServerConfig,
-    SimulatorConfig, StorageConfig, TasksConfig, TrackerConfig, WebhooksConfig, config_dir,
-    is_base_url, read_routes,
+    SimulatorConfig, StorageConfig, TasksConfig, TelemetryConfig, TrackerConfig, WebhooksConfig,
+    config_dir, is_base_url, read_routes,
 };
 use crate::edge;
 use crate::models::Model;
@@ -100,6 +100,30 @@ fn check_webhook_caps(settings: &WebhooksConfig, at: &mut Scope) {
     }
 }
 
+/// `[telemetry]`, checked here so that `check` reports it; it is read at start
+/// (`telemetry.rs`), not on reload.
+fn check_telemetry(t: &TelemetryConfig, at: &mut Scope) {
+    if let Some(url) = &t.otlp_endpoint
+        && !(url.starts_with("http://") && is_base_url(url))
+    {
+        // The exporter's client has no TLS of its own: a collector (or its sidecar)
+        // is reached over plain HTTP.
+        at.push(
+            "otlp_endpoint",
+            "must be an http:// base URL (OTLP/HTTP), e.g. http://collector:4318",
+        );
+    }
+    if !(0.0..=1.0).contains(&t.sampling_ratio) {
+        at.push("sampling_ratio", "must be between 0.0 and 1.0");
+    }
+    if t.service_name.is_empty() {
+        at.push("service_name", "must not be empty");
+    }
+    if t.max_queue_size == 0 {
+        at.push("max_queue_size", "must be at least 1");
+    }
+}
+
 /// What the load needs from the running process.
 #[derive(Debug, Clone, Default)]
 pub struct LoadContext {
@@ -151,6 +175,7 @@ impl Snapshot {
             CallbackPolicy::new(&file.webhooks),
         );
         check_webhook_caps(&file.webhooks, &mut p.at("webhooks"));
+        check_telemetry(&file.telemetry, &mut p.at("telemetry"));
         let keys = keys::compile(&file, &models, dir, ledger_on, callbacks.as_ref(), p);
         let sealer = tasks::compile(&file.tasks, dir, ctx.secret_file, &mut p.at("tasks"));
         let edge = server::compile(&file.server, dir, &mut p.at("server"));

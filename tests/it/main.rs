@@ -36,6 +36,7 @@ mod shared_limits;
 mod shutdown;
 mod spend_seen;
 mod tls;
+mod traces;
 mod tracker;
 mod upstream_bounds;
 mod upstream_pool;

@@ -1,0 +1,230 @@
+//! `[telemetry]`: the gateway (a process of its own: the exporter is the process's)
+//! exports its spans over OTLP/HTTP to a receiver in the test, which decodes them with
+//! the OpenTelemetry proto definitions; the fake provider shows what was propagated.
+
+use std::collections::HashMap;
+
+use http::Method;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
+use opentelemetry_proto::tonic::trace::v1::Span;
+use prost::Message;
+use serde_json::json;
+
+use crate::support::{
+    Answer, DEMO, Fake, Http, MODEL_CENTER, Proc, Routes, Seen, eventually, free_port,
+};
+
+const SUBMIT: &str = "POST /v2/model-center/tasks";
+const TRACES: &str = "POST /v1/traces";
+const REQUEST_SPAN: &str = "POST /v2/model-center/tasks";
+
+/// A fake provider answering submits, and a gateway exporting to `endpoint` every
+/// 50 ms.
+async fn gateway(endpoint: &str) -> (Fake, Proc) {
+    let fake = Fake::start().await;
+    fake.on(SUBMIT, Answer::queued("up-1"));
+    let routes = Routes::upstream(&fake.url(), "")
+        .server("metrics_listen = \"127.0.0.1:0\"")
+        .top(&format!(
+            "[telemetry]\notlp_endpoint = \"{endpoint}\"\nexport_interval_ms = 50\n\
+             service_name = \"gw-under-test\"\n\
+             [telemetry.resource_attributes]\n\"deployment.environment\" = \"test\""
+        ));
+    (fake, Proc::start(routes).await)
+}
+
+/// A started receiver that accepts every export.
+async fn receiver() -> Fake {
+    let receiver = Fake::start().await;
+    receiver.on(TRACES, Answer::raw(200, "application/x-protobuf", ""));
+    receiver
+}
+
+async fn submit(http: &Http, extra: &[(&str, &str)]) {
+    let auth = format!("Bearer {DEMO}");
+    let mut headers = vec![
+        ("authorization", auth.as_str()),
+        ("content-type", "application/json"),
+    ];
+    headers.extend_from_slice(extra);
+    let body = json!({"model": "m1", "prompt": "a fox"}).to_string();
+    let reply = http.send(Method::POST, MODEL_CENTER, &headers, body).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+}
+
+/// Every span received so far is added to `spans`; the resource attributes of the
+/// exports are checked on the way.
+fn decode_into(receiver: &Fake, spans: &mut Vec<Span>) {
+    for seen in receiver.take() {
+        assert_eq!(seen.line(), TRACES);
+        assert_eq!(seen.header("content-type"), Some("application/x-protobuf"));
+        let export = ExportTraceServiceRequest::decode(seen.body).expect("an OTLP export");
+        for resource in export.resource_spans {
+            let attrs = resource.resource.map(|r| r.attributes).unwrap_or_default();
+            let attrs: HashMap<_, _> = attrs
+                .into_iter()
+                .map(|kv| (kv.key, text(kv.value)))
+                .collect();
+            assert_eq!(attrs["service.name"], "gw-under-test");
+            assert_eq!(attrs["deployment.environment"], "test");
+            spans.extend(resource.scope_spans.into_iter().flat_map(|s| s.spans));
+        }
+    }
+}
+
+/// Wait until spans named `names` have all arrived; every span received.
+async fn spans_named(receiver: &Fake, names: &[&str]) -> Vec<Span> {
+    let mut spans = Vec::new();
+    eventually("the spans reach the receiver", async || {
+        decode_into(receiver, &mut spans);
+        names.iter().all(|n| spans.iter().any(|s| s.name == *n))
+    })
+    .await;
+    spans
+}
+
+fn named<'a>(spans: &'a [Span], name: &str) -> &'a Span {
+    spans.iter().find(|s| s.name == name).unwrap()
+}
+
+fn text(value: Option<opentelemetry_proto::tonic::common::v1::AnyValue>) -> String {
+    match value.and_then(|v| v.value) {
+        Some(AnyValue::StringValue(s)) => s,
+        Some(AnyValue::IntValue(i)) => i.to_string(),
+        Some(AnyValue::BoolValue(b)) => b.to_string(),
+        Some(AnyValue::DoubleValue(d)) => d.to_string(),
+        other => format!("{other:?}"),
+    }
+}
+
+fn attr(span: &Span, key: &str) -> Option<String> {
+    span.attributes
+        .iter()
+        .find(|kv| kv.key == key)
+        .map(|kv| text(kv.value.clone()))
+}
+
+#[tokio::test]
+async fn a_submit_is_one_trace_of_request_ledger_and_upstream_spans() {
+    let receiver = receiver().await;
+    let (fake, gw) = gateway(&receiver.url()).await;
+    submit(&gw.client(), &[]).await;
+
+    let names = [
+        REQUEST_SPAN,
+        "ledger.admit",
+        "upstream submit",
+        "ledger.record",
+    ];
+    let spans = spans_named(&receiver, &names).await;
+    let request = named(&spans, REQUEST_SPAN);
+    assert!(request.parent_span_id.is_empty(), "a trace of its own");
+    assert_eq!(attr(request, "http.route").as_deref(), Some(MODEL_CENTER));
+    assert_eq!(
+        attr(request, "http.request.method").as_deref(),
+        Some("POST")
+    );
+    assert_eq!(
+        attr(request, "http.response.status_code").as_deref(),
+        Some("200")
+    );
+    assert_eq!(attr(request, "mediagate.model").as_deref(), Some("m1"));
+    assert_eq!(attr(request, "mediagate.key").as_deref(), Some("demo"));
+    assert_eq!(attr(request, "mediagate.error_code"), None);
+    for name in &names[1..] {
+        let child = named(&spans, name);
+        assert_eq!(
+            child.trace_id, request.trace_id,
+            "{name}: the request's trace"
+        );
+        assert_eq!(
+            child.parent_span_id, request.span_id,
+            "{name}: the request's child"
+        );
+    }
+    let upstream = named(&spans, "upstream submit");
+    assert_eq!(attr(upstream, "mediagate.provider").as_deref(), Some("up"));
+    assert_eq!(attr(upstream, "mediagate.step").as_deref(), Some("submit"));
+    assert_eq!(attr(upstream, "mediagate.attempt").as_deref(), Some("1"));
+    assert_eq!(
+        attr(upstream, "http.response.status_code").as_deref(),
+        Some("200")
+    );
+
+    // The provider got the upstream span's context.
+    let sent = submitted(&fake);
+    let traceparent = sent.header("traceparent").unwrap();
+    let expected = format!(
+        "00-{}-{}-01",
+        hex(&request.trace_id),
+        hex(&upstream.span_id)
+    );
+    assert_eq!(traceparent, expected);
+
+    // No secret in any span: not the client's key, nor the provider's.
+    let all = format!("{spans:?}");
+    assert!(!all.contains(DEMO), "the client key leaked into a span");
+    assert!(
+        !all.to_lowercase().contains("bearer"),
+        "a credential leaked into a span"
+    );
+}
+
+#[tokio::test]
+async fn an_incoming_traceparent_is_continued_and_reaches_the_provider() {
+    const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+    const PARENT: &str = "00f067aa0ba902b7";
+    let receiver = receiver().await;
+    let (fake, gw) = gateway(&receiver.url()).await;
+    let incoming = format!("00-{TRACE}-{PARENT}-01");
+    submit(&gw.client(), &[("traceparent", &incoming)]).await;
+
+    let spans = spans_named(&receiver, &[REQUEST_SPAN, "upstream submit"]).await;
+    let request = named(&spans, REQUEST_SPAN);
+    assert_eq!(hex(&request.trace_id), TRACE);
+    assert_eq!(hex(&request.parent_span_id), PARENT);
+    let upstream = named(&spans, "upstream submit");
+    assert_eq!(upstream.trace_id, request.trace_id);
+
+    let sent = submitted(&fake);
+    let traceparent = sent.header("traceparent").unwrap();
+    assert_eq!(
+        traceparent,
+        format!("00-{TRACE}-{}-01", hex(&upstream.span_id))
+    );
+}
+
+#[tokio::test]
+async fn a_receiver_that_is_down_affects_no_request_and_its_losses_are_counted() {
+    let (_fake, gw) = gateway(&format!("http://127.0.0.1:{}", free_port())).await;
+    for _ in 0..3 {
+        submit(&gw.client(), &[]).await;
+    }
+    let admin = Http::new(gw.admin_addr.expect("metrics listener"));
+    eventually("the failed export is counted", async || {
+        let metrics = admin.get_bare("/metrics").await.text();
+        let value = |name: &str| -> u64 {
+            metrics
+                .lines()
+                .find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok())
+                .map_or(0, |v| v as u64)
+        };
+        value("mediagate_trace_export_failures_total ") >= 1
+            && value("mediagate_trace_spans_dropped_total ") >= 3
+    })
+    .await;
+    // Still answering, as before.
+    submit(&gw.client(), &[]).await;
+    assert_eq!(gw.count_in_log("trace export failed"), 1, "{}", gw.log());
+}
+
+/// The submit the fake provider received.
+fn submitted(fake: &Fake) -> Seen {
+    let seen = fake.take().into_iter().find(|s| s.line() == SUBMIT);
+    seen.expect("the submit reached the provider")
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
