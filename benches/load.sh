@@ -643,7 +643,8 @@ trace_cost() { # $1 = label, $2 = address, $3 = the gateway's pid
 trace_cost "off" "$MG_ADDR" "$MG_PID"
 trace_cost "sampling 1.0" "$MGT1_ADDR" "$(cat "$WORK/mediagate-traces-1.pid")"
 trace_cost "sampling 0.01" "$MGT001_ADDR" "$(cat "$WORK/mediagate-traces-001.pid")"
-TRACE_FAILED=$(grep -c "trace export failed" "$WORK/mediagate-traces-1.log" "$WORK/mediagate-traces-001.log" | awk -F: '{n += $2} END {print n}')
+# grep -c exits 1 when no export failed, the case hoped for.
+TRACE_FAILED=$({ grep -c "trace export failed" "$WORK/mediagate-traces-1.log" "$WORK/mediagate-traces-001.log" || true; } | awk -F: '{n += $2} END {print n + 0}')
 fi
 
 # --- the ledger's cost ---------------------------------------------------------------
