@@ -360,6 +360,8 @@ serving_pids() { # $1 = URL
     *"//${MGP_ADDR:-none}/"*) cat "$WORK/mediagate-pg.pid" ;;
     *"//${MGM_ADDR:-none}/"*) cat "$WORK/mediagate-sqlite-money.pid" ;;
     *"//${MGPM_ADDR:-none}/"*) cat "$WORK/mediagate-pg-money.pid" ;;
+    *"//${MGT1_ADDR:-none}/"*) cat "$WORK/mediagate-traces-1.pid" ;;
+    *"//${MGT001_ADDR:-none}/"*) cat "$WORK/mediagate-traces-001.pid" ;;
     *"//${MGR_ADDR:-none}/"*) cat "$WORK/mediagate-redis.pid" ;;
   esac
 }
