@@ -171,3 +171,12 @@ pub fn run_ci_script(name: &str) -> Result<String, String> {
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
+
+/// PostgreSQL and Redis installed (`.ci/services`, once per test process): the tests
+/// start their own servers from the machine's binaries.
+pub fn services() {
+    static DONE: std::sync::OnceLock<Result<String, String>> = std::sync::OnceLock::new();
+    if let Err(why) = DONE.get_or_init(|| run_ci_script("services")) {
+        panic!("PostgreSQL and Redis are needed and could not be installed: {why}");
+    }
+}

@@ -15,6 +15,7 @@ pub struct Postgres {
 
 impl Postgres {
     pub fn start() -> Self {
+        super::services();
         let bin = std::fs::read_dir("/usr/lib/postgresql")
             .ok()
             .into_iter()
@@ -22,7 +23,9 @@ impl Postgres {
             .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
             .filter(|b| b.join("initdb").exists())
             .max()
-            .expect("PostgreSQL is installed (/usr/lib/postgresql/*/bin; .ci/run installs it)");
+            .expect(
+                "PostgreSQL is installed (/usr/lib/postgresql/*/bin; .ci/services installs it)",
+            );
         let dir = tempfile::tempdir().expect("temp dir");
         let as_postgres = running_as_root();
         if as_postgres {

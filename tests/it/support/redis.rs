@@ -1,5 +1,5 @@
 //! A Redis server of the test's own: the machine's `redis-server` (Debian's package;
-//! `.ci/run` installs it) on a free loopback port, nothing saved to disk. It can be
+//! `.ci/services` installs it) on a free loopback port, nothing saved to disk. It can be
 //! stopped and started again on the same port. Killed on drop.
 
 use std::process::{Child, Command, Stdio};
@@ -46,6 +46,7 @@ impl Redis {
 
     async fn launch_with(&mut self, args: &[&str]) {
         assert!(self.child.is_none(), "redis-server is already running");
+        super::services();
         let child = Command::new("redis-server")
             .args(["--port", &self.port.to_string()])
             .args(args)
@@ -55,7 +56,7 @@ impl Redis {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("redis-server runs (Debian's redis-server package; .ci/run installs it)");
+            .expect("redis-server runs (Debian's redis-server package; .ci/services installs it)");
         self.child = Some(child);
         let deadline = Instant::now() + PATIENCE;
         while !self.answers().await {
