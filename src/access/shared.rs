@@ -220,7 +220,8 @@ impl FleetLimits {
                 };
                 let wait = us(wait);
                 let interval = Duration::from_secs_f64(interval / 1e6);
-                let reset = wait.saturating_add(interval.saturating_mul(count(burst) - 1));
+                let reset =
+                    wait.saturating_add(interval.saturating_mul(count(burst).saturating_sub(1)));
                 Err(LimitExceeded::Rate {
                     which,
                     headers: RateHeaders::new(count(burst), 0, reset),

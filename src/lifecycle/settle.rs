@@ -43,7 +43,7 @@ impl TaskService {
         let price = model.price.as_ref()?;
         let with_params = state.status == TaskStatus::Completed && price.settles();
         let priced = match ledger
-            .priced(task.provider, task.upstream_id, with_params)
+            .priced(task.provider, task.upstream_id, with_params, true)
             .await
         {
             Ok(priced) => priced?,

@@ -331,15 +331,17 @@ async fn record(ledger: &Ledger, row: i64, outcome: &Result<SealedTask, Failure>
         let upstream_id = outcome.as_ref().ok().map(|c| c.task.upstream_id.as_str());
         tracing::error!(row, upstream_id, error = %e, "ledger update failed after the submit");
     }
-    written.is_ok() && matches!(outcome, Err(Failure::Refused(_) | Failure::Rejected(_)))
+    // `true` only from a refusal's statement that ended the row.
+    written.unwrap_or(false)
 }
 
-/// The statement that records a submit's outcome on its row.
+/// The statement that records a submit's outcome on its row; whether it ended the
+/// task there (a refusal that found the row unended).
 async fn write_outcome(
     ledger: &Ledger,
     row: i64,
     outcome: &Result<SealedTask, Failure>,
-) -> Result<(), ledger::LedgerError> {
+) -> Result<bool, ledger::LedgerError> {
     match outcome {
         Ok(created) => {
             let answer = created.answer();
@@ -351,11 +353,14 @@ async fn write_outcome(
                 answer: &answer,
                 first_poll: created.first_poll,
             };
-            ledger.created(row, &done).await
+            ledger.created(row, &done).await.map(|()| false)
         }
         Err(Failure::Refused(_)) => ledger.refused(row, None).await,
         Err(Failure::Rejected(e)) => ledger.refused(row, Some(&error_answer(e))).await,
-        Err(Failure::Unknown(unknown)) => ledger.outcome_unknown(row, &unknown.1).await,
+        Err(Failure::Unknown(unknown)) => ledger
+            .outcome_unknown(row, &unknown.1)
+            .await
+            .map(|()| false),
     }
 }
 

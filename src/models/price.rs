@@ -68,9 +68,19 @@ fn amount(program: &str, out: Result<Option<Val>, String>) -> Result<Micros, Str
         Ok(None) => return Err(format!("`{program}` yielded nothing")),
         Err(e) => return Err(format!("`{program}` failed: {e}")),
     };
+    // Not the value itself: a `settle` program reads the provider's answer, whose
+    // values (result URLs, tokens) are never quoted.
+    let kind = match &value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    };
     let units = value
         .as_f64()
-        .ok_or_else(|| format!("`{program}` yielded {value}, not a number"))?;
+        .ok_or_else(|| format!("`{program}` yielded {kind}, not a number"))?;
     Micros::from_units(units)
         .ok_or_else(|| format!("`{program}` yielded {units}, not an amount from 0 to 1e9"))
 }

@@ -252,6 +252,10 @@ fn storage_url(
     if cfg.max_in_flight == 0 {
         at.push("max_in_flight", "must be at least 1");
     }
+    // Links carry their expiry in Unix seconds: a TTL of centuries is a typo.
+    if cfg.link_ttl_secs == 0 || cfg.link_ttl_secs > 10 * 365 * 86_400 {
+        at.push("link_ttl_secs", "must be from 1 second to 10 years");
+    }
     if cfg.direct_links && !matches!(parsed, StorageUrl::S3 { .. }) {
         at.push(
             "direct_links",

@@ -75,7 +75,7 @@ async fn cost(
     };
     let task = &open.task;
     let priced = ledger
-        .priced(&task.provider, &task.upstream_id, false)
+        .priced(&task.provider, &task.upstream_id, false, false)
         .await
         .map_err(|e| gateway.ledger_failed("a task's cost", &e))?;
     Ok(priced.map(|p| (p.cost_estimate, p.cost_settled)))

@@ -184,12 +184,12 @@ impl Ledger {
     /// No task was created. With `answer`, a retry with the same key gets it again
     /// (the request itself was refused); without, the key is released so that a retry
     /// submits afresh (the upstream declined: rate limit, outage).
-    pub async fn refused(&self, row: i64, answer: Option<&Answer>) -> Result<(), LedgerError> {
+    /// Whether it was this statement that ended the row (not one resolved before).
+    pub async fn refused(&self, row: i64, answer: Option<&Answer>) -> Result<bool, LedgerError> {
         let status = answer.map(|a| i64::from(a.status));
         let body = answer.map(|a| a.body.as_str());
         let args = params![row, status, body, now_ms()];
-        self.store.execute(record::SET_REFUSED, args).await?;
-        Ok(())
+        Ok(self.store.execute(record::SET_REFUSED, args).await? == 1)
     }
 
     /// The request was sent but its outcome is unknown (timeout, broken connection):
@@ -213,15 +213,22 @@ impl Ledger {
 
     /// A task's owner, its estimate and, when `with_params`, the parameters kept for
     /// its settlement: what its end is settled with.
+    /// `unended`: only while nobody ended the task (a settlement is computed for that
+    /// one; a lookup of an ended task reads no more).
     pub async fn priced(
         &self,
         provider: &str,
         upstream_id: &str,
         with_params: bool,
+        unended: bool,
     ) -> Result<Option<Priced>, LedgerError> {
         let reads = self.store.reads();
         let args = params![provider, upstream_id];
-        let Some(row) = reads.tasks(record::SELECT_BY_UPSTREAM, args).await?.pop() else {
+        let sql = match unended {
+            true => record::SELECT_UNENDED_BY_UPSTREAM,
+            false => record::SELECT_BY_UPSTREAM,
+        };
+        let Some(row) = reads.tasks(sql, args).await?.pop() else {
             return Ok(None);
         };
         let price_params = match with_params {
@@ -555,6 +562,34 @@ mod tests {
             first_poll: Duration::from_secs(5),
         };
         l.created(row, &c).await.unwrap();
+    }
+
+    /// The operator resolved a task of unknown outcome; the provider's answer to its
+    /// submit arrives after all: the decision and its settlement stand, once.
+    #[tokio::test]
+    async fn a_submit_s_late_answer_leaves_a_resolved_task_as_it_was() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = ledger(&dir).await;
+        let priced = NewTask {
+            cost_estimate: Some(Micros(500)),
+            ..new("a", None, "fp")
+        };
+        let Admission::Fresh(row) = l.admit(&priced).await.unwrap() else {
+            panic!()
+        };
+        l.outcome_unknown(row, "p").await.unwrap();
+        assert!(l.resolve(row, false, None).await.unwrap());
+        assert!(!l.refused(row, None).await.unwrap(), "not ended again");
+        create(&l, row, 1).await;
+        l.outcome_unknown(row, "p").await.unwrap();
+        let after = l.row(row).await.unwrap().unwrap();
+        assert_eq!(after.state, State::Failed);
+        assert_eq!(after.cost_settled, Some(0));
+        assert_eq!(
+            after.upstream_id, None,
+            "the late creation was not recorded"
+        );
+        assert_eq!(l.spent("a").await.unwrap().0, Micros(0));
     }
 
     #[test]

@@ -480,6 +480,10 @@ pub(super) const SELECT_BY_IDEMPOTENCY: &str = select!("WHERE owner = $1 AND ide
 pub(super) const SELECT_BY_ROW: &str = select!("WHERE id = $1");
 pub(super) const SELECT_BY_UPSTREAM: &str =
     select!("WHERE provider = $1 AND upstream_id = $2 ORDER BY id DESC LIMIT 1");
+/// The row of a task nobody ended yet (what a settlement is computed for).
+pub(super) const SELECT_UNENDED_BY_UPSTREAM: &str = select!(
+    "WHERE provider = $1 AND upstream_id = $2 AND finished_ms IS NULL ORDER BY id DESC LIMIT 1"
+);
 pub(super) const SELECT_BY_ANY_ID: &str =
     select!("WHERE task_id = $1 OR upstream_id = $1 ORDER BY id DESC LIMIT 1");
 pub(super) const SELECT_FILTERED: &str = select!(
@@ -519,7 +523,7 @@ pub(super) const INSERT: &str = concat!(insert!(), " RETURNING id");
 /// b-tree opened and closed per statement: the changed-row count and the connection's
 /// last row id say the same for one row.
 pub(super) const INSERT_SQLITE: &str = insert!();
-pub(super) const SET_CREATED: &str = "UPDATE tasks SET state = 'submitted', provider = $2, upstream_id = $3, task_id = $4, status = $5, answer_status = $6, answer_body = $7, updated_ms = $8, next_poll_ms = $8 + $9, poll_interval_ms = $9 WHERE id = $1";
+pub(super) const SET_CREATED: &str = "UPDATE tasks SET state = 'submitted', provider = $2, upstream_id = $3, task_id = $4, status = $5, answer_status = $6, answer_body = $7, updated_ms = $8, next_poll_ms = $8 + $9, poll_interval_ms = $9 WHERE id = $1 AND finished_ms IS NULL";
 /// Due tasks no other replica holds, leased to `$1` until `$2`. SQLite has one
 /// writer at a time, so the statement itself is the lock.
 pub(super) const CLAIM_SQLITE: &str = concat!(
@@ -535,9 +539,11 @@ pub(super) const CLAIM_POSTGRES: &str = concat!(
 pub(super) const SET_POLLED: &str = "UPDATE tasks SET status = $3, next_poll_ms = $4, poll_interval_ms = $5, lease_owner = NULL, lease_until_ms = NULL, updated_ms = $6 WHERE id = $1 AND lease_owner = $2";
 pub(super) const SET_ATTEMPT: &str =
     "UPDATE tasks SET provider = $2, updated_ms = $3 WHERE id = $1 AND state = 'submitting'";
-pub(super) const SET_REFUSED: &str = "UPDATE tasks SET state = 'refused', answer_status = $2, answer_body = $3, idempotency_key = CASE WHEN $2 IS NULL THEN NULL ELSE idempotency_key END, updated_ms = $4, finished_ms = $4, cost_settled = CASE WHEN cost_estimate IS NULL THEN NULL ELSE 0 END WHERE id = $1";
-pub(super) const SET_UNKNOWN: &str =
-    "UPDATE tasks SET state = 'unknown_outcome', provider = $2, updated_ms = $3 WHERE id = $1";
+pub(super) const SET_REFUSED: &str = "UPDATE tasks SET state = 'refused', answer_status = $2, answer_body = $3, idempotency_key = CASE WHEN $2 IS NULL THEN NULL ELSE idempotency_key END, updated_ms = $4, finished_ms = $4, cost_settled = CASE WHEN cost_estimate IS NULL THEN NULL ELSE 0 END WHERE id = $1 AND finished_ms IS NULL";
+/// The submit's answers (created, refused, unknown) change only a row nobody ended:
+/// one that arrives after the operator resolved the task leaves it (and its
+/// settlement) as resolved.
+pub(super) const SET_UNKNOWN: &str = "UPDATE tasks SET state = 'unknown_outcome', provider = $2, updated_ms = $3 WHERE id = $1 AND finished_ms IS NULL";
 /// A task's end, once. It sets `finished_ms` with the terminal state: the webhook's
 /// trigger watches that column (on SQLite, watching `state` put every submit's
 /// completion in a statement journal), so any other update that ends a task must
