@@ -52,6 +52,10 @@ pub struct SubmitOrder {
     pub callback_in_request: bool,
     /// A submit on `/v1/videos`: what it asked for in OpenAI's terms, for its answer.
     pub openai: Option<VideoAsked>,
+    /// What makes a retry the same request where `params` holds values made afresh
+    /// by each request (an uploaded input's signed link, whose expiry moves): the
+    /// parameters with those values replaced by what they stand for. `None`: `params`.
+    pub same_request: Option<Value>,
 }
 
 /// What a submit came to.
@@ -197,7 +201,12 @@ impl TaskService {
             endpoint: order.endpoint,
             model: &order.model.id,
             kind: order.model.kind,
-            fingerprint: fingerprint(order.endpoint, &order.model.id, &order.params, callback),
+            fingerprint: fingerprint(
+                order.endpoint,
+                &order.model.id,
+                order.same_request.as_ref().unwrap_or(&order.params),
+                callback,
+            ),
             idempotency_key: order.idempotency_key.as_deref(),
             video_seconds: order.video_seconds,
             quota: order.quota,

@@ -327,12 +327,30 @@ async fn an_uploaded_input_reaches_the_provider_as_a_signed_link_to_its_bytes() 
             Method::POST,
             VIDEOS,
             &[("authorization", &auth), ("content-type", &ct)],
-            body,
+            body.clone(),
         )
         .await;
     assert_eq!(r.status, 200, "{}", r.text());
     let sent = fake.only().json();
     assert_eq!(sent["duration"], 4);
+    // The same upload retried with the same Idempotency-Key a second later: its link
+    // has another expiry, yet it is the same request, answered as the first was.
+    let keyed = |body| {
+        let headers = [
+            ("authorization", auth.as_str()),
+            ("content-type", ct.as_str()),
+            ("idempotency-key", "upload-1"),
+        ];
+        let http = &http;
+        async move { http.send(Method::POST, VIDEOS, &headers, body).await }
+    };
+    let first = keyed(body.clone()).await;
+    assert_eq!(first.status, 200, "{}", first.text());
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let again = keyed(body.clone()).await;
+    assert_eq!(again.status, 200, "{}", again.text());
+    assert_eq!(again.json()["id"], first.json()["id"]);
+    assert_eq!(fake.take().len(), 1, "one submit reached the provider");
     let link = sent["first_image"]
         .as_str()
         .expect("first_image")

@@ -68,10 +68,20 @@ where
     if !key.may_use(&model.id) {
         return Err(ApiError::model_not_allowed(&model.id));
     }
+    let mut uploaded = None;
     if let Some(upload) = asked.upload.take() {
-        asked.fields.input_reference = Some(keep_upload(gateway, ctx, &parts, upload).await?);
+        let (link, name) = keep_upload(gateway, ctx, &parts, upload).await?;
+        asked.fields.input_reference = Some(link.clone());
+        uploaded = Some((link, name));
     }
     let params = model.openai_params(&asked.fields)?;
+    // A retry uploads the same bytes but gets a link with another expiry: the same
+    // request is the one naming the same stored input.
+    let same_request = uploaded.map(|(link, name)| {
+        let mut same = params.clone();
+        replace_string(&mut same, &link, &format!("{INPUTS}{name}"));
+        same
+    });
     let video_seconds = model.video_seconds(&params)?;
     let callback_url = match with_ledger {
         true => callback::target(ctx, key, None).await?,
@@ -94,6 +104,7 @@ where
         callback_url,
         callback_in_request: false,
         openai: Some(openai.clone()),
+        same_request,
     };
     let (submitted, attempted) = gateway.tasks.submit(order).await;
     ctx.note(|f| {
@@ -206,7 +217,7 @@ async fn keep_upload(
     ctx: &Ctx,
     parts: &Parts,
     upload: Upload,
-) -> Result<String, ApiError> {
+) -> Result<(String, String), ApiError> {
     let refused = |msg: &str| ApiError::invalid_parameter("input_reference", msg.into());
     let Some(storage) = gateway.tasks.storage() else {
         return Err(refused(
@@ -240,7 +251,16 @@ async fn keep_upload(
             .as_seen_by_client()
             .ok_or_else(|| refused("the gateway's address is not known (no Host header, no [storage] public_base_url) to link the upload by"))?,
     };
-    Ok(format!(
-        "{base}{INPUTS}{name}?expires={expires}&signature={signature}"
-    ))
+    let link = format!("{base}{INPUTS}{name}?expires={expires}&signature={signature}");
+    Ok((link, name))
+}
+
+/// Every string `from` in `value` made `to`.
+fn replace_string(value: &mut Value, from: &str, to: &str) {
+    match value {
+        Value::String(s) if s == from => *s = to.to_string(),
+        Value::Array(items) => items.iter_mut().for_each(|v| replace_string(v, from, to)),
+        Value::Object(map) => map.values_mut().for_each(|v| replace_string(v, from, to)),
+        _ => {}
+    }
 }

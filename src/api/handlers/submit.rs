@@ -66,6 +66,7 @@ where
         callback_url,
         callback_in_request,
         openai: None,
+        same_request: None,
     };
     let (submitted, attempted) = gateway.tasks.submit(order).await;
     ctx.note(|f| {
