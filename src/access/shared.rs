@@ -450,7 +450,8 @@ impl SharedLimits {
         Self::local(limiter, is_submit)
     }
 
-    fn local(
+    /// The key's limits in this replica alone (also a key without fleet limits).
+    pub fn local(
         limiter: &KeyLimiter,
         is_submit: bool,
     ) -> Result<(Option<RateHeaders>, Option<InProgress>), LimitExceeded> {

@@ -13,7 +13,7 @@ use http_body_util::BodyExt;
 use super::context::Ctx;
 use super::routing::Route;
 use super::stack::{Next, Phase};
-use crate::access::{InProgress, KeyLimiter, LimitExceeded, RateHeaders};
+use crate::access::{InProgress, LimitExceeded, RateHeaders, SharedLimits};
 use crate::error::ApiError;
 use crate::gateway::Gateway;
 use crate::response::{BoxError, ResponseBody, ResponseFuture};
@@ -54,19 +54,12 @@ impl Phase for KeyLimit {
                 answer(&gateway, verdict, || next.call((ctx, req))).await
             });
         }
-        let verdict = local(&limiter, is_submit);
+        let verdict = SharedLimits::local(&limiter, is_submit);
         answer(&self.gateway, verdict, || next.call((ctx, req)))
     }
 }
 
 type Verdict = Result<(Option<RateHeaders>, Option<InProgress>), LimitExceeded>;
-
-/// The key's limits in this replica alone.
-fn local(limiter: &KeyLimiter, is_submit: bool) -> Verdict {
-    limiter
-        .admit(is_submit)
-        .map(|(h, permit)| (h, permit.map(|_permit| InProgress::Local { _permit })))
-}
 
 /// The inner answer (called only when admitted) with the rate headers and the slot
 /// held by its body, or the refusal.

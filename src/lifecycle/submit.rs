@@ -14,6 +14,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde_json::Value;
 
 use super::TaskService;
+use crate::access::ApiKey;
 use crate::config::{Endpoint, QuotaConfig};
 use crate::error::ApiError;
 use crate::metrics::SpendMetrics;
@@ -56,6 +57,35 @@ pub struct SubmitOrder {
     /// by each request (an uploaded input's signed link, whose expiry moves): the
     /// parameters with those values replaced by what they stand for. `None`: `params`.
     pub same_request: Option<Value>,
+}
+
+impl SubmitOrder {
+    /// A submit of `key`'s (its owner, quota and budget) of `model` with validated
+    /// `params`: no idempotency key, callback or OpenAI shape until set.
+    pub fn new(
+        snapshot: Arc<Snapshot>,
+        key: &ApiKey,
+        endpoint: Endpoint,
+        model: Arc<Model>,
+        params: Value,
+        video_seconds: i64,
+    ) -> Self {
+        Self {
+            snapshot,
+            owner: key.name.clone(),
+            quota: key.quota,
+            budget: key.budget,
+            endpoint,
+            model,
+            params,
+            video_seconds,
+            idempotency_key: None,
+            callback_url: None,
+            callback_in_request: false,
+            openai: None,
+            same_request: None,
+        }
+    }
 }
 
 /// What a submit came to.

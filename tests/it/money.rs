@@ -7,8 +7,6 @@
 
 use std::path::PathBuf;
 
-use bytes::Bytes;
-use http::Method;
 use serde_json::{Value, json};
 use tokio::task::JoinSet;
 
@@ -94,15 +92,7 @@ async fn accepted(http: &Http, fake: &Fake, upstream: &str, body: &Value) -> Str
 }
 
 async fn delete(http: &Http, id: &str) -> Reply {
-    let auth = format!("Bearer {DEMO}");
-    let path = format!("{MODEL_CENTER}/{id}");
-    http.send(
-        Method::DELETE,
-        &path,
-        &[("authorization", &auth)],
-        Bytes::new(),
-    )
-    .await
+    http.delete(&format!("{MODEL_CENTER}/{id}"), DEMO).await
 }
 
 fn submits_seen(fake: &Fake) -> usize {

@@ -110,14 +110,7 @@ async fn a_video_is_created_retrieved_downloaded_and_deleted_in_openai_shapes() 
         .await;
     assert_error(&remix, 400, "unsupported", None);
 
-    let r = http
-        .send(
-            Method::DELETE,
-            &format!("{VIDEOS}/{id}"),
-            &[("authorization", &auth)],
-            "",
-        )
-        .await;
+    let r = http.delete(&format!("{VIDEOS}/{id}"), DEMO).await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(
         r.json(),

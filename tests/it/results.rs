@@ -51,15 +51,7 @@ async fn two_results(first: &[u8], second: &[u8]) -> (Fake, Gateway) {
 
 /// `DELETE` of task `id` with `key`.
 async fn delete(http: &crate::support::Http, key: &str, id: &str) -> crate::support::Reply {
-    let auth = format!("Bearer {key}");
-    let path = format!("{MODEL_CENTER}/{id}");
-    http.send(
-        Method::DELETE,
-        &path,
-        &[("authorization", &auth)],
-        Bytes::new(),
-    )
-    .await
+    http.delete(&format!("{MODEL_CENTER}/{id}"), key).await
 }
 
 /// The embedded default: files beside the ledger.

@@ -53,20 +53,19 @@ where
         }
         false => None,
     };
+    let snapshot = ctx.snapshot.clone();
     let order = SubmitOrder {
-        snapshot: ctx.snapshot.clone(),
-        owner: key.name.clone(),
-        quota: key.quota,
-        budget: key.budget,
-        endpoint,
-        model: model.clone(),
-        params,
-        video_seconds,
         idempotency_key,
         callback_url,
         callback_in_request,
-        openai: None,
-        same_request: None,
+        ..SubmitOrder::new(
+            snapshot,
+            key,
+            endpoint,
+            model.clone(),
+            params,
+            video_seconds,
+        )
     };
     let (submitted, attempted) = gateway.tasks.submit(order).await;
     ctx.note(|f| {

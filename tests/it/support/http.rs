@@ -271,6 +271,18 @@ impl Http {
             .await
     }
 
+    /// DELETE with `key` as Bearer.
+    pub async fn delete(&self, path: &str, key: &str) -> Reply {
+        let auth = format!("Bearer {key}");
+        self.send(
+            Method::DELETE,
+            path,
+            &[("authorization", &auth)],
+            Bytes::new(),
+        )
+        .await
+    }
+
     pub async fn post_json(&self, path: &str, key: &str, body: &Value) -> Reply {
         let auth = format!("Bearer {key}");
         self.send(
