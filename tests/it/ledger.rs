@@ -266,7 +266,8 @@ async fn quota_gives_failed_tasks_back(ledger: &str) {
         .top(ledger);
     let gw = Gateway::start(routes).await;
     let http = gw.client();
-    http.submit(MODEL_CENTER, DEMO, &body("a fox")).await;
+    let first = submit_keyed(&http, DEMO, "first", &body("a fox")).await;
+    assert_eq!(first.status, 200, "{}", first.text());
     let failing = http.submit(MODEL_CENTER, DEMO, &body("a fox [fail]")).await;
     let over = http.post_json(MODEL_CENTER, DEMO, &body("one more")).await;
     let message = assert_error(&over, 429, "quota_exceeded", None);
@@ -276,6 +277,10 @@ async fn quota_gives_failed_tasks_back(ledger: &str) {
         (1..=86_400).contains(&wait),
         "Retry-After until midnight UTC: {wait}"
     );
+    // A retry of a task already admitted is answered over the quota: the same task.
+    let again = submit_keyed(&http, DEMO, "first", &body("a fox")).await;
+    assert_eq!(again.status, 200, "{}", again.text());
+    assert_eq!(again.json()["id"], first.json()["id"]);
     // Another key has its own day.
     assert_eq!(
         http.post_json(MODEL_CENTER, DEMO2, &body("x")).await.status,

@@ -1,10 +1,11 @@
 //! Admission, decided once for both engines: the idempotency key seen before (replay,
 //! in flight, mismatch, outcome unknown), the daily quota, the budget, else the
 //! write-ahead row (which reserves the task's estimate: a trigger adds it to the
-//! owner's spend). An engine supplies only its transaction, as an [`AdmissionTx`]: on
-//! SQLite the writer thread's (its futures are ready at once), on PostgreSQL a
-//! connection, in a transaction serialised per owner when there is a quota or a
-//! budget.
+//! owner's spend). An engine supplies its transaction, as an [`AdmissionTx`] (and a
+//! [`CountingTx`] to read what the owner used): on SQLite the writer thread's (its
+//! futures are ready at once). PostgreSQL reads and inserts in one server-side call
+//! when there is a quota or a budget (see `postgres.rs`), and takes the verdict from
+//! [`refusal`] over the figures that call returns.
 
 use super::record::{NewTask, TaskRecord};
 use super::store::Clock;
@@ -14,11 +15,17 @@ use crate::money::{Micros, Period};
 /// A quota resets at the next UTC midnight.
 pub(super) const DAY_MS: i64 = 86_400_000;
 
-/// What admission reads and writes, inside the engine's transaction.
+/// What every admission reads and writes, inside the engine's transaction.
 pub(super) trait AdmissionTx {
     /// The owner's row holding `key`, if any.
     async fn seen(&mut self, owner: &str, key: &str) -> Result<Option<TaskRecord>, LedgerError>;
 
+    /// The write-ahead row; `None` when the idempotency key is taken.
+    async fn insert(&mut self, new: &NewTask<'_>, now: i64) -> Result<Option<i64>, LedgerError>;
+}
+
+/// What an admission with a quota or a budget reads besides.
+pub(super) trait CountingTx: AdmissionTx {
     /// Tasks and video seconds the owner used since `day_start`.
     async fn used_since(&mut self, owner: &str, day_start: i64) -> Result<(i64, i64), LedgerError>;
 
@@ -30,9 +37,15 @@ pub(super) trait AdmissionTx {
         day: i64,
         since_day: i64,
     ) -> Result<(i64, i64), LedgerError>;
+}
 
-    /// The write-ahead row; `None` when the idempotency key is taken.
-    async fn insert(&mut self, new: &NewTask<'_>, now: i64) -> Result<Option<i64>, LedgerError>;
+/// What the owner used and spent, as far as its quota and budget ask.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Standing {
+    /// Tasks and video seconds since the day's start; read when there is a quota.
+    pub used: Option<(i64, i64)>,
+    /// Spent (settled and reserved) today and this month; read when there is a budget.
+    pub spent: Option<(i64, i64)>,
 }
 
 /// One attempt: the admission, or `None` when the key was taken and released again
@@ -41,27 +54,52 @@ pub(super) trait AdmissionTx {
 /// With a quota or a budget the key is looked up first, so that a retry is answered
 /// even over them; without, the insert itself takes the key or finds it taken.
 pub(super) async fn admit(
-    tx: &mut impl AdmissionTx,
+    tx: &mut impl CountingTx,
     new: &NewTask<'_>,
     at: Clock,
 ) -> Result<Option<Admission>, LedgerError> {
-    if (new.quota.is_some() || new.budget.is_some())
-        && let Some(seen) = seen(tx, new).await?
-    {
-        return Ok(Some(seen));
-    }
-    if let Some(quota) = new.quota {
-        let (tasks, seconds) = tx.used_since(new.owner, at.day_start).await?;
-        if let Some(what) = quota.exceeded(tasks, seconds, new.video_seconds) {
-            return Ok(Some(Admission::QuotaExceeded {
-                what,
-                resets_ms: at.day_start + DAY_MS,
-            }));
+    if new.counted() {
+        if let Some(seen) = seen(tx, new).await? {
+            return Ok(Some(seen));
+        }
+        let mut standing = Standing::default();
+        if new.quota.is_some() {
+            standing.used = Some(tx.used_since(new.owner, at.day_start).await?);
+        }
+        if new.budget.is_some() {
+            let (day, month) = (at.day_start / DAY_MS, at.month_start / DAY_MS);
+            standing.spent = Some(tx.spent(new.owner, day, month).await?);
+        }
+        if let Some(refused) = refusal(new, at, standing) {
+            return Ok(Some(refused));
         }
     }
-    if let Some(budget) = new.budget {
-        let (day, month) = (at.day_start / DAY_MS, at.month_start / DAY_MS);
-        let (spent_day, spent_month) = tx.spent(new.owner, day, month).await?;
+    insert(tx, new, at.now).await
+}
+
+/// The write-ahead row, or what the row already holding the key means.
+pub(super) async fn insert(
+    tx: &mut impl AdmissionTx,
+    new: &NewTask<'_>,
+    now: i64,
+) -> Result<Option<Admission>, LedgerError> {
+    if let Some(row) = tx.insert(new, now).await? {
+        return Ok(Some(Admission::Fresh(row)));
+    }
+    seen(tx, new).await
+}
+
+/// The refusal the owner's standing calls for: the quota first, then the budget.
+pub(super) fn refusal(new: &NewTask<'_>, at: Clock, standing: Standing) -> Option<Admission> {
+    if let (Some(quota), Some((tasks, seconds))) = (new.quota, standing.used)
+        && let Some(what) = quota.exceeded(tasks, seconds, new.video_seconds)
+    {
+        return Some(Admission::QuotaExceeded {
+            what,
+            resets_ms: at.day_start + DAY_MS,
+        });
+    }
+    if let (Some(budget), Some((spent_day, spent_month))) = (new.budget, standing.spent) {
         let cost = new.cost_estimate.unwrap_or(Micros::ZERO);
         if let Some((period, remaining)) =
             budget.exceeded(Micros(spent_day), Micros(spent_month), cost)
@@ -70,21 +108,18 @@ pub(super) async fn admit(
                 Period::Day => at.day_start + DAY_MS,
                 Period::Month => at.next_month_start,
             };
-            return Ok(Some(Admission::BudgetExceeded {
+            return Some(Admission::BudgetExceeded {
                 period,
                 remaining,
                 resets_ms,
-            }));
+            });
         }
     }
-    if let Some(row) = tx.insert(new, at.now).await? {
-        return Ok(Some(Admission::Fresh(row)));
-    }
-    seen(tx, new).await
+    None
 }
 
 /// What the row already holding the request's key means for it.
-async fn seen(
+pub(super) async fn seen(
     tx: &mut impl AdmissionTx,
     new: &NewTask<'_>,
 ) -> Result<Option<Admission>, LedgerError> {
@@ -117,15 +152,18 @@ mod tests {
         async fn seen(&mut self, _: &str, _: &str) -> Result<Option<TaskRecord>, LedgerError> {
             Ok(self.seen.pop().flatten())
         }
+        async fn insert(&mut self, _: &NewTask<'_>, _: i64) -> Result<Option<i64>, LedgerError> {
+            self.inserted = !self.key_taken;
+            Ok((!self.key_taken).then_some(7))
+        }
+    }
+
+    impl CountingTx for Fake {
         async fn used_since(&mut self, _: &str, _: i64) -> Result<(i64, i64), LedgerError> {
             Ok(self.used)
         }
         async fn spent(&mut self, _: &str, _: i64, _: i64) -> Result<(i64, i64), LedgerError> {
             Ok(self.spent)
-        }
-        async fn insert(&mut self, _: &NewTask<'_>, _: i64) -> Result<Option<i64>, LedgerError> {
-            self.inserted = !self.key_taken;
-            Ok((!self.key_taken).then_some(7))
         }
     }
 
@@ -200,14 +238,17 @@ mod budget_tests {
         async fn seen(&mut self, _: &str, _: &str) -> Result<Option<TaskRecord>, LedgerError> {
             Ok(None)
         }
+        async fn insert(&mut self, _: &NewTask<'_>, _: i64) -> Result<Option<i64>, LedgerError> {
+            Ok(Some(1))
+        }
+    }
+
+    impl CountingTx for Spent {
         async fn used_since(&mut self, _: &str, _: i64) -> Result<(i64, i64), LedgerError> {
             Ok((0, 0))
         }
         async fn spent(&mut self, _: &str, _: i64, _: i64) -> Result<(i64, i64), LedgerError> {
             Ok(self.0)
-        }
-        async fn insert(&mut self, _: &NewTask<'_>, _: i64) -> Result<Option<i64>, LedgerError> {
-            Ok(Some(1))
         }
     }
 

@@ -75,6 +75,11 @@ pub struct NewTask<'a> {
 }
 
 impl NewTask<'_> {
+    /// Whether admission reads what the owner used or spent: with a quota or a budget.
+    pub(super) fn counted(&self) -> bool {
+        self.quota.is_some() || self.budget.is_some()
+    }
+
     pub(super) fn endpoint_name(&self) -> &'static str {
         endpoint_name(self.endpoint)
     }
@@ -586,6 +591,19 @@ mod tests {
         );
         assert!(USED_TODAY.contains(counted_seconds!()));
         assert!(USAGE.contains(counted_seconds!()));
+    }
+
+    /// PostgreSQL's admission counts in a function of its own (migration 0007): the
+    /// same seconds, the same states, the same spend.
+    #[test]
+    fn the_postgres_admission_counts_as_the_statements_do() {
+        let admit = include_str!("../../../migrations/postgres/0007_admit.sql");
+        assert!(admit.contains(counted_seconds!()));
+        let states = USED_TODAY.split("state IN ").nth(1).unwrap();
+        assert!(admit.contains(&format!("state IN {states}")), "{states}");
+        let day = SPENT.replace("$2", "p_day");
+        let day = day.split(" FROM spend").next().unwrap();
+        assert!(admit.contains(day.trim_start_matches("SELECT ")), "{day}");
     }
 
     #[test]

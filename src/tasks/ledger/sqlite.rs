@@ -6,7 +6,7 @@ use std::path::Path;
 
 use futures_util::FutureExt;
 
-use super::admission::{self, AdmissionTx};
+use super::admission::{self, AdmissionTx, CountingTx};
 use super::reads::Reader;
 use super::record::{self, NewTask, RawTaskRecord, TaskRecord};
 use super::sqlite_reads::SqliteReads;
@@ -204,29 +204,6 @@ impl AdmissionTx for WriterTx<'_> {
         rows.next()?.map(task_row).transpose()
     }
 
-    async fn used_since(&mut self, owner: &str, day_start: i64) -> Result<(i64, i64), LedgerError> {
-        let args: [&dyn rusqlite::ToSql; 2] = [&owner, &day_start];
-        let mut stmt = bind(self.0, record::USED_TODAY, &args)?;
-        Ok(match stmt.raw_query().next()? {
-            Some(row) => (row.get(0)?, row.get(1)?),
-            None => (0, 0),
-        })
-    }
-
-    async fn spent(
-        &mut self,
-        owner: &str,
-        day: i64,
-        since_day: i64,
-    ) -> Result<(i64, i64), LedgerError> {
-        let args: [&dyn rusqlite::ToSql; 3] = [&owner, &day, &since_day];
-        let mut stmt = bind(self.0, record::SPENT, &args)?;
-        Ok(match stmt.raw_query().next()? {
-            Some(row) => (row.get(0)?, row.get(1)?),
-            None => (0, 0),
-        })
-    }
-
     async fn insert(&mut self, new: &NewTask<'_>, now: i64) -> Result<Option<i64>, LedgerError> {
         let cost = new.cost_estimate.map(|c| c.0);
         let args: [&dyn rusqlite::ToSql; 13] = [
@@ -253,5 +230,30 @@ impl AdmissionTx for WriterTx<'_> {
                 _ => None,
             },
         )
+    }
+}
+
+impl CountingTx for WriterTx<'_> {
+    async fn used_since(&mut self, owner: &str, day_start: i64) -> Result<(i64, i64), LedgerError> {
+        let args: [&dyn rusqlite::ToSql; 2] = [&owner, &day_start];
+        let mut stmt = bind(self.0, record::USED_TODAY, &args)?;
+        Ok(match stmt.raw_query().next()? {
+            Some(row) => (row.get(0)?, row.get(1)?),
+            None => (0, 0),
+        })
+    }
+
+    async fn spent(
+        &mut self,
+        owner: &str,
+        day: i64,
+        since_day: i64,
+    ) -> Result<(i64, i64), LedgerError> {
+        let args: [&dyn rusqlite::ToSql; 3] = [&owner, &day, &since_day];
+        let mut stmt = bind(self.0, record::SPENT, &args)?;
+        Ok(match stmt.raw_query().next()? {
+            Some(row) => (row.get(0)?, row.get(1)?),
+            None => (0, 0),
+        })
     }
 }
