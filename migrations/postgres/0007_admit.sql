@@ -1,8 +1,10 @@
--- An admission with a quota or a budget in one round trip (issue #31). Replicas agree
--- on what an owner used and spent by taking the owner's lock for the transaction
--- that reads it and inserts the task's row; done as five statements from the
--- gateway, the lock was held across five round trips and every submit of the key
--- waited for them. Here the lock is held for the function's own work and its commit.
+-- Admissions with a quota or a budget, several in one round trip and one commit
+-- (issue #31). Replicas agree on what an owner used and spent by taking the owner's
+-- lock for the transaction that reads it and inserts the task's row, and that lock
+-- is held until the commit is on disk. Done as five statements per submit, the lock
+-- was held across five round trips and a flush, and every submit of the key waited
+-- for them; here a batch of admissions (mediagate_admit_batch) shares one round trip
+-- and one flush, and each admission's work is the function below.
 --
 -- The verdict stays the gateway's (admission.rs `refusal`, over the figures returned);
 -- the comparisons below only keep the row out when those figures say it does not fit,
@@ -64,5 +66,44 @@ BEGIN
     ON CONFLICT (owner, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id INTO row_id;
     key_seen := row_id IS NULL;
+END
+$$;
+
+-- The admissions of a batch (a JSON array of mediagate_admit's arguments, named
+-- without their `p_`, each with its position `n`), in order, in one transaction:
+-- an admission sees the rows of those before it. The owners' locks are taken first,
+-- in one order every batch follows, so that two replicas' batches never deadlock.
+CREATE FUNCTION mediagate_admit_batch(p JSONB)
+RETURNS TABLE (n INT, admitted BIGINT, seen BOOLEAN, used_count BIGINT, used_secs BIGINT,
+    day_micros BIGINT, month_micros BIGINT)
+LANGUAGE plpgsql AS $$
+DECLARE
+    h INT;
+    e RECORD;
+    a RECORD;
+BEGIN
+    FOR h IN SELECT DISTINCT hashtext(x->>'owner') FROM jsonb_array_elements(p) x ORDER BY 1 LOOP
+        PERFORM pg_advisory_xact_lock(h);
+    END LOOP;
+    FOR e IN SELECT * FROM jsonb_to_recordset(p) AS r(n INT, owner TEXT, endpoint TEXT,
+        model TEXT, kind TEXT, fingerprint TEXT, key TEXT, video_seconds BIGINT,
+        now BIGINT, provider TEXT, callback_url TEXT, keep_days BIGINT, cost BIGINT,
+        price_params TEXT, day_start BIGINT, tasks_per_day BIGINT,
+        seconds_per_day BIGINT, day BIGINT, month_day BIGINT, budget_day BIGINT,
+        budget_month BIGINT)
+    LOOP
+        SELECT * INTO a FROM mediagate_admit(e.owner, e.endpoint, e.model, e.kind,
+            e.fingerprint, e.key, e.video_seconds, e.now, e.provider, e.callback_url,
+            e.keep_days, e.cost, e.price_params, e.day_start, e.tasks_per_day,
+            e.seconds_per_day, e.day, e.month_day, e.budget_day, e.budget_month);
+        n := e.n;
+        admitted := a.row_id;
+        seen := a.key_seen;
+        used_count := a.used_tasks;
+        used_secs := a.used_seconds;
+        day_micros := a.spent_day;
+        month_micros := a.spent_month;
+        RETURN NEXT;
+    END LOOP;
 END
 $$;

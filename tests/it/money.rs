@@ -313,6 +313,45 @@ async fn twenty_concurrent_submits_on_two_replicas_sharing_postgres_never_spend_
     twenty_at_a_budgets_edge(&[a.client(), b.client()], &fake, &ledger).await;
 }
 
+/// Two keys at their budgets' edges, each submitting to both replicas at once: the
+/// replicas' batches of admissions hold both owners' locks, and never deadlock; each
+/// key gets exactly what its budget holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_keys_at_their_budgets_edges_on_two_replicas_sharing_postgres() {
+    let pg = Postgres::start();
+    let url = pg.database("edges");
+    let fake = busy_provider().await;
+    let routes = edge_routes(&fake)
+        .demo2_key("budget = { per_day = 4.5 }")
+        .top(&format!("[ledger]\nurl = {url:?}"))
+        .render();
+    let dir = || ConfigDir::new(&routes).with("task-secret", SHARED_SECRET);
+    let replicas = [
+        Proc::start_in(dir(), &[], &[]).await,
+        Proc::start_in(dir(), &[], &[]).await,
+    ];
+    let mut clients = JoinSet::new();
+    for n in 0..40 {
+        let http = replicas[n % 2].client();
+        let key = if n / 2 % 2 == 0 { DEMO } else { DEMO2 };
+        clients.spawn(async move { (key, http.post_json(MODEL_CENTER, key, &body(5)).await) });
+    }
+    let mut taken = std::collections::HashMap::new();
+    while let Some(joined) = clients.join_next().await {
+        let (key, r) = joined.unwrap();
+        if r.status == 200 {
+            *taken.entry(key).or_insert(0) += 1;
+        } else {
+            assert_error(&r, 429, "budget_exceeded", None);
+        }
+    }
+    assert_eq!((taken[DEMO], taken[DEMO2]), (7, 4));
+    assert_eq!(submits_seen(&fake), 11);
+    let ledger = Db::postgres(&url).await;
+    assert_eq!(ledger.spent("demo").await, 7 * MILLION);
+    assert_eq!(ledger.spent("demo-2").await, 4 * MILLION);
+}
+
 /// Where a gateway keeps its ledger in a test run on either engine.
 enum Engine {
     Sqlite,

@@ -18,6 +18,7 @@ mod copies;
 mod deliveries;
 mod error;
 mod postgres;
+mod postgres_admissions;
 mod postgres_reads;
 mod reads;
 mod record;

@@ -65,6 +65,7 @@ pub struct Routes {
     server: Vec<String>,
     top: Vec<String>,
     demo_key: Vec<String>,
+    demo2_key: Vec<String>,
     providers: Vec<String>,
     families: Vec<String>,
     storage: Option<String>,
@@ -133,6 +134,12 @@ impl Routes {
         self
     }
 
+    /// Lines added to the `demo-2` key (sk-demo-2).
+    pub fn demo2_key(mut self, lines: &str) -> Self {
+        self.demo2_key.push(lines.to_string());
+        self
+    }
+
     /// A `[providers.NAME]` block.
     pub fn provider(mut self, block: impl fmt::Display) -> Self {
         self.providers.push(block.to_string());
@@ -184,6 +191,7 @@ sha256 = "{demo}"
 [[keys]]
 name = "demo-2"
 sha256 = "{demo2}"
+{demo2_key}
 
 {SCHEMAS}
 {providers}
@@ -196,6 +204,7 @@ sha256 = "{demo2}"
             demo = sha256_hex(DEMO),
             demo_key = self.demo_key.join("\n"),
             demo2 = sha256_hex(DEMO2),
+            demo2_key = self.demo2_key.join("\n"),
             providers = self.providers.join("\n"),
             families = self.families.join("\n"),
         )
