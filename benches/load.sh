@@ -24,6 +24,8 @@
 #                                   # PROFILE=submit-sqlite: submits, ledger on SQLite;
 #                                   # PROFILE=submit-sqlite-money: the same, of a priced
 #                                   # model by a key with a budget;
+#                                   # PROFILE=submit-postgres: submits, ledger on a
+#                                   # PostgreSQL cluster started here;
 #                                   # PROFILE=submit-nginx: the same submits through
 #                                   # nginx, its workers profiled (the baseline's share
 #                                   # of kernel, system calls, context switches);
@@ -59,11 +61,11 @@ STORM_TASKS=${STORM_TASKS:-100}
 IDLE_CONNS=${IDLE_CONNS:-10000}
 POLL_TTL_MS=${POLL_TTL_MS:-1000}
 ONLY=${ONLY:-all}              # all | ledger | memory | shared | traces
-PROFILE=${PROFILE:-}           # submit | submit-sqlite | submit-sqlite-money | submit-nginx | query | query-forwarded: profile that load, then stop
+PROFILE=${PROFILE:-}           # submit | submit-sqlite | submit-sqlite-money | submit-postgres | submit-nginx | query | query-forwarded: profile that load, then stop
 COUNT=${COUNT:-}               # instructions: with PROFILE, count with callgrind instead of sampling with perf
 COUNT_REQUESTS=${COUNT_REQUESTS:-3000} # with COUNT: at least 250, counted in whole 250s
 [[ -z $COUNT || ( $COUNT == instructions && -n $PROFILE && $PROFILE != submit-nginx ) ]] \
-  || { echo "COUNT=instructions goes with PROFILE=submit, submit-sqlite, submit-sqlite-money, query or query-forwarded" >&2; exit 2; }
+  || { echo "COUNT=instructions goes with PROFILE=submit, submit-sqlite, submit-sqlite-money, submit-postgres, query or query-forwarded" >&2; exit 2; }
 [[ -z $COUNT || $COUNT_REQUESTS -ge 250 ]] || { echo "COUNT_REQUESTS is at least 250" >&2; exit 2; }
 [[ -z $PROFILE ]] || ONLY=profile
 [[ $ONLY == all || $ONLY == ledger || $ONLY == memory || $ONLY == shared || $ONLY == traces || $ONLY == profile ]] \
@@ -238,6 +240,25 @@ $price
 EOF
 }
 
+# A PostgreSQL cluster of its own (when the binaries are there): PG_PORT, PG_DIR, as_pg
+# set; stopped at exit. Fails (with a log line) when there is none or it did not start.
+start_postgres() {
+  PG_BIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+  [[ -n $PG_BIN ]] || { log "no PostgreSQL under /usr/lib/postgresql"; return 1; }
+  # Outside $WORK: the postgres user must be able to reach its directory.
+  PG_DIR=$(mktemp -d /tmp/mediagate-load-pg.XXXXXX)
+  PG_PORT=$(free_port)
+  as_pg=()
+  if [[ $(id -u) == 0 ]]; then chown postgres "$PG_DIR"; as_pg=(runuser -u postgres --); fi
+  "${as_pg[@]}" "$PG_BIN/initdb" -D "$PG_DIR/data" --auth=trust -U postgres >/dev/null
+  PG_STOP=("${as_pg[@]}" "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -m fast stop)
+  # A cluster that does not start (its port taken meanwhile, say) costs the PostgreSQL
+  # rows only, not the run.
+  "${as_pg[@]}" "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -l "$PG_DIR/log" -w \
+    -o "-p $PG_PORT -k $PG_DIR -c listen_addresses=127.0.0.1" start >/dev/null \
+    || { log "PostgreSQL did not start ($(tail -1 "$PG_DIR/log" 2>/dev/null)); its rows are left out"; return 1; }
+}
+
 start_gateway() { # $1 = name, $2 = poll ttl, $3 = ledger url, $4 = money, $5 = shared limits URL, $6 = telemetry; prints the address
   local name=$1
   routes "$2" "${3:-none}" "${4:-}" "${5:-}" "${6:-}" >"$WORK/$name.toml"
@@ -396,6 +417,10 @@ if [[ $ONLY == profile ]]; then
   elif [[ $PROFILE == submit-sqlite-money ]]; then
     MG_ADDR=$(start_gateway mediagate-sqlite-money "$POLL_TTL_MS" "sqlite://$LEDGER_DB" money)
     MG_PID=$(cat "$WORK/mediagate-sqlite-money.pid")
+  elif [[ $PROFILE == submit-postgres ]]; then
+    start_postgres || exit 1
+    MG_ADDR=$(start_gateway mediagate-pg "$POLL_TTL_MS" "postgres://postgres@127.0.0.1:$PG_PORT/postgres")
+    MG_PID=$(cat "$WORK/mediagate-pg.pid")
   elif [[ $PROFILE == query-forwarded ]]; then
     MG_ADDR=$(start_gateway mediagate-nocache 0)
     MG_PID=$(cat "$WORK/mediagate-nocache.pid")
@@ -409,7 +434,7 @@ if [[ $ONLY == profile ]]; then
     PROFILED_NAME="nginx $("$NGINX" -v 2>&1 | cut -d/ -f2) (the baseline)"
   fi
   case $PROFILE in
-    submit|submit-sqlite|submit-sqlite-money) PROFILE_ARGS=(-s "$WORK/submit.lua" "http://$MG_ADDR$TASKS") ;;
+    submit|submit-sqlite|submit-sqlite-money|submit-postgres) PROFILE_ARGS=(-s "$WORK/submit.lua" "http://$MG_ADDR$TASKS") ;;
     submit-nginx) PROFILE_ARGS=(-s "$WORK/submit.lua" "http://$NG_ADDR$TASKS") ;;
     query) # a task the fast upstream reports finished (created in 1970)
       FINISHED=$($LOADGEN seal --secret "$SECRET" --provider fast \
@@ -419,7 +444,7 @@ if [[ $ONLY == profile ]]; then
       UNFINISHED=$(curl -sf -X POST "http://$MG_ADDR$TASKS" -H "$AUTH" \
         -H 'Content-Type: application/json' -d "$BODY" | sed 's/.*"id":"\([^"]*\)".*/\1/')
       PROFILE_ARGS=(-s "$WORK/get.lua" "http://$MG_ADDR$TASKS/$UNFINISHED") ;;
-    *) echo "PROFILE is submit, submit-sqlite, submit-sqlite-money, submit-nginx, query or query-forwarded" >&2; exit 2 ;;
+    *) echo "PROFILE is submit, submit-sqlite, submit-sqlite-money, submit-postgres, submit-nginx, query or query-forwarded" >&2; exit 2 ;;
   esac
   if [[ $COUNT == instructions ]]; then
     # The same load from loadgen at a rate callgrind keeps up with (250 a second, for
@@ -672,27 +697,12 @@ ledger_cost "SQLite (WAL, synchronous=NORMAL)" "$MGS_ADDR"
 # submit, in the admission's transaction).
 MGM_ADDR=$(start_gateway mediagate-sqlite-money "$POLL_TTL_MS" "sqlite://$LEDGER_DB-money" money)
 ledger_cost "SQLite, priced, a budget" "$MGM_ADDR"
-PG_BIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
-if [[ -n $PG_BIN ]]; then
-  # Outside $WORK: the postgres user must be able to reach its directory.
-  PG_DIR=$(mktemp -d /tmp/mediagate-load-pg.XXXXXX)
-  PG_PORT=$(free_port)
-  as_pg=()
-  if [[ $(id -u) == 0 ]]; then chown postgres "$PG_DIR"; as_pg=(runuser -u postgres --); fi
-  "${as_pg[@]}" "$PG_BIN/initdb" -D "$PG_DIR/data" --auth=trust -U postgres >/dev/null
-  PG_STOP=("${as_pg[@]}" "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -m fast stop)
-  # A cluster that does not start (its port taken meanwhile, say) costs the PostgreSQL
-  # row only, not the run.
-  if "${as_pg[@]}" "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -l "$PG_DIR/log" -w \
-    -o "-p $PG_PORT -k $PG_DIR -c listen_addresses=127.0.0.1" start >/dev/null; then
-    MGP_ADDR=$(start_gateway mediagate-pg "$POLL_TTL_MS" "postgres://postgres@127.0.0.1:$PG_PORT/postgres")
-    ledger_cost "PostgreSQL $("$PG_BIN/postgres" --version | awk '{print $3}') (same machine)" "$MGP_ADDR"
-    "${as_pg[@]}" "$PG_BIN/createdb" -h "$PG_DIR" -p "$PG_PORT" -U postgres money
-    MGPM_ADDR=$(start_gateway mediagate-pg-money "$POLL_TTL_MS" "postgres://postgres@127.0.0.1:$PG_PORT/money" money)
-    ledger_cost "PostgreSQL, priced, a budget" "$MGPM_ADDR"
-  else
-    log "PostgreSQL did not start ($(tail -1 "$PG_DIR/log" 2>/dev/null)); its row is left out"
-  fi
+if start_postgres; then
+  MGP_ADDR=$(start_gateway mediagate-pg "$POLL_TTL_MS" "postgres://postgres@127.0.0.1:$PG_PORT/postgres")
+  ledger_cost "PostgreSQL $("$PG_BIN/postgres" --version | awk '{print $3}') (same machine)" "$MGP_ADDR"
+  "${as_pg[@]}" "$PG_BIN/createdb" -h "$PG_DIR" -p "$PG_PORT" -U postgres money
+  MGPM_ADDR=$(start_gateway mediagate-pg-money "$POLL_TTL_MS" "postgres://postgres@127.0.0.1:$PG_PORT/money" money)
+  ledger_cost "PostgreSQL, priced, a budget" "$MGPM_ADDR"
 fi
 fi # ONLY != memory
 

@@ -1,4 +1,4 @@
-//! PostgreSQL admissions with a quota or a budget, batched: one task sends the
+//! PostgreSQL admissions with a quota or a budget, batched: a few tasks each send the
 //! admissions waiting when it is free as one call of `mediagate_admit_batch`
 //! (migration 0007), one round trip and one commit for all of them.
 //!
@@ -6,9 +6,11 @@
 //! held until the commit is flushed, so a key's admissions follow one another at the
 //! pace of the disk's flushes. In a batch, they share one.
 
+use std::sync::Arc;
+
 use serde_json::{Value, json};
 use sqlx::PgPool;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Mutex, mpsc, oneshot};
 
 use super::LedgerError;
 use super::admission::{DAY_MS, Standing};
@@ -18,8 +20,12 @@ use super::store::Clock;
 /// Admissions sent together at most: a batch holds its owners' locks until it commits.
 const MAX_BATCH: usize = 64;
 
-/// Admissions waiting for the batcher; a submit beyond waits for room.
+/// Admissions waiting for a batcher; a submit beyond waits for room.
 const QUEUE: usize = 4096;
+
+/// Batches in flight at once: a submit waits for a free batcher, not for another
+/// batch's flush, unless all are flushing (then the next batch takes all that waits).
+const BATCHERS: usize = 4;
 
 const ADMIT_BATCH: &str = "SELECT n, admitted, seen, used_count, used_secs, day_micros, month_micros FROM mediagate_admit_batch($1::jsonb)";
 
@@ -42,10 +48,13 @@ pub(super) struct Admissions {
 }
 
 impl Admissions {
-    /// Start the batcher on `pool` (in the current runtime).
+    /// Start the batchers on `pool` (in the current runtime).
     pub(super) fn start(pool: PgPool) -> Self {
         let (queue, waiting) = mpsc::channel(QUEUE);
-        tokio::spawn(batch(pool, waiting));
+        let waiting = Arc::new(Mutex::new(waiting));
+        for _ in 0..BATCHERS {
+            tokio::spawn(batch(pool.clone(), waiting.clone()));
+        }
         Self { queue }
     }
 
@@ -101,10 +110,13 @@ type Row = (
     Option<i64>,
 );
 
+type Waiting = Arc<Mutex<mpsc::Receiver<(Value, Reply)>>>;
+
 /// Send what waits, a batch at a time, until every handle is gone.
-async fn batch(pool: PgPool, mut waiting: mpsc::Receiver<(Value, Reply)>) {
+async fn batch(pool: PgPool, waiting: Waiting) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
-    while waiting.recv_many(&mut batch, MAX_BATCH).await > 0 {
+    // The queue is held only while taking from it, not while the batch is sent.
+    while waiting.lock().await.recv_many(&mut batch, MAX_BATCH).await > 0 {
         let (mut elements, replies): (Vec<Value>, Vec<Reply>) = batch.drain(..).unzip();
         for (n, element) in elements.iter_mut().enumerate() {
             element["n"] = n.into();
