@@ -1,10 +1,11 @@
 //! PostgreSQL admissions with a quota or a budget, batched: a few tasks each send the
 //! admissions waiting when it is free as one call of `mediagate_admit_batch`
-//! (migration 0007), one round trip and one commit for all of them.
+//! (migration 0007), then wait for its flush: two round trips for all of them.
 //!
-//! Why a batch: replicas agree on an owner's count and spend through the owner's lock,
-//! held until the commit is flushed, so a key's admissions follow one another at the
-//! pace of the disk's flushes. In a batch, they share one.
+//! Why: replicas agree on an owner's count and spend through the owner's lock, held
+//! until its transaction ends. Were that end to wait for the disk, a key's admissions
+//! would follow one another at the pace of its flushes; the batch commits without
+//! waiting, and its flush is waited for after the locks are released.
 
 use std::sync::Arc;
 
