@@ -1,10 +1,10 @@
 -- Admissions with a quota or a budget, several in one round trip and one commit
 -- (issue #31). Replicas agree on what an owner used and spent by taking the owner's
--- lock for the transaction that reads it and inserts the task's row. Done as five
--- statements per submit, the lock was held across five round trips and the commit's
--- flush, and every submit of the key waited for them; here a batch of admissions
--- (mediagate_admit_batch) shares one round trip, holds the locks for the server's
--- work only, and each admission's work is the function below.
+-- lock for the transaction that reads it and inserts the task's row, and that lock
+-- is held until the commit is on disk. Done as five statements per submit, the lock
+-- was held across five round trips and a flush, and every submit of the key waited
+-- for them; here a batch of admissions (mediagate_admit_batch) shares one round trip
+-- and one flush, and each admission's work is the function below.
 --
 -- The verdict stays the gateway's (admission.rs `refusal`, over the figures returned);
 -- the comparisons below only keep the row out when those figures say it does not fit,
@@ -82,11 +82,6 @@ DECLARE
     e RECORD;
     a RECORD;
 BEGIN
-    -- The commit does not wait for its flush, so the owners' locks are released
-    -- without waiting for the disk; the gateway waits for the flush afterwards (with
-    -- a commit of its own that does), before it answers or calls a provider. A later
-    -- admission that read these rows commits after them: its own flush covers them.
-    PERFORM set_config('synchronous_commit', 'off', true);
     FOR h IN SELECT DISTINCT hashtext(x->>'owner') FROM jsonb_array_elements(p) x ORDER BY 1 LOOP
         PERFORM pg_advisory_xact_lock(h);
     END LOOP;

@@ -1,11 +1,10 @@
 //! PostgreSQL admissions with a quota or a budget, batched: a few tasks each send the
 //! admissions waiting when it is free as one call of `mediagate_admit_batch`
-//! (migration 0007), then wait for its flush: two round trips for all of them.
+//! (migration 0007), one round trip and one commit for all of them.
 //!
-//! Why: replicas agree on an owner's count and spend through the owner's lock, held
-//! until its transaction ends. Were that end to wait for the disk, a key's admissions
-//! would follow one another at the pace of its flushes; the batch commits without
-//! waiting, and its flush is waited for after the locks are released.
+//! Why a batch: replicas agree on an owner's count and spend through the owner's lock,
+//! held until the commit is flushed, so a key's admissions follow one another at the
+//! pace of the disk's flushes. In a batch, they share one.
 
 use std::sync::Arc;
 
@@ -29,13 +28,6 @@ const QUEUE: usize = 4096;
 const BATCHERS: usize = 4;
 
 const ADMIT_BATCH: &str = "SELECT n, admitted, seen, used_count, used_secs, day_micros, month_micros FROM mediagate_admit_batch($1::jsonb)";
-
-/// A commit that waits for its flush (the session's `synchronous_commit`), and with
-/// it for every commit before it: the batch's own commit does not wait, so that its
-/// owners' locks are not held while the disk flushes. A commit flushes only when its
-/// transaction has an id and wrote to the WAL: a transactional message (a few bytes,
-/// ignored by logical decoding unless a plugin asks for messages) gives it both.
-const FLUSHED: &str = "SELECT pg_logical_emit_message(true, 'mediagate', '')";
 
 /// What the server made of one admission.
 #[derive(Debug)]
@@ -120,17 +112,6 @@ type Row = (
 
 type Waiting = Arc<Mutex<mpsc::Receiver<(Value, Reply)>>>;
 
-/// One batch, on disk when this returns: nobody is answered, and no provider called,
-/// on a row a crash of the server could still lose.
-async fn admit(pool: &PgPool, batch: Value) -> Result<Vec<Row>, sqlx::Error> {
-    let rows = sqlx::query_as(ADMIT_BATCH)
-        .bind(batch.to_string())
-        .fetch_all(pool)
-        .await?;
-    sqlx::query(FLUSHED).execute(pool).await?;
-    Ok(rows)
-}
-
 /// Send what waits, a batch at a time, until every handle is gone.
 async fn batch(pool: PgPool, waiting: Waiting) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
@@ -140,7 +121,10 @@ async fn batch(pool: PgPool, waiting: Waiting) {
         for (n, element) in elements.iter_mut().enumerate() {
             element["n"] = n.into();
         }
-        let rows = admit(&pool, Value::Array(elements)).await;
+        let rows: Result<Vec<Row>, _> = sqlx::query_as(ADMIT_BATCH)
+            .bind(Value::Array(elements).to_string())
+            .fetch_all(&pool)
+            .await;
         let mut replies: Vec<Option<Reply>> = replies.into_iter().map(Some).collect();
         match rows {
             Ok(rows) => {
