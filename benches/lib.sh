@@ -57,7 +57,7 @@ cpu_model() {
 }
 
 # The routes block of the provider `fast`: examples/fast_upstream.rs (the simulator's
-# protocol) at $1.
+# protocol) at $1; $2, lines added to its table (e.g. "poll_interval_ms = 5000").
 fast_provider() {
   cat <<EOF
 [providers.fast]
@@ -65,6 +65,7 @@ base_url = "$1"
 connect_timeout_ms = 1000
 submit_timeout_ms = 10000
 query_timeout_ms = 5000
+${2:-}
 
 [providers.fast.submit]
 path = '"/v2/model-center/tasks"'

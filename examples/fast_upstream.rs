@@ -9,6 +9,14 @@
 //!
 //! `GET /_stats` (not counted) answers `{"requests":N,"submits":N,"queries":N}`.
 //!
+//! `POST /_complete?over_ms=W` (not counted; for benches/tracker.sh) completes every
+//! task created before it, each at its own moment within the next W ms: the task
+//! created at `c` ms completes at `at + (c % W) * 7919 % W`, where `at` is the time
+//! of the call (the answer: `{"at_ms":…,"over_ms":…}`). The multiplication spreads
+//! tasks created together in time (and so polled together) across the window; the
+//! bench computes the same moment from the upstream id to measure how long the
+//! gateway took to learn each end. Tasks created later are not affected.
+//!
 //! `GET /media/{N}.bin` streams N bytes (a 64 KiB pattern repeated, with its
 //! `Content-Length`), made on the way and never held whole: the result a copy
 //! benchmark downloads (benches/copy.sh). With `--result-bytes N` a completed task's
@@ -22,8 +30,8 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -65,6 +73,17 @@ struct Settings {
     result_url: Option<String>,
     /// The bytes media bodies are cut from.
     pattern: Bytes,
+    /// `/_complete` calls: (when, over how long), in the order made.
+    completions: Mutex<Vec<(u64, u64)>>,
+}
+
+impl Settings {
+    /// When a `/_complete` call made the task created at `created_ms` complete.
+    fn completes_at(&self, created_ms: u64) -> Option<u64> {
+        let completions = self.completions.lock().unwrap_or_else(|e| e.into_inner());
+        let &(at, over) = completions.iter().find(|(at, _)| created_ms < *at)?;
+        Some(at + (created_ms % over) * 7919 % over)
+    }
 }
 
 fn main() {
@@ -94,6 +113,7 @@ async fn serve(listen: SocketAddr, timing: Timing, result_bytes: Option<u64>) {
         timing,
         result_url: result_bytes.map(|n| format!("http://{addr}/media/{n}.bin")),
         pattern: Bytes::from(pattern),
+        completions: Mutex::new(Vec::new()),
     });
     let stats = Arc::new(Stats::default());
     loop {
@@ -144,6 +164,9 @@ async fn handle(req: Request<Incoming>, stats: &Stats, settings: &Settings) -> R
             ),
         );
     }
+    if req.method() == Method::POST && req.uri().path() == "/_complete" {
+        return complete(req.uri().query().unwrap_or(""), settings);
+    }
     stats.requests.fetch_add(1, Ordering::Relaxed);
     let path = req.uri().path().to_owned();
     match (req.method(), path.as_str()) {
@@ -187,6 +210,31 @@ async fn handle(req: Request<Incoming>, stats: &Stats, settings: &Settings) -> R
     }
 }
 
+/// `/_complete?over_ms=W`: every task created so far completes within W ms.
+fn complete(query: &str, settings: &Settings) -> Response<Body> {
+    let over = query
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("over_ms="))
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|w| *w > 0);
+    let Some(over) = over else {
+        return reply(
+            StatusCode::BAD_REQUEST,
+            r#"{"error":{"message":"over_ms=W (W > 0) is required"}}"#.into(),
+        );
+    };
+    let at = now_ms();
+    settings
+        .completions
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push((at, over));
+    reply(
+        StatusCode::OK,
+        format!(r#"{{"at_ms":{at},"over_ms":{over}}}"#),
+    )
+}
+
 /// `/media/{N}.bin`: N bytes of the pattern, streamed in frames of its size.
 fn media(path: &str, pattern: &Bytes) -> Response<Body> {
     let Some(len) = path
@@ -222,7 +270,10 @@ fn query(id: &str, settings: &Settings, now_ms: u64) -> Response<Body> {
             r#"{"error":{"message":"task not found"}}"#.into(),
         );
     };
-    let (status, progress) = task.state_at(timing.queued_ms, timing.processing_ms, now_ms);
+    let (status, progress) = match settings.completes_at(task.created_ms) {
+        Some(at) if now_ms >= at => (if task.fail { "failed" } else { "completed" }, 100),
+        _ => task.state_at(timing.queued_ms, timing.processing_ms, now_ms),
+    };
     let (created, image) = (task.created_ms, task.image);
     let object = if image { "image" } else { "video" };
     let created_s = created / 1000;

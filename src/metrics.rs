@@ -67,10 +67,105 @@ pub struct SharedMetrics {
 
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
-/// Every metric of the gateway.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StatusRequestLabels {
+    provider: String,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StatementLabels {
+    statement: &'static str,
+}
+
+/// The tracker's ledger statements: `lease` (tasks due, leased), `polled` (what its
+/// status requests learned, written back), `count` (the tracked tasks counted).
+pub const TRACKER_STATEMENTS: [&str; 3] = ["lease", "polled", "count"];
+
+/// The background tracker's metrics: what it follows, what it asks, how late.
+#[derive(Clone)]
+pub struct TrackerMetrics {
+    tasks: Family<ProviderLabels, Gauge>,
+    behind: Family<ProviderLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    status_requests: Family<StatusRequestLabels, Counter>,
+    poll_delay: HistogramFamily<ProviderLabels>,
+    finish_gap: HistogramFamily<ProviderLabels>,
+    statements: Family<StatementLabels, Counter>,
+}
+
+impl Default for TrackerMetrics {
+    fn default() -> Self {
+        Self {
+            tasks: Family::default(),
+            behind: Family::default(),
+            status_requests: Family::default(),
+            // 1 ms … ~33 s: on time, to a tracker a whole interval behind.
+            poll_delay: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.001, 2.0, 16))
+            }),
+            // 0.5 s … ~220 s by halves: fine around the usual poll intervals (5 s),
+            // up to past the longest (`max_interval_ms`, 60 s) and a late poll.
+            finish_gap: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.5, 1.5, 16))
+            }),
+            statements: Family::default(),
+        }
+    }
+}
+
+impl TrackerMetrics {
+    /// The unfinished tasks of `provider` in the ledger, and how late the most
+    /// overdue poll of one not being asked about now is (0 when none is overdue).
+    pub fn tracked(&self, provider: &str, tasks: i64, behind: Duration) {
+        let labels = provider_labels(provider);
+        self.tasks.get_or_create(&labels).set(tasks);
+        self.behind.get_or_create(&labels).set(behind.as_secs_f64());
+    }
+
+    /// A status request about to be sent `late` after the task was due.
+    pub fn poll_sent(&self, provider: &str, late: Duration) {
+        self.poll_delay
+            .get_or_create(&provider_labels(provider))
+            .observe(late.as_secs_f64());
+    }
+
+    /// A status request's outcome: `unfinished`, `completed` or `failed` (the
+    /// provider's answer), `error` (no usable answer).
+    pub fn status_request(&self, provider: &str, outcome: &'static str) {
+        self.status_requests
+            .get_or_create(&StatusRequestLabels {
+                provider: provider.to_owned(),
+                outcome,
+            })
+            .inc();
+    }
+
+    /// A task seen finished `gap` after it was last known unfinished (its previous
+    /// status request, or its submit): the longest its end can have gone unseen.
+    pub fn seen_finished(&self, provider: &str, gap: Duration) {
+        self.finish_gap
+            .get_or_create(&provider_labels(provider))
+            .observe(gap.as_secs_f64());
+    }
+
+    /// One ledger statement of the tracker, one of [`TRACKER_STATEMENTS`].
+    pub fn statement(&self, statement: &'static str) {
+        self.statements
+            .get_or_create(&StatementLabels { statement })
+            .inc();
+    }
+}
+
+fn provider_labels(provider: &str) -> ProviderLabels {
+    ProviderLabels {
+        provider: provider.to_owned(),
+    }
+}
+
 /// What became of an attempt at copying results into storage.
 pub const RESULT_COPY_RESULTS: [&str; 4] = ["stored", "skipped", "failed", "retry"];
 
+/// Every metric of the gateway.
 pub struct Metrics {
     registry: Registry,
     requests: Family<RequestLabels, Counter>,
@@ -112,6 +207,8 @@ pub struct Metrics {
     pub shared_limits: SharedMetrics,
     /// Handed to the task service, which reserves and settles.
     pub spend: SpendMetrics,
+    /// The background tracker's.
+    pub tracker: TrackerMetrics,
 }
 
 /// Money per key and model, in units of `[billing] currency`: what submits reserved,
@@ -219,12 +316,14 @@ impl Metrics {
             result_copy_seconds: Histogram::new(exponential_buckets(0.05, 2.0, 15)),
             shared_limits: SharedMetrics::default(),
             spend: SpendMetrics::default(),
+            tracker: TrackerMetrics::default(),
         };
         metrics.register_serving();
         metrics.register_tasks();
         metrics.register_webhooks();
         metrics.register_results();
         metrics.register_spend();
+        metrics.register_tracker();
         metrics.create_series();
         metrics.shared_limits.available.set(1);
         metrics
@@ -398,6 +497,42 @@ impl Metrics {
         );
     }
 
+    /// The background tracker: tasks followed, status requests, lateness, statements.
+    fn register_tracker(&mut self) {
+        let registry = &mut self.registry;
+        let tracker = &self.tracker;
+        registry.register(
+            "tracker_tasks",
+            "Unfinished tasks the tracker follows, per provider (in the ledger, shared by replicas; refreshed every 5 s)",
+            tracker.tasks.clone(),
+        );
+        registry.register(
+            "tracker_behind_seconds",
+            "How late the most overdue status request of a provider's tasks is, of tasks no replica is asking about now (0 when none is overdue; refreshed every 5 s)",
+            tracker.behind.clone(),
+        );
+        registry.register(
+            "tracker_status_requests",
+            "Status requests the tracker made, per provider and outcome (unfinished, completed, failed, error)",
+            tracker.status_requests.clone(),
+        );
+        registry.register(
+            "tracker_poll_delay_seconds",
+            "Time from a task's status request being due to its being sent, per provider",
+            tracker.poll_delay.clone(),
+        );
+        registry.register(
+            "tracker_finish_gap_seconds",
+            "For a task the tracker saw finished: time since it was last known unfinished (its previous status request, or its submit), the most its end went unseen, per provider",
+            tracker.finish_gap.clone(),
+        );
+        registry.register(
+            "tracker_ledger_statements",
+            "Ledger statements the tracker ran, by statement (lease, polled, count)",
+            tracker.statements.clone(),
+        );
+    }
+
     /// Series that exist from the start, so that rates and alerts see a zero.
     fn create_series(&self) {
         for result in RESULT_COPY_RESULTS {
@@ -426,6 +561,12 @@ impl Metrics {
         });
         for result in ["success", "failure"] {
             let _ = self.reloads.get_or_create(&ResultLabels { result });
+        }
+        for statement in TRACKER_STATEMENTS {
+            let _ = self
+                .tracker
+                .statements
+                .get_or_create(&StatementLabels { statement });
         }
     }
 

@@ -24,6 +24,8 @@ use crate::tasks::{TaskError, TaskState, TaskStatus};
 
 /// Rows leased at once; when there were as many, the next batch follows at once.
 const BATCH: i64 = 64;
+/// How often the tracked tasks are counted for the metrics.
+const COUNT_EVERY: Duration = Duration::from_secs(5);
 
 /// Follow unfinished tasks until the gateway stops.
 pub async fn run(gateway: Arc<Gateway>) {
@@ -35,6 +37,8 @@ pub async fn run(gateway: Arc<Gateway>) {
         gateway: gateway.clone(),
         ledger,
         in_flight: HashMap::new(),
+        count_due: tokio::time::Instant::now(),
+        counted: Vec::new(),
     };
     super::rounds::until_stopped(&gateway, None, &mut tracker).await;
 }
@@ -46,18 +50,23 @@ struct Tracker {
     ledger: Arc<Ledger>,
     me: String,
     in_flight: HashMap<String, Arc<Semaphore>>,
+    /// When the tracked tasks are counted next, and the providers counted last.
+    count_due: tokio::time::Instant,
+    counted: Vec<String>,
 }
 
 impl Rounds for Tracker {
     /// Lease the tasks due, and ask about each within its provider's
     /// `poll_max_in_flight`.
     async fn round(&mut self) -> bool {
-        let gateway = &self.gateway;
-        let settings = gateway.snapshot().tracker.clone();
+        let settings = self.gateway.snapshot().tracker.clone();
         if !settings.enabled {
             return false;
         }
+        self.count().await;
+        let gateway = &self.gateway;
         let lease = Duration::from_millis(settings.lease_ms);
+        gateway.metrics.tracker.statement("lease");
         let due = match self.ledger.claim_due(&self.me, lease, BATCH).await {
             Ok(due) => due,
             Err(e) => {
@@ -90,6 +99,39 @@ impl Rounds for Tracker {
     }
 }
 
+impl Tracker {
+    /// Every few seconds: the unfinished tasks per provider and how late their most
+    /// overdue poll is, for the metrics. A provider counted before and not now has
+    /// none left.
+    async fn count(&mut self) {
+        if tokio::time::Instant::now() < self.count_due {
+            return;
+        }
+        self.count_due = tokio::time::Instant::now() + COUNT_EVERY;
+        let metrics = &self.gateway.metrics.tracker;
+        metrics.statement("count");
+        let tracked = match self.ledger.tracked().await {
+            Ok(tracked) => tracked,
+            Err(e) => {
+                self.gateway.metrics.ledger_errors.inc();
+                tracing::warn!(error = %e, "tracker: the tracked tasks cannot be counted");
+                return;
+            }
+        };
+        let now = now_ms();
+        for t in &tracked {
+            let late = t.oldest_due_ms.map_or(0, |due| (now - due).max(0));
+            metrics.tracked(&t.provider, t.tasks, Duration::from_millis(late as u64));
+        }
+        for gone in &self.counted {
+            if !tracked.iter().any(|t| &t.provider == gone) {
+                metrics.tracked(gone, 0, Duration::ZERO);
+            }
+        }
+        self.counted = tracked.into_iter().map(|t| t.provider).collect();
+    }
+}
+
 /// Ask about one leased task and write down what was learned.
 async fn poll(gateway: &Gateway, me: &str, row: TaskRecord) {
     let Some(ledger) = gateway.tasks.ledger() else {
@@ -116,15 +158,36 @@ async fn poll(gateway: &Gateway, me: &str, row: TaskRecord) {
         let _ = ledger.polled(row.id, me, last_status(&row), later).await;
         return;
     };
+    let metrics = &gateway.metrics.tracker;
+    let sent = now_ms();
+    let due = row.next_poll_ms.unwrap_or(sent);
+    metrics.poll_sent(provider_name, millis(sent - due));
     let status = match gateway.tasks.lookup(&snapshot, task).await {
-        Ok(found) if found.state.status.is_terminal() => return,
-        Ok(found) => found.state.status,
+        Ok(found) => {
+            let status = found.state.status;
+            // Answered by the results cache: no status request was made.
+            if found.upstream_time.is_some() {
+                metrics.status_request(provider_name, outcome(status));
+                if status.is_terminal() {
+                    // Last known unfinished when the previous answer came (the next
+                    // poll was set an interval after it), or at its submit.
+                    let last_seen = due - row.poll_interval_ms.unwrap_or(0);
+                    metrics.seen_finished(provider_name, millis(now_ms() - last_seen));
+                }
+            }
+            if status.is_terminal() {
+                return;
+            }
+            status
+        }
         Err(e) => {
+            metrics.status_request(provider_name, "error");
             tracing::debug!(provider = %provider_name, code = e.code, "tracker: status request failed");
             last_status(&row)
         }
     };
     let interval = next_interval(&row, status, provider.poll_interval(), &snapshot.tracker);
+    metrics.statement("polled");
     if let Err(e) = ledger.polled(row.id, me, status, interval).await {
         gateway.metrics.ledger_errors.inc();
         tracing::warn!(row = row.id, error = %e, "tracker: the ledger cannot be written");
@@ -145,6 +208,20 @@ fn next_interval(
         Some(ms) if unchanged => (Duration::from_millis(ms as u64) * 3 / 2).clamp(base, max),
         _ => base,
     }
+}
+
+/// A status request's outcome, as the metrics name it.
+fn outcome(status: TaskStatus) -> &'static str {
+    match status {
+        TaskStatus::Completed => "completed",
+        TaskStatus::Failed => "failed",
+        TaskStatus::Queued | TaskStatus::Processing => "unfinished",
+    }
+}
+
+/// A span of milliseconds, none when negative (clocks of replicas differ).
+fn millis(ms: i64) -> Duration {
+    Duration::from_millis(ms.max(0) as u64)
 }
 
 fn last_status(row: &TaskRecord) -> TaskStatus {

@@ -196,3 +196,80 @@ async fn a_long_poll_on_one_replica_hears_what_the_other_replica_learned() {
         );
     }
 }
+
+#[tokio::test]
+async fn the_tracker_s_metrics_count_its_tasks_requests_and_finishes() {
+    let fake = Fake::start().await;
+    let ids = ["m0", "m1", "m2", "m3", "m4"];
+    let status = |id: &str, s: &str| {
+        let urls = if s == "completed" {
+            json!(["https://cdn.example/x.mp4"])
+        } else {
+            json!([])
+        };
+        Answer::json(200, json!({"id": id, "status": s, "urls": urls}))
+    };
+    let routes = Routes::upstream(&fake.url(), "poll_interval_ms = 100")
+        .server("metrics_listen = \"127.0.0.1:0\"");
+    let gw = Gateway::start(routes).await;
+    for id in ids {
+        fake.on("POST /v2/model-center/tasks", Answer::queued(id));
+        fake.on(
+            &format!("GET /v2/model-center/tasks/{id}"),
+            status(id, "queued"),
+        );
+        gw.client()
+            .submit(MODEL_CENTER, DEMO, &json!({"model": "m1", "prompt": id}))
+            .await;
+    }
+    let admin = gw.admin();
+    let tracked = r#"mediagate_tracker_tasks{provider="up"}"#;
+    let requests = "mediagate_tracker_status_requests_total{";
+    eventually("the five tasks counted, each asked about", async || {
+        let m = admin.metrics().await;
+        m.sum(&[tracked]) == 5.0 && m.sum(&[requests, r#"outcome="unfinished""#]) >= 5.0
+    })
+    .await;
+    let m = admin.metrics().await;
+    assert_eq!(m.sum(&[requests, r#"outcome="completed""#]), 0.0);
+    assert_eq!(m.sum(&["mediagate_tracker_finish_gap_seconds_count"]), 0.0);
+
+    for id in ids {
+        fake.on(
+            &format!("GET /v2/model-center/tasks/{id}"),
+            status(id, "completed"),
+        );
+    }
+    eventually("no task left to follow", async || {
+        admin.metrics().await.sum(&[tracked]) == 0.0
+    })
+    .await;
+    let m = admin.metrics().await;
+    let up = r#"provider="up""#;
+    assert_eq!(m.sum(&[requests, up, r#"outcome="completed""#]), 5.0);
+    assert_eq!(m.sum(&[requests, r#"outcome="error""#]), 0.0);
+    // Each task's end seen once, by a status request of the tracker.
+    assert_eq!(
+        m.sum(&["mediagate_tracker_finish_gap_seconds_count", up]),
+        5.0
+    );
+    // Every request was due first; a poll the results cache answered is no request.
+    let sent = m.sum(&[requests, up]);
+    assert!(m.sum(&["mediagate_tracker_poll_delay_seconds_count", up]) >= sent);
+    let asked_upstream = fake.take().iter().filter(|s| s.method == "GET").count();
+    assert_eq!(sent, asked_upstream as f64);
+    // What the unfinished answers taught was written back, at most once each.
+    let statements = "mediagate_tracker_ledger_statements_total{";
+    let polled = m.sum(&[statements, r#"statement="polled""#]);
+    let unfinished = m.sum(&[requests, r#"outcome="unfinished""#]);
+    assert!(
+        polled >= 1.0 && polled <= unfinished,
+        "{polled} of {unfinished}"
+    );
+    assert!(m.sum(&[statements, r#"statement="lease""#]) >= 1.0);
+    assert!(m.sum(&[statements, r#"statement="count""#]) >= 2.0);
+    assert_eq!(
+        m.sum(&[r#"mediagate_tracker_behind_seconds{provider="up"}"#]),
+        0.0
+    );
+}

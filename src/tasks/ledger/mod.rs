@@ -40,7 +40,7 @@ pub use self::deliveries::{Delivery, DeliveryBacklog, DeliveryOutcome, PutBack};
 pub use self::error::LedgerError;
 pub use self::record::{
     Admission, Answer, Created, Cursor, MAX_TASK_SECONDS, NewTask, Page, State, TaskRecord,
-    UsageRow, fingerprint,
+    Tracked, UsageRow, fingerprint,
 };
 pub use self::store::Leased;
 use crate::config::Endpoint;
@@ -444,6 +444,13 @@ impl Ledger {
         let args = params![state.as_str()];
         let count = self.store.reads().int(record::COUNT_STATE, args).await?;
         Ok(count.unwrap_or(0))
+    }
+
+    /// The unfinished tasks per provider, with the earliest due poll of those no
+    /// replica is asking about now.
+    pub async fn tracked(&self) -> Result<Vec<Tracked>, LedgerError> {
+        let args = params![now_ms()];
+        self.store.reads().tracked(record::TRACKED, args).await
     }
 
     /// Usage per key, model and UTC day since `since_ms`, for operators.

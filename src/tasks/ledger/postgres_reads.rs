@@ -7,7 +7,7 @@ use super::LedgerError;
 use super::copies::StoredResult;
 use super::deliveries::{DeliveryBacklog, DeliveryOf};
 use super::reads::Reader;
-use super::record::{RawTaskRecord, TaskRecord, UsageRow};
+use super::record::{RawTaskRecord, TaskRecord, Tracked, UsageRow};
 use super::store::{Param, StoreFuture};
 
 /// Values bound in `$1`, `$2`, … order.
@@ -65,6 +65,18 @@ impl Reader for PostgresReads {
         sql: &'static str,
         args: Vec<Param<'a>>,
     ) -> StoreFuture<'a, Vec<UsageRow>> {
+        Box::pin(async move {
+            Ok(sqlx::query_as_with(sql, arguments(&args)?)
+                .fetch_all(&self.0)
+                .await?)
+        })
+    }
+
+    fn tracked<'a>(
+        &'a self,
+        sql: &'static str,
+        args: Vec<Param<'a>>,
+    ) -> StoreFuture<'a, Vec<Tracked>> {
         Box::pin(async move {
             Ok(sqlx::query_as_with(sql, arguments(&args)?)
                 .fetch_all(&self.0)

@@ -3,7 +3,7 @@
 
 use super::copies::StoredResult;
 use super::deliveries::{DeliveryBacklog, DeliveryOf};
-use super::record::{TaskRecord, UsageRow};
+use super::record::{TaskRecord, Tracked, UsageRow};
 use super::store::{Param, StoreFuture};
 
 /// The reads the ledger makes, whatever the engine.
@@ -32,6 +32,13 @@ pub(super) trait Reader: Send + Sync {
         sql: &'static str,
         args: Vec<Param<'a>>,
     ) -> StoreFuture<'a, Vec<UsageRow>>;
+
+    /// Unfinished tasks per provider read.
+    fn tracked<'a>(
+        &'a self,
+        sql: &'static str,
+        args: Vec<Param<'a>>,
+    ) -> StoreFuture<'a, Vec<Tracked>>;
 
     /// Stored results read.
     fn results<'a>(

@@ -377,6 +377,15 @@ pub struct UsageRow {
     pub reserved: i64,
 }
 
+/// The unfinished tasks of one provider, for the tracker's metrics.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Tracked {
+    pub provider: String,
+    pub tasks: i64,
+    /// The earliest due time of a status request of one no replica holds.
+    pub oldest_due_ms: Option<i64>,
+}
+
 /// Where a listing's page starts: after this task, which the previous page ended with.
 #[derive(Debug, Clone, Copy)]
 pub struct Cursor<'a> {
@@ -567,6 +576,9 @@ pub(super) const EXPIRE_SUBMITTING: &str = concat!(
 );
 pub(super) const FORGET_KEYS: &str =
     "UPDATE tasks SET idempotency_key = NULL WHERE idempotency_key IS NOT NULL AND created_ms < $1";
+/// The unfinished tasks per provider, and the earliest due poll of those not leased at
+/// `$1` (a leased one is being asked about).
+pub(super) const TRACKED: &str = "SELECT COALESCE(provider, '') AS provider, COUNT(*) AS tasks, MIN(CASE WHEN lease_until_ms IS NULL OR lease_until_ms < $1 THEN next_poll_ms END) AS oldest_due_ms FROM tasks WHERE state = 'submitted' GROUP BY provider";
 pub(super) const COUNT_STATE: &str = "SELECT COUNT(*) FROM tasks WHERE state = $1";
 pub(super) const USAGE: &str = concat!(
     "SELECT owner, model, created_ms / 86400000 AS day, CAST(SUM(CASE WHEN upstream_id IS NOT NULL THEN 1 ELSE 0 END) AS BIGINT) AS submitted, CAST(SUM(CASE WHEN state = 'completed' THEN 1 ELSE 0 END) AS BIGINT) AS completed, CAST(SUM(CASE WHEN state = 'failed' THEN 1 ELSE 0 END) AS BIGINT) AS failed, CAST(SUM(CASE WHEN upstream_id IS NOT NULL THEN ",

@@ -13,7 +13,7 @@ use super::LedgerError;
 use super::copies::StoredResult;
 use super::deliveries::{DeliveryBacklog, DeliveryOf};
 use super::reads::Reader;
-use super::record::{TaskRecord, UsageRow};
+use super::record::{TaskRecord, Tracked, UsageRow};
 use super::sqlite::task_row;
 use super::store::{Param, StoreFuture};
 use super::writer::{owned, query_rows};
@@ -131,6 +131,20 @@ impl Reader for SqliteReads {
         args: Vec<Param<'a>>,
     ) -> StoreFuture<'a, Vec<UsageRow>> {
         self.rows(sql, &args, usage_row)
+    }
+
+    fn tracked<'a>(
+        &'a self,
+        sql: &'static str,
+        args: Vec<Param<'a>>,
+    ) -> StoreFuture<'a, Vec<Tracked>> {
+        self.rows(sql, &args, |row| {
+            Ok(Tracked {
+                provider: row.get(0)?,
+                tasks: row.get(1)?,
+                oldest_due_ms: row.get(2)?,
+            })
+        })
     }
 
     fn results<'a>(
