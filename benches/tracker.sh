@@ -7,6 +7,8 @@
 #   MEDIAGATE=path/to/mediagate benches/tracker.sh   # another build, to compare
 #   KEEP_WORK=1 benches/tracker.sh      # keep the run's /tmp directory (logs, configs,
 #                                       # the ledger)
+#   PERF=1 benches/tracker.sh           # perf samples the gateway while each size is
+#                                       # measured: target/load/tracker-perf-N.txt
 #
 # One gateway follows every size in turn: provider `fast` with `poll_interval_ms` =
 # INTERVAL_MS (5,000) and `[tracker] max_interval_ms` the same (so that every task is
@@ -15,7 +17,8 @@
 #
 # 1. A forwarded query's CPU: a second gateway (poll cache off, tracker off) answers
 #    queries of an unfinished task at the rate the tracker should reach, N per
-#    interval (loadgen rate, FORWARD_SECONDS).
+#    interval (loadgen rate, FORWARD_SECONDS), from 64 connections and from 8 (as
+#    many requests in flight as the tracker's `poll_max_in_flight`).
 # 2. N tasks submitted through the gateway (loadgen rate); the fast upstream keeps
 #    them `queued`. Once `mediagate_tracker_tasks` says N and an interval has passed,
 #    MEASURE seconds are measured: status requests per second (the gateway's counter,
@@ -178,17 +181,23 @@ unfinished_in_ledger() { sqlite3 -readonly "$LEDGER_DB" "SELECT COUNT(*) FROM ta
 none_unfinished() { [[ $(unfinished_in_ledger) == 0 ]]; }
 
 ROWS=()
+RSS_AT=()
 for N in $SIZES; do
   ALLOWED=$(( N * 1000 / INTERVAL_MS ))
   # 1. A forwarded query's CPU, at the rate the tracker should reach.
-  log "$N: forwarded queries at $ALLOWED/s for $FORWARD_SECONDS s"
-  c0=$(cpu_ticks "$FW_PID")
-  FORWARDED=$($LOADGEN rate --addr "$FW_ADDR" --rate "$ALLOWED" --seconds "$FORWARD_SECONDS" \
-    --conns 64 --path "$TASKS/$FW_TASK" --header "$AUTH")
-  c1=$(cpu_ticks "$FW_PID")
-  FW_N=$(echo "$FORWARDED" | sed 's/.*requests=\([0-9]*\).*/\1/')
-  FW_FAILED=$(echo "$FORWARDED" | sed 's/.* failed=\([0-9]*\).*/\1/')
-  FW_CPU=$(per $(( c1 - c0 )) "$FW_N" "$(( 1000000 / CLK_TCK ))")
+  forwarded() { # $1 = connections; prints "CPU µs per query, failed"
+    local c0 c1 out n
+    c0=$(cpu_ticks "$FW_PID")
+    out=$($LOADGEN rate --addr "$FW_ADDR" --rate "$ALLOWED" --seconds "$FORWARD_SECONDS" \
+      --conns "$1" --path "$TASKS/$FW_TASK" --header "$AUTH")
+    c1=$(cpu_ticks "$FW_PID")
+    echo "$N forwarded, $1 connections: $out" >>"$WORK/loadgen.log"
+    n=$(echo "$out" | sed 's/.*requests=\([0-9]*\).*/\1/')
+    echo "$(per $(( c1 - c0 )) "$n" "$(( 1000000 / CLK_TCK ))") $(echo "$out" | sed 's/.* failed=\([0-9]*\).*/\1/')"
+  }
+  log "$N: forwarded queries at $ALLOWED/s for $FORWARD_SECONDS s, from 64 and 8 connections"
+  read -r FW_CPU FW_FAILED <<<"$(forwarded 64)"
+  read -r FW8_CPU FW8_FAILED <<<"$(forwarded 8)"
 
   # 2. N tasks, held queued.
   RSS0=$(status_kb "$MG_PID" VmRSS)
@@ -210,6 +219,10 @@ for N in $SIZES; do
   if (( settle > 0 )); then sleep "$settle"; fi
 
   log "$N: measuring $MEASURE s"
+  if [[ ${PERF:-} == 1 ]]; then
+    perf record -F 999 -g -p "$MG_PID" -o "$WORK/perf-$N.data" -- sleep "$MEASURE" 2>/dev/null &
+    PERF_PID=$!
+  fi
   scrape >"$WORK/m0"; q0=$(upstream_queries); c0=$(cpu_ticks "$MG_PID")
   BEHIND_MAX=0
   for _ in $(seq 1 "$MEASURE"); do
@@ -219,6 +232,11 @@ for N in $SIZES; do
   done
   scrape >"$WORK/m1"; q1=$(upstream_queries); c1=$(cpu_ticks "$MG_PID")
   RSS1=$(status_kb "$MG_PID" VmRSS)
+  if [[ ${PERF:-} == 1 ]]; then
+    wait "$PERF_PID" || true
+    perf report -i "$WORK/perf-$N.data" --no-children --sort dso,sym --stdio -g none 2>/dev/null \
+      | grep -v -e '^#' -e '^$' | sed -n 1,60p >"$OUT/tracker-perf-$N.txt"
+  fi
   DB1=$(stat -c %s "$LEDGER_DB")
   d() { awk -v a="$(val "$WORK/m1" "$1")" -v b="$(val "$WORK/m0" "$1")" 'BEGIN { printf "%.6f", a - b }'; }
   SENT=$(d "$REQS")
@@ -229,6 +247,7 @@ for N in $SIZES; do
   STATEMENTS=$(per "$(awk -v a="$(d "$STATEMENTS_LEASE")" -v b="$(d "$STATEMENTS_POLLED")" 'BEGIN { print a + b }')" "$SENT" 1 3)
   DELAY_MS=$(per "$(d "$DELAY_SUM")" "$(d "$DELAY_COUNT")" 1000 1)
   RSS_PER=$(per $(( (RSS1 - RSS0) * 1024 )) "$N" 1 0)
+  RSS_AT+=("$N $RSS1")
   DB_PER=$(per $(( DB1 - DB0 )) "$N" 1 0)
 
   # 3. Every task completed upstream within one interval; the lag of each.
@@ -253,7 +272,7 @@ for N in $SIZES; do
       (SELECT lag FROM l ORDER BY lag LIMIT 1 OFFSET (SELECT COUNT(*) * 99 / 100 FROM l)),
       MAX(lag), MIN(lag) FROM l")
   read -r LAG_N LAG_P50 LAG_P99 LAG_MAX LAG_MIN <<<"$LAGS"
-  ROWS+=("| $N | $ALLOWED | $RATE ($UP_RATE upstream) | $(per "$RATE" "$ALLOWED" 1 2) | $CORES | $POLL_CPU | $FW_CPU ($FW_FAILED failed) | $(per "$POLL_CPU" "$FW_CPU" 1 2) | $LAG_P50 / $LAG_P99 / $LAG_MAX ($LAG_N of $N, $LEARNT) | $GAP_MS | $DELAY_MS | $BEHIND_MAX | $RSS_PER | $DB_PER | $STATEMENTS |")
+  ROWS+=("| $N | $ALLOWED | $RATE ($UP_RATE upstream) | $(per "$RATE" "$ALLOWED" 1 2) | $CORES | $POLL_CPU | $FW_CPU / $FW8_CPU ($(( FW_FAILED + FW8_FAILED )) failed) | $(per "$POLL_CPU" "$FW_CPU" 1 2) / $(per "$POLL_CPU" "$FW8_CPU" 1 2) | $LAG_P50 / $LAG_P99 / $LAG_MAX ($LAG_N of $N, $LEARNT) | $GAP_MS | $DELAY_MS | $BEHIND_MAX | $RSS_PER | $DB_PER | $STATEMENTS |")
   log "$N: ${ROWS[-1]}"
   [[ $LAG_MIN -ge 0 ]] || log "a negative lag ($LAG_MIN ms): the ledger and the upstream disagree"
 done
@@ -265,9 +284,15 @@ done
   echo "Versions: mediagate $(git rev-parse --short HEAD 2>/dev/null || echo "?") ($MEDIAGATE), $(rustc --version)."
   echo "Command: \`benches/tracker.sh\` (SIZES=\"$SIZES\" INTERVAL_MS=$INTERVAL_MS MEASURE=$MEASURE FORWARD_SECONDS=$FORWARD_SECONDS SUBMIT_RATE=$SUBMIT_RATE)"
   echo
-  echo "Allowed: tasks per interval ($INTERVAL_MS ms). CPU in µs per request (user + system, the whole gateway); a forwarded query's at the allowed rate, poll cache off. Lag: the ledger's \`finished_ms\` minus the upstream's completion, ms. Gap: \`mediagate_tracker_finish_gap_seconds\`, mean. Delay: \`mediagate_tracker_poll_delay_seconds\`, mean. Behind: the largest \`mediagate_tracker_behind_seconds\` seen. RSS and ledger file growth per task from before the submits to the end of the measure. Statements: the tracker's (\`lease\` + \`polled\`) per status request."
+  echo "Allowed: tasks per interval ($INTERVAL_MS ms). CPU in µs per request (user + system, the whole gateway); a forwarded query's at the allowed rate, poll cache off, from 64 / 8 connections; the ratio is the status request's to each. Lag: the ledger's \`finished_ms\` minus the upstream's completion, ms. Gap: \`mediagate_tracker_finish_gap_seconds\`, mean. Delay: \`mediagate_tracker_poll_delay_seconds\`, mean. Behind: the largest \`mediagate_tracker_behind_seconds\` seen. RSS and ledger file growth per task from before the submits to the end of the measure. Statements: the tracker's (\`lease\` + \`polled\`) per status request."
   echo
   echo "| tasks | allowed req/s | status req/s | achieved / allowed | gateway cores | CPU µs per status request | CPU µs per forwarded query | ratio | lag p50 / p99 / max ms | gap ms | delay ms | behind s | RSS B per task | ledger B per task | statements per poll |"
   echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
   printf '%s\n' "${ROWS[@]}"
+  echo
+  for r in "${RSS_AT[@]}"; do set -- $r; echo "RSS following $1 tasks: $(( $2 / 1024 )) MiB."; done
+  if (( ${#RSS_AT[@]} > 1 )); then
+    set -- ${RSS_AT[0]} ${RSS_AT[-1]}
+    echo "RSS per task between the first and the last size (what the submits left behind cancels out): $(per $(( ($4 - $2) * 1024 )) $(( $3 - $1 )) 1 0) bytes."
+  fi
 } | tee "$OUT/tracker.md"

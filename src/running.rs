@@ -77,7 +77,6 @@ pub async fn start(config: &Path) -> Result<Running, StartError> {
             "demo webhook secret in use: it is published in the README; receivers cannot trust these webhooks"
         );
     }
-    start_background(&gateway);
     let listeners = Listeners::bind(&snapshot.server)
         .await
         .map_err(|(addr, e)| StartError::Listen(addr, e))?;
@@ -86,6 +85,7 @@ pub async fn start(config: &Path) -> Result<Running, StartError> {
         n => n,
     };
     let workers = Arc::new(Workers::start(workers).map_err(StartError::Workers)?);
+    start_background(&gateway, &workers);
     let local = |l: &tokio::net::TcpListener| l.local_addr().ok();
     let (addr, tls_addr, admin_addr) = (
         local(&listeners.plain).unwrap_or(snapshot.server.listen),
@@ -131,11 +131,13 @@ pub async fn start(config: &Path) -> Result<Running, StartError> {
     })
 }
 
-/// The loops that run beside the requests, on this runtime.
-fn start_background(gateway: &Arc<Gateway>) {
+/// The loops that run beside the requests, on this runtime; the tracker hands its
+/// status requests to the `workers`.
+fn start_background(gateway: &Arc<Gateway>, workers: &Workers) {
     tokio::spawn(crate::gateway::reload::watch_files(gateway.clone()));
     tokio::spawn(crate::gateway::sweep::run(gateway.clone()));
-    tokio::spawn(crate::gateway::tracker::run(gateway.clone()));
+    let handles = workers.handles().to_vec();
+    tokio::spawn(crate::gateway::tracker::run(gateway.clone(), handles));
     tokio::spawn(crate::gateway::deliveries::run(gateway.clone()));
     tokio::spawn(crate::gateway::copies::run(gateway.clone()));
     if let Some(shared) = &gateway.shared_limits {

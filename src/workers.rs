@@ -93,6 +93,11 @@ impl Workers {
         self.handles.len()
     }
 
+    /// The workers' runtimes, to hand work to (they do not keep them running).
+    pub fn handles(&self) -> &[Handle] {
+        &self.handles
+    }
+
     /// The worker to take the next connection, in turn.
     pub fn next(&self) -> &Handle {
         let n = self.next.fetch_add(1, Ordering::Relaxed);

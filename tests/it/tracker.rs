@@ -198,7 +198,19 @@ async fn a_long_poll_on_one_replica_hears_what_the_other_replica_learned() {
 }
 
 #[tokio::test]
-async fn the_tracker_s_metrics_count_its_tasks_requests_and_finishes() {
+async fn the_tracker_s_metrics_count_its_tasks_requests_and_finishes_on_sqlite() {
+    tracker_metrics(None).await;
+}
+
+#[tokio::test]
+async fn the_tracker_s_metrics_count_its_tasks_requests_and_finishes_on_postgres() {
+    let pg = Postgres::start();
+    tracker_metrics(Some(&pg.database("metrics"))).await;
+}
+
+/// Five tasks followed until they end, on the ledger at `ledger` (the config
+/// directory's SQLite file when `None`).
+async fn tracker_metrics(ledger: Option<&str>) {
     let fake = Fake::start().await;
     let ids = ["m0", "m1", "m2", "m3", "m4"];
     let status = |id: &str, s: &str| {
@@ -209,8 +221,11 @@ async fn the_tracker_s_metrics_count_its_tasks_requests_and_finishes() {
         };
         Answer::json(200, json!({"id": id, "status": s, "urls": urls}))
     };
-    let routes = Routes::upstream(&fake.url(), "poll_interval_ms = 100")
+    let mut routes = Routes::upstream(&fake.url(), "poll_interval_ms = 100")
         .server("metrics_listen = \"127.0.0.1:0\"");
+    if let Some(url) = ledger {
+        routes = routes.top(&format!("[ledger]\nurl = {url:?}"));
+    }
     let gw = Gateway::start(routes).await;
     for id in ids {
         fake.on("POST /v2/model-center/tasks", Answer::queued(id));
@@ -272,4 +287,5 @@ async fn the_tracker_s_metrics_count_its_tasks_requests_and_finishes() {
         m.sum(&[r#"mediagate_tracker_behind_seconds{provider="up"}"#]),
         0.0
     );
+    assert_eq!(m.sum(&["mediagate_ledger_errors_total"]), 0.0);
 }

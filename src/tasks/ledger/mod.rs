@@ -39,7 +39,7 @@ pub use self::copies::{CopyOutcome, StoredResult};
 pub use self::deliveries::{Delivery, DeliveryBacklog, DeliveryOutcome, PutBack};
 pub use self::error::LedgerError;
 pub use self::record::{
-    Admission, Answer, Created, Cursor, MAX_TASK_SECONDS, NewTask, Page, State, TaskRecord,
+    Admission, Answer, Created, Cursor, MAX_TASK_SECONDS, NewTask, Page, Polled, State, TaskRecord,
     Tracked, UsageRow, fingerprint,
 };
 pub use self::store::Leased;
@@ -345,20 +345,21 @@ impl Ledger {
         self.store.write_tasks(claim, args).await
     }
 
-    /// The tracker asked about a task it leased and it is not finished: its status,
-    /// the next request in `interval`, and the lease given back.
-    pub async fn polled(
-        &self,
-        row: i64,
-        owner: &str,
-        status: TaskStatus,
-        interval: Duration,
-    ) -> Result<(), LedgerError> {
-        let now = now_ms();
-        let interval = interval.as_millis() as i64;
-        let args = params![row, owner, status.as_str(), now + interval, interval, now];
-        self.store.execute(record::SET_POLLED, args).await?;
-        Ok(())
+    /// The tracker asked about tasks `owner` leased and they are not finished: each
+    /// one's status and next request written, and its lease given back, by one
+    /// statement. The rows changed (a lease lost meanwhile is left alone).
+    pub async fn polled(&self, owner: &str, polled: &[Polled]) -> Result<usize, LedgerError> {
+        if polled.is_empty() {
+            return Ok(0);
+        }
+        let list = record::polled_json(polled);
+        let sql = PerEngine {
+            sqlite: record::SET_POLLED_SQLITE,
+            postgres: record::SET_POLLED_POSTGRES,
+        };
+        self.store
+            .execute_in(sql, params![owner, list.as_str()])
+            .await
     }
 
     /// A page of an owner's tasks on one endpoint, newest first. `after` is the
@@ -570,6 +571,80 @@ mod tests {
             first_poll: Duration::from_secs(5),
         };
         l.created(row, &c).await.unwrap();
+    }
+
+    /// The tracker's write-back: one statement for every task it asked about, each
+    /// with its own status and next request, only where its lease is still held.
+    #[tokio::test]
+    async fn polled_tasks_are_written_back_by_one_statement_under_their_leases() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = ledger(&dir).await;
+        let mut rows = Vec::new();
+        for n in 0..3 {
+            let Admission::Fresh(row) = l.admit(&new("a", None, &format!("fp{n}"))).await.unwrap()
+            else {
+                panic!()
+            };
+            let a = answer(n);
+            let c = Created {
+                provider: "p",
+                upstream_id: &format!("up-{n}"),
+                task_id: &format!("task_{n}"),
+                status: TaskStatus::Queued,
+                answer: &a,
+                first_poll: Duration::ZERO,
+            };
+            l.created(row, &c).await.unwrap();
+            rows.push(row);
+        }
+        let claimed = l
+            .claim_due("me", Duration::from_secs(30), 10)
+            .await
+            .unwrap();
+        assert_eq!(claimed.len(), 3);
+        let before = batches(&l);
+        let due = claimed[0].next_poll_ms.unwrap();
+        let polled = [
+            Polled::answered(rows[0], TaskStatus::Processing, due, Duration::from_secs(7)),
+            Polled::answered(rows[1], TaskStatus::Queued, due, Duration::from_secs(5)),
+        ];
+        // On time: an interval after it was due, whenever the answer came.
+        assert_eq!(polled[1].next_ms, due + 5000);
+        // Far behind: an interval after the answer.
+        let late = Polled::answered(
+            rows[1],
+            TaskStatus::Queued,
+            due - 60_000,
+            Duration::from_secs(5),
+        );
+        assert!(late.next_ms >= late.answered_ms + 5000, "{late:?}");
+        assert_eq!(l.polled("me", &polled).await.unwrap(), 2);
+        assert_eq!(batches(&l), before + 1, "one statement, one batch");
+        // Another replica's write-back of a lease it does not hold changes nothing.
+        let other = [Polled::answered(
+            rows[2],
+            TaskStatus::Processing,
+            due,
+            Duration::ZERO,
+        )];
+        assert_eq!(l.polled("other", &other).await.unwrap(), 0);
+        for (p, row) in polled.iter().zip(&rows) {
+            let r = l.row(*row).await.unwrap().unwrap();
+            assert_eq!(r.status, Some(p.status));
+            assert_eq!(r.poll_interval_ms, Some(p.interval_ms));
+            assert_eq!(r.next_poll_ms, Some(p.next_ms));
+            assert_eq!((r.lease_owner, r.updated_ms), (None, p.answered_ms));
+        }
+        let held = l.row(rows[2]).await.unwrap().unwrap();
+        assert_eq!(
+            (held.status, held.lease_owner.as_deref()),
+            (Some(TaskStatus::Queued), Some("me"))
+        );
+        // Counted: three unfinished tasks; the earliest due poll of those not leased.
+        let tracked = l.tracked().await.unwrap();
+        assert_eq!(tracked.len(), 1);
+        assert_eq!((tracked[0].provider.as_str(), tracked[0].tasks), ("p", 3));
+        assert_eq!(tracked[0].oldest_due_ms, Some(polled[1].next_ms));
     }
 
     /// The operator resolved a task of unknown outcome; the provider's answer to its

@@ -550,7 +550,73 @@ pub(super) const CLAIM_POSTGRES: &str = concat!(
     "UPDATE tasks SET lease_owner = $1, lease_until_ms = $2 WHERE id IN (SELECT id FROM tasks WHERE state = 'submitted' AND next_poll_ms <= $3 AND (lease_until_ms IS NULL OR lease_until_ms < $3) ORDER BY next_poll_ms LIMIT $4 FOR UPDATE SKIP LOCKED) RETURNING ",
     columns!()
 );
-pub(super) const SET_POLLED: &str = "UPDATE tasks SET status = $3, next_poll_ms = $4, poll_interval_ms = $5, lease_owner = NULL, lease_until_ms = NULL, updated_ms = $6 WHERE id = $1 AND lease_owner = $2";
+/// What status requests of tasks leased to `$1` learned, `$2` a JSON list of
+/// `[row, status, next_poll_ms, interval_ms, answered_ms]` ([`polled_json`]): the
+/// status, the next request, the lease given back.
+pub(super) const SET_POLLED_SQLITE: &str = "UPDATE tasks SET status = p.value ->> 1, next_poll_ms = p.value ->> 2, poll_interval_ms = p.value ->> 3, lease_owner = NULL, lease_until_ms = NULL, updated_ms = p.value ->> 4 FROM json_each($2) AS p WHERE tasks.id = p.value ->> 0 AND tasks.lease_owner = $1";
+pub(super) const SET_POLLED_POSTGRES: &str = "UPDATE tasks SET status = p.value ->> 1, next_poll_ms = (p.value ->> 2)::bigint, poll_interval_ms = (p.value ->> 3)::bigint, lease_owner = NULL, lease_until_ms = NULL, updated_ms = (p.value ->> 4)::bigint FROM jsonb_array_elements($2::jsonb) AS p(value) WHERE tasks.id = (p.value ->> 0)::bigint AND tasks.lease_owner = $1";
+
+/// What a status request of a leased, unfinished task learned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Polled {
+    pub row: i64,
+    pub status: TaskStatus,
+    /// When the task is asked about next (Unix ms), and the interval that makes.
+    pub next_ms: i64,
+    pub interval_ms: i64,
+    /// When the answer came: the task was known unfinished then.
+    pub answered_ms: i64,
+}
+
+impl Polled {
+    /// Row `row`, due at `due_ms`, answered `status` now: asked about again an
+    /// `interval` after it was due, so that the tracker's own delay does not stretch
+    /// every interval; a tracker so far behind that this has passed already asks an
+    /// interval after the answer instead.
+    pub fn answered(
+        row: i64,
+        status: TaskStatus,
+        due_ms: i64,
+        interval: std::time::Duration,
+    ) -> Self {
+        let now = super::now_ms();
+        let interval_ms = interval.as_millis() as i64;
+        let on_time = due_ms.saturating_add(interval_ms);
+        Self {
+            row,
+            status,
+            next_ms: if on_time > now {
+                on_time
+            } else {
+                now + interval_ms
+            },
+            interval_ms,
+            answered_ms: now,
+        }
+    }
+}
+
+/// The list [`SET_POLLED_SQLITE`] and [`SET_POLLED_POSTGRES`] read. Status words are
+/// fixed identifiers: nothing to escape.
+pub(super) fn polled_json(polled: &[Polled]) -> String {
+    use std::fmt::Write;
+    let mut out = String::with_capacity(polled.len() * 40 + 2);
+    out.push('[');
+    for (n, p) in polled.iter().enumerate() {
+        let comma = if n == 0 { "" } else { "," };
+        let _ = write!(
+            out,
+            "{comma}[{},\"{}\",{},{},{}]",
+            p.row,
+            p.status.as_str(),
+            p.next_ms,
+            p.interval_ms,
+            p.answered_ms
+        );
+    }
+    out.push(']');
+    out
+}
 pub(super) const SET_ATTEMPT: &str =
     "UPDATE tasks SET provider = $2, updated_ms = $3 WHERE id = $1 AND state = 'submitting'";
 pub(super) const SET_REFUSED: &str = "UPDATE tasks SET state = 'refused', answer_status = $2, answer_body = $3, idempotency_key = CASE WHEN $2 IS NULL THEN NULL ELSE idempotency_key END, updated_ms = $4, finished_ms = $4, cost_settled = CASE WHEN cost_estimate IS NULL THEN NULL ELSE 0 END WHERE id = $1 AND finished_ms IS NULL";

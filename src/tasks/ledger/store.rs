@@ -123,6 +123,15 @@ pub(super) trait Store: Send + Sync {
     /// One writing statement; the number of rows it changed.
     fn execute<'a>(&'a self, sql: &'static str, args: Vec<Param<'a>>) -> StoreFuture<'a, usize>;
 
+    /// [`Store::execute`] of a statement written once per engine.
+    fn execute_in<'a>(&'a self, sql: PerEngine, args: Vec<Param<'a>>) -> StoreFuture<'a, usize> {
+        let sql = match self.engine() {
+            "postgres" => sql.postgres,
+            _ => sql.sqlite,
+        };
+        self.execute(sql, args)
+    }
+
     /// One writing statement returning whole task rows.
     fn write_tasks<'a>(
         &'a self,
