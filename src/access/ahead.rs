@@ -143,6 +143,13 @@ impl Sizes {
     fn places_target(&self, rate: f64) -> usize {
         (rate * self.stock_for.as_secs_f64()).min(self.places_cap as f64) as usize
     }
+
+    /// Free places kept when requests end: up to twice the target (within the cap), so
+    /// that a rate estimate that moves a little does not give back a place to ask for
+    /// it again.
+    fn places_kept(&self, rate: f64) -> usize {
+        (2 * self.places_target(rate)).min(self.places_cap)
+    }
 }
 
 /// What a call to Redis asks for ahead, beyond the request's own cells and place.
@@ -393,8 +400,10 @@ impl Ahead {
         );
         let places = if s.most > 0 { s.places_target(all) } else { 0 };
         let (rate_left, submit_left) = (st.rate.left(now), st.submit.left(now));
-        // Refilled when half is gone, so that requests keep finding some.
-        let low = rate_left * 2 < rate || submit_left * 2 < submit || st.free.len() * 2 < places;
+        // Cells refilled when a quarter is left (each call then brings three quarters:
+        // fewer calls), places when fewer than half are free (they come back as their
+        // requests end); requests keep finding some meanwhile.
+        let low = rate_left * 4 < rate || submit_left * 4 < submit || st.free.len() * 2 < places;
         if !(empty || low) {
             return None;
         }
@@ -451,7 +460,7 @@ impl Ahead {
         let mut st = lock(&self.state);
         let rate = st.all.rate(now);
         let keep = st.generation == generation
-            && st.free.len() < self.sizes.places_target(rate)
+            && st.free.len() < self.sizes.places_kept(rate)
             && st.held.contains(name);
         if keep {
             st.free.push(name.clone());
@@ -461,9 +470,9 @@ impl Ahead {
         keep
     }
 
-    /// Every little while: free leases beyond what the key's recent arrivals want
-    /// (all of them once it is idle), and those of an earlier generation, to be
-    /// removed in Redis.
+    /// Every little while: free leases beyond what the key's recent arrivals keep
+    /// (none once it is idle), and those of an earlier generation, to be removed in
+    /// Redis.
     pub fn sweep(&self, now: Instant, generation: u64) -> Vec<Arc<str>> {
         let mut st = lock(&self.state);
         st.at(generation);
@@ -471,7 +480,7 @@ impl Ahead {
         st.submits.rate(now);
         st.rate.left(now);
         st.submit.left(now);
-        let keep = self.sizes.places_target(rate);
+        let keep = self.sizes.places_kept(rate);
         let mut gone = std::mem::take(&mut st.stale);
         while st.free.len() > keep {
             let name = st.free.pop().expect("more than none");
@@ -649,8 +658,8 @@ mod tests {
             }
         };
         // Arriving at 10,000 a second now, the key wants the cap of 12: once fewer than
-        // half are left, what is missing is asked for in the background.
-        assert_eq!((here, refill.rate), (g - 5, 7));
+        // a quarter are left, what is missing is asked for in the background.
+        assert_eq!((here, refill.rate), (g - 2, 10));
         assert!(matches!(
             ahead.take(at(t), false, 0),
             Taken::Here { refill: None, .. }
@@ -683,7 +692,7 @@ mod tests {
             panic!("a free place held");
         };
         let lease = lease.unwrap();
-        // Ended: kept while fewer than the target are free.
+        // Ended: kept while fewer than twice the target are free, within the cap (4).
         assert!(ahead.give_back(&lease, 0, at(22)));
         assert!(!ahead.give_back(&own.unwrap(), 0, at(22)), "four are free");
         // One Redis no longer has is never handed out again.
