@@ -15,10 +15,11 @@
 //!   sixteenth of the burst), which keeps the batch usable that long. Cells not used in
 //!   time are lost, never given back: giving back would undo debt that another
 //!   replica's batch counts on.
-//! - **Places** among the key's requests in progress: leases taken in Redis ahead,
-//!   and a request's lease kept when it ends, up to about `shared_stock_ms` of
-//!   arrivals and at most a sixteenth of `max_concurrent_requests`; the rest go back
-//!   to Redis at the next sweep. Every request in progress holds a lease of its own.
+//! - **Places** among the key's requests in progress: leases taken in Redis ahead
+//!   (about `shared_stock_ms` of arrivals), and a request's lease kept when it ends
+//!   (up to twice that), at most a sixteenth of `max_concurrent_requests`; the rest go
+//!   back to Redis at the next sweep. Every request in progress holds a lease of its
+//!   own.
 //!
 //! A key whose burst or cap leaves no whole cell or place for one replica holds
 //! nothing ahead: every request asks Redis, as an exact limiter would.
