@@ -432,6 +432,10 @@ impl Ahead {
         let s = &self.sizes;
         let mut st = lock(&self.state);
         let own = (own && grant.places > 0).then(|| names(1));
+        // The request's own lease is renewed while it lasts, whatever else is kept.
+        if let Some(name) = &own {
+            st.held.insert(name.clone());
+        }
         if st.generation > generation {
             return own;
         }
@@ -443,9 +447,6 @@ impl Ahead {
             let name = names(n);
             st.held.insert(name.clone());
             st.free.push(name);
-        }
-        if let Some(name) = &own {
-            st.held.insert(name.clone());
         }
         own
     }

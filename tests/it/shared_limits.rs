@@ -283,10 +283,15 @@ async fn shared_settings_that_cannot_work_are_refused_without_quoting_a_password
     let e = problems("[limits]\nshared_password_file = \"redis-password\"").await;
     assert!(e.contains("limits.shared"), "{e}");
     let e = problems(
-        "[limits]\nshared = \"redis://127.0.0.1:6379/0\"\nlocal_share = 0\nshared_timeout_ms = 0\nshared_lease_ms = 10",
+        "[limits]\nshared = \"redis://127.0.0.1:6379/0\"\nlocal_share = 0\nshared_timeout_ms = 0\nshared_lease_ms = 10\nshared_stock_ms = 1001",
     )
     .await;
-    for key in ["local_share", "shared_timeout_ms", "shared_lease_ms"] {
+    for key in [
+        "local_share",
+        "shared_timeout_ms",
+        "shared_lease_ms",
+        "shared_stock_ms",
+    ] {
         assert!(e.contains(&format!("limits.{key}")), "{key}: {e}");
     }
 }
