@@ -12,7 +12,8 @@
 #   ONLY=memory benches/load.sh     # only the memory section (a minute): RSS idle and
 #                                   # holding IDLE_CONNS connections, nothing else run
 #   ONLY=shared benches/load.sh     # only the cost of [limits] shared (no nginx): a
-#                                   # redis-server on loopback started here, ~1 minute
+#                                   # redis-server on loopback started here, gateways
+#                                   # measured in turns (SHARED_ROUNDS), ~4 minutes
 #   ONLY=traces benches/load.sh     # only the cost of [telemetry] (no nginx): traces
 #                                   # exported to the fast upstream at sampling 1.0
 #                                   # and 0.01, against off, ~1 minute
@@ -72,6 +73,7 @@ COUNT_REQUESTS=${COUNT_REQUESTS:-3000} # with COUNT: at least 250, counted in wh
   || { echo "ONLY is all, ledger, memory, shared or traces" >&2; exit 2; }
 LAT_SECONDS=${LAT_SECONDS:-5}  # per constant-rate run
 LAT_REPEAT=${LAT_REPEAT:-3}    # constant-rate runs per cell (median reported)
+SHARED_ROUNDS=${SHARED_ROUNDS:-3} # ONLY=shared: saturated runs per gateway, in turns (median reported)
 OUT=target/load
 mkdir -p "$OUT"
 WORK=$(mktemp -d /tmp/mediagate-load.XXXXXX)
@@ -160,7 +162,7 @@ log "fast upstream on $UP_ADDR"
 
 # --- mediagate ----------------------------------------------------------------------
 key_sha=$(printf %s "$KEY" | sha256sum | cut -d' ' -f1)
-routes() { # $1 = poll cache ttl (ms), $2 = ledger url (default none), $3 = money: a price and a budget, $4 = [limits] shared URL, $5 = [telemetry]: "ENDPOINT RATIO"
+routes() { # $1 = poll cache ttl (ms), $2 = ledger url (default none), $3 = money: a price and a budget, $4 = [limits] shared: "URL" or "URL STOCK_MS", $5 = [telemetry]: "ENDPOINT RATIO"
   local budget="" price=""
   if [[ ${3:-} == money ]]; then
     # Far above what the runs spend: the budget is read and the estimate reserved on
@@ -204,9 +206,10 @@ poll_cache_ttl_ms = $1
 rate_per_second = 1000000
 burst = 1000000
 max_concurrent_requests = 100000
-$([[ -z ${4:-} ]] || printf 'shared = "%s"\n%s\n%s\n' "$4" \
-  "# Every request asks Redis: a saturated machine answers past the default 50 ms," \
+$([[ -z ${4:-} ]] || printf 'shared = "%s"\n%s\n%s\n' "${4%% *}" \
+  "# Requests that ask Redis wait for it: a saturated machine answers past the default 50 ms," \
   "shared_timeout_ms = 1000")
+$([[ ${4:-} != *" "* ]] || printf 'shared_stock_ms = %s\n' "${4#* }")
 
 $([[ -z ${5:-} ]] || printf '[telemetry]\notlp_endpoint = "%s"\nsampling_ratio = %s\n' "${5% *}" "${5#* }")
 
@@ -384,6 +387,7 @@ serving_pids() { # $1 = URL
     *"//${MGT1_ADDR:-none}/"*) cat "$WORK/mediagate-traces-1.pid" ;;
     *"//${MGT001_ADDR:-none}/"*) cat "$WORK/mediagate-traces-001.pid" ;;
     *"//${MGR_ADDR:-none}/"*) cat "$WORK/mediagate-redis.pid" ;;
+    *"//${MGE_ADDR:-none}/"*) cat "$WORK/mediagate-redis-exact.pid" ;;
   esac
 }
 cpu_ticks() { # $@ = pids
@@ -613,38 +617,77 @@ fi # ONLY == all
 # --- the cost of shared limits --------------------------------------------------------
 if [[ $ONLY == all || $ONLY == shared ]]; then
 # The same submit load against the gateway without shared limits (the one measured
-# above) and one whose per-key limits are held in a redis-server on loopback: the
-# gateway's CPU per request, Redis's beside it, and p99 at $RATE req/s.
+# above) and two whose per-key limits are held in a redis-server on loopback: with
+# cells and places held ahead (the default) and with every request asking Redis
+# (shared_stock_ms = 0). The gateways are measured in turns, round after round, so
+# that a shared machine's load moves all rows alike: the gateway's CPU per request,
+# Redis's beside it, the scripts Redis ran, and p50/p99 at $RATE req/s.
 REDIS_PORT=$(free_port)
 redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$WORK" \
   --pidfile "$WORK/redis.pid" --daemonize yes >/dev/null
 for _ in $(seq 1 50); do redis-cli -p "$REDIS_PORT" ping 2>/dev/null | grep -q PONG && break; sleep 0.1; done
 REDIS_PID=$(cat "$WORK/redis.pid")
+REDIS_VERSION=$(redis-server --version | sed 's/.* v=\([^ ]*\).*/\1/')
 MGR_ADDR=$(start_gateway mediagate-redis "$POLL_TTL_MS" none "" "redis://127.0.0.1:$REDIS_PORT/0")
-SHARED_ROWS=()
+MGE_ADDR=$(start_gateway mediagate-redis-exact "$POLL_TTL_MS" none "" "redis://127.0.0.1:$REDIS_PORT/0 0")
+SHARED_LABELS=("off" "Redis $REDIS_VERSION on loopback, cells held ahead (shared_stock_ms = 20)"
+  "Redis $REDIS_VERSION on loopback, every request asks (shared_stock_ms = 0)")
+SHARED_ADDRS=("$MG_ADDR" "$MGR_ADDR" "$MGE_ADDR")
+SHARED_PIDS=("$MG_PID" "$(cat "$WORK/mediagate-redis.pid")" "$(cat "$WORK/mediagate-redis-exact.pid")")
 per_request() { # $1 = clock ticks, $2 = requests: CPU µs per request
   awk -v t="$1" -v n="$2" -v hz="$CLK_TCK" 'BEGIN { if (n > 0) printf "%.1f", t * 1e6 / hz / n; else print "-" }'
 }
-shared_cost() { # $1 = label, $2 = address, $3 = the gateway's pid
-  local t l r0 r1 n c0 c1 rate_cpu
-  log "shared limits: $1"
-  r0=$(cpu_ticks "$REDIS_PID")
-  t=($(run_wrk "$CONNS" "$WORK/submit.lua" "http://$2$TASKS"))
-  r1=$(cpu_ticks "$REDIS_PID")
-  n=$(tail -20 "$WORK/wrk.log" | awk '/requests in/ {n = $1} END {print n}')
-  # The gateway's CPU at the constant rate too: a machine far from saturated, where
-  # nothing is shared between requests (no batching in the kernel or in Redis).
-  c0=$(cpu_ticks "$3")
-  l=($(run_rate "$2" "$TASKS" "${SUBMIT_ARGS[@]}"))
-  c1=$(cpu_ticks "$3")
-  rate_cpu=$(per_request $(( c1 - c0 )) $(( RATE * LAT_SECONDS * LAT_REPEAT )))
-  [[ -z ${SHARED_OFF_CPU:-} ]] && SHARED_OFF_CPU=${t[4]} SHARED_OFF_P99=${l[1]} SHARED_OFF_RATE_CPU=$rate_cpu
-  SHARED_ROWS+=("| $1 | ${t[0]} | ${t[4]} | $(ratio "${t[4]}" "$SHARED_OFF_CPU") | $(per_request $(( r1 - r0 )) "$n") | ${t[3]} | $rate_cpu | $(ratio "$rate_cpu" "$SHARED_OFF_RATE_CPU") | ${l[0]} / ${l[1]} | $(( l[1] - SHARED_OFF_P99 )) | ${l[2]} |")
+# Scripts Redis ran (admissions and refills: EVALSHA, or EVAL when it lost them).
+redis_scripts() {
+  redis-cli -p "$REDIS_PORT" info commandstats \
+    | awk -F'[=,:]' '/^cmdstat_eval(sha)?:/ { n += $3 } END { print n + 0 }'
 }
-shared_cost "off" "$MG_ADDR" "$MG_PID"
-shared_cost "Redis $(redis-server --version | sed 's/.* v=\([^ ]*\).*/\1/') on loopback" "$MGR_ADDR" "$(cat "$WORK/mediagate-redis.pid")"
-# Every request went through Redis, none decided alone.
-SHARED_ALONE=$(grep -c "Redis does not answer" "$WORK/mediagate-redis.log" || true)
+per_call() { # $1 = scripts, $2 = requests
+  awk -v s="$1" -v n="$2" 'BEGIN { if (n > 0) printf "%.3f", s / n; else print "-" }'
+}
+median_of() { tr ' ' '\n' | grep . | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+SAT_CPU=(); SAT_RPS=(); SAT_ERR=(); SAT_N=(); SAT_REDIS=(); SAT_SCRIPTS=()
+RATE_TICKS=(); RATE_SCRIPTS=(); RATE_P50=(); RATE_P99=(); RATE_FAILED=()
+for round in $(seq 1 "$SHARED_ROUNDS"); do
+  for i in "${!SHARED_ADDRS[@]}"; do
+    log "shared limits, saturated, round $round of $SHARED_ROUNDS: ${SHARED_LABELS[$i]}"
+    r0=$(cpu_ticks "$REDIS_PID"); s0=$(redis_scripts)
+    t=($(run_wrk "$CONNS" "$WORK/submit.lua" "http://${SHARED_ADDRS[$i]}$TASKS"))
+    r1=$(cpu_ticks "$REDIS_PID"); s1=$(redis_scripts)
+    n=$(tail -20 "$WORK/wrk.log" | awk '/requests in/ {n = $1} END {print n}')
+    SAT_CPU[i]+="${t[4]} "; SAT_RPS[i]+="${t[0]} "; SAT_ERR[i]=$(( ${SAT_ERR[i]:-0} + t[3] ))
+    SAT_N[i]=$(( ${SAT_N[i]:-0} + n )); SAT_REDIS[i]=$(( ${SAT_REDIS[i]:-0} + r1 - r0 ))
+    SAT_SCRIPTS[i]=$(( ${SAT_SCRIPTS[i]:-0} + s1 - s0 ))
+  done
+done
+# At a constant rate: a machine far from saturated, where nothing is shared between
+# requests (no batching in the kernel or in Redis), and a serving thread that waits
+# for Redis parks. One run of each gateway in turn, LAT_REPEAT times.
+for round in $(seq 1 "$LAT_REPEAT"); do
+  for i in "${!SHARED_ADDRS[@]}"; do
+    log "shared limits, $RATE req/s, round $round of $LAT_REPEAT: ${SHARED_LABELS[$i]}"
+    c0=$(cpu_ticks "${SHARED_PIDS[i]}"); s0=$(redis_scripts)
+    out=$($LOADGEN rate --addr "${SHARED_ADDRS[$i]}" --rate "$RATE" --seconds "$LAT_SECONDS" --conns 50 \
+          --path "$TASKS" --header "$AUTH" "${SUBMIT_ARGS[@]}")
+    c1=$(cpu_ticks "${SHARED_PIDS[i]}"); s1=$(redis_scripts)
+    echo "${SHARED_ADDRS[$i]} $TASKS $out" >>"$WORK/rate.log"
+    RATE_TICKS[i]=$(( ${RATE_TICKS[i]:-0} + c1 - c0 )); RATE_SCRIPTS[i]=$(( ${RATE_SCRIPTS[i]:-0} + s1 - s0 ))
+    RATE_P50[i]+="$(echo "$out" | sed -n 's/.* p50_us=\([0-9]*\).*/\1/p') "
+    RATE_P99[i]+="$(echo "$out" | sed -n 's/.* p99_us=\([0-9]*\).*/\1/p') "
+    RATE_FAILED[i]=$(( ${RATE_FAILED[i]:-0} + $(echo "$out" | sed -n 's/.* failed=\([0-9]*\).*/\1/p') ))
+  done
+done
+SHARED_ROWS=()
+RATE_N=$(( RATE * LAT_SECONDS * LAT_REPEAT ))
+for i in "${!SHARED_ADDRS[@]}"; do
+  cpu=$(echo "${SAT_CPU[i]}" | median_of)
+  rate_cpu=$(per_request "${RATE_TICKS[i]}" "$RATE_N")
+  p50=$(echo "${RATE_P50[i]}" | median_of); p99=$(echo "${RATE_P99[i]}" | median_of)
+  [[ $i == 0 ]] && SHARED_OFF_CPU=$cpu SHARED_OFF_P99=$p99 SHARED_OFF_RATE_CPU=$rate_cpu
+  SHARED_ROWS+=("| ${SHARED_LABELS[i]} | $(echo "${SAT_RPS[i]}" | median_of) | $cpu | $(ratio "$cpu" "$SHARED_OFF_CPU") | $(per_request "${SAT_REDIS[i]}" "${SAT_N[i]}") | $(per_call "${SAT_SCRIPTS[i]}" "${SAT_N[i]}") / $(per_call "${RATE_SCRIPTS[i]}" "$RATE_N") | ${SAT_ERR[i]} | $rate_cpu | $(ratio "$rate_cpu" "$SHARED_OFF_RATE_CPU") | $p50 / $p99 | $(( p99 - SHARED_OFF_P99 )) | ${RATE_FAILED[i]} |")
+done
+# Every request went through Redis or the stock, none decided alone.
+SHARED_ALONE=$(cat "$WORK/mediagate-redis.log" "$WORK/mediagate-redis-exact.log" | grep -c "Redis does not answer" || true)
 fi
 
 # --- the cost of traces -------------------------------------------------------------
@@ -762,10 +805,10 @@ fi # ONLY != ledger
   if [[ $ONLY == all || $ONLY == shared ]]; then
   echo "### The cost of shared limits (submit; wrk -c$CONNS for throughput, $RATE req/s for latency)"
   echo
-  echo "Per-key limits held in a redis-server on the same machine (\`[limits] shared\`), against the gateway without them in the same run. Times Redis did not answer: $SHARED_ALONE."
+  echo "Per-key limits held in a redis-server on the same machine (\`[limits] shared\`), against the gateway without them in the same run; the gateways measured in turns, $SHARED_ROUNDS saturated runs and $LAT_REPEAT runs at $RATE req/s each (medians; CPU at $RATE req/s over all runs). Times Redis did not answer: $SHARED_ALONE."
   echo
-  echo "| shared limits | submit req/s | CPU µs/req (gateway) | CPU vs off | Redis CPU µs/req | errors | CPU µs/req at $RATE req/s | CPU vs off at $RATE req/s | p50 / p99 µs at $RATE req/s | p99 added vs off | failed |"
-  echo "|---|---|---|---|---|---|---|---|---|---|---|"
+  echo "| shared limits | submit req/s | CPU µs/req (gateway) | CPU vs off | Redis CPU µs/req | Redis scripts per request, saturated / at $RATE req/s | errors | CPU µs/req at $RATE req/s | CPU vs off at $RATE req/s | p50 / p99 µs at $RATE req/s | p99 added vs off | failed |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
   printf '%s\n' "${SHARED_ROWS[@]}"
   echo
   fi

@@ -63,6 +63,23 @@ pub struct SharedMetrics {
     pub outages: Counter,
     /// Requests whose limits this replica decided alone.
     pub decided_locally: Counter,
+    /// Requests admitted from what this replica held ahead, without asking Redis.
+    pub decided_ahead: Counter,
+    /// Calls to Redis, by what they were for.
+    calls: Family<CallLabels, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CallLabels {
+    call: &'static str,
+}
+
+impl SharedMetrics {
+    /// One call to Redis: `admit` (a request waits for it), `refill` (stock asked for
+    /// ahead, in the background), `release` (leases removed), `renew` (leases renewed).
+    pub fn called(&self, call: &'static str) {
+        self.calls.get_or_create(&CallLabels { call }).inc();
+    }
 }
 
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
@@ -398,6 +415,16 @@ impl Metrics {
             "shared_limits_decided_locally",
             "Requests whose per-key limits this replica decided alone (local_share) because Redis did not answer",
             shared.decided_locally.clone(),
+        );
+        registry.register(
+            "shared_limits_decided_ahead",
+            "Requests whose per-key limits this replica decided from the cells and places it held ahead of need, without asking Redis",
+            shared.decided_ahead.clone(),
+        );
+        registry.register(
+            "shared_limits_calls",
+            "Calls to the Redis of [limits] shared: admit (a request waits for it), refill (cells and places asked ahead), release, renew",
+            shared.calls.clone(),
         );
     }
 

@@ -16,7 +16,7 @@ use governor::{Quota, RateLimiter};
 use http::{HeaderMap, HeaderName, HeaderValue};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use super::shared::FleetLimits;
+use super::shared::{FleetLimits, SharedSettings};
 use crate::FastMap;
 use crate::config::{LimitsConfig, Scope};
 
@@ -85,6 +85,10 @@ impl RateHeaders {
         }
     }
 
+    pub(super) fn remaining(&self) -> u32 {
+        self.remaining
+    }
+
     fn allowed(state: &StateSnapshot, interval: Duration) -> Self {
         let limit = state.quota().burst_size().get();
         let remaining = state.remaining_burst_capacity();
@@ -107,7 +111,7 @@ impl RateHeaders {
 /// replica's share, used while Redis does not answer; `fleet` is the whole.
 pub struct KeyLimiter {
     settings: LimitsConfig,
-    fleet: Option<FleetLimits>,
+    fleet: Option<Arc<FleetLimits>>,
     all: Option<Bucket>,
     submit: Option<Bucket>,
     in_progress: Option<Arc<Semaphore>>,
@@ -211,7 +215,7 @@ impl KeyLimiter {
 
     /// The limits of key `name` shared by the fleet, with `local_share` of each for
     /// this replica alone.
-    pub fn shared(settings: LimitsConfig, name: &str, local_share: f64) -> Self {
+    pub fn shared(settings: LimitsConfig, name: &str, shared: &SharedSettings) -> Self {
         let submit = settings.submit_rate_per_second.map(|rate| {
             let burst = settings
                 .submit_burst
@@ -223,15 +227,16 @@ impl KeyLimiter {
             Some((settings.rate_per_second, settings.burst)),
             submit,
             settings.max_concurrent_requests,
+            shared.stock_for,
         );
         Self {
-            fleet: (!fleet.is_off()).then_some(fleet),
-            ..Self::new(share_of(&settings, local_share))
+            fleet: (!fleet.is_off()).then(|| Arc::new(fleet)),
+            ..Self::new(share_of(&settings, shared.local_share))
         }
     }
 
     /// What the key's limits are for the whole fleet, when they are shared.
-    pub fn fleet(&self) -> Option<&FleetLimits> {
+    pub fn fleet(&self) -> Option<&Arc<FleetLimits>> {
         self.fleet.as_ref()
     }
 
@@ -314,14 +319,14 @@ pub struct KeyLimits {
 }
 
 impl KeyLimits {
-    /// Each key's limits; `shared`: held by the fleet, with this share of each for
+    /// Each key's limits; `shared`: held by the fleet, with `local_share` of each for
     /// this replica alone.
     pub fn new(
         by_key: impl IntoIterator<Item = (Arc<str>, LimitsConfig)>,
-        shared: Option<f64>,
+        shared: Option<&SharedSettings>,
     ) -> Self {
         let limiter = |name: &str, s| match shared {
-            Some(share) => KeyLimiter::shared(s, name, share),
+            Some(shared) => KeyLimiter::shared(s, name, shared),
             None => KeyLimiter::new(s),
         };
         Self {
@@ -490,7 +495,9 @@ mod tests {
         let off = share_of(&settings(0.0, 0), 0.5);
         assert_eq!((off.burst, off.max_concurrent_requests), (0, 0));
         assert_eq!(off.submit_burst, None);
-        let l = KeyLimiter::shared(s, "k", 0.5);
+        let mut shared = SharedSettings::parse("redis://127.0.0.1:6379/0", None).unwrap();
+        shared.local_share = 0.5;
+        let l = KeyLimiter::shared(s, "k", &shared);
         assert!(l.fleet().is_some());
         for _ in 0..5 {
             assert!(l.admit(false).is_ok());

@@ -1,6 +1,7 @@
 //! Who may call: client keys (Bearer authentication, model permissions) and the
 //! per-key limits. The layers that apply them to a request are in `api`.
 
+mod ahead;
 pub mod keys;
 pub mod limits;
 pub mod shared;

@@ -47,7 +47,8 @@ impl Phase for KeyLimit {
         if let Some(shared) = &self.gateway.shared_limits
             && limiter.fleet().is_some()
         {
-            // Asks Redis: the request waits at most `shared_timeout_ms` for it.
+            // From what this replica holds ahead, or from Redis: the request waits at
+            // most `shared_timeout_ms` for it.
             let (shared, gateway) = (shared.clone(), self.gateway.clone());
             return Box::pin(async move {
                 let verdict = shared.admit(&limiter, is_submit).await;

@@ -219,6 +219,10 @@ pub struct LimitsTable {
     pub shared_lease_ms: u64,
     /// Each replica's share of every limit while Redis cannot be reached.
     pub local_share: f64,
+    /// How many milliseconds of a key's arrivals a replica holds ahead of need (rate
+    /// cells and places granted by Redis before they are needed); 0: every request
+    /// asks Redis.
+    pub shared_stock_ms: u64,
 }
 
 impl Default for LimitsTable {
@@ -236,6 +240,7 @@ impl Default for LimitsTable {
             shared_timeout_ms: 50,
             shared_lease_ms: 10_000,
             local_share: 0.5,
+            shared_stock_ms: 20,
         }
     }
 }

@@ -96,7 +96,7 @@ pub(super) fn compile(
     }
     Keys {
         ring: KeyRing::new(ring),
-        limits: KeyLimits::new(limits, shared.as_ref().map(|s| s.local_share)),
+        limits: KeyLimits::new(limits, shared.as_ref()),
         shared,
         demo,
         demo_webhook_secrets,
@@ -120,6 +120,9 @@ fn shared_of(limits: &LimitsTable, dir: &Path, at: &mut Scope) -> Option<SharedS
     if !(300..=3_600_000).contains(&limits.shared_lease_ms) {
         at.push("shared_lease_ms", "must be between 300 and 3600000");
     }
+    if limits.shared_stock_ms > 1000 {
+        at.push("shared_stock_ms", "must be between 0 and 1000");
+    }
     let Some(url) = &limits.shared else {
         if password.env.is_some() || password.file.is_some() {
             at.push(
@@ -138,6 +141,7 @@ fn shared_of(limits: &LimitsTable, dir: &Path, at: &mut Scope) -> Option<SharedS
     settings.timeout = std::time::Duration::from_millis(limits.shared_timeout_ms);
     settings.lease = std::time::Duration::from_millis(limits.shared_lease_ms);
     settings.local_share = limits.local_share;
+    settings.stock_for = std::time::Duration::from_millis(limits.shared_stock_ms);
     Some(settings)
 }
 

@@ -283,10 +283,15 @@ async fn shared_settings_that_cannot_work_are_refused_without_quoting_a_password
     let e = problems("[limits]\nshared_password_file = \"redis-password\"").await;
     assert!(e.contains("limits.shared"), "{e}");
     let e = problems(
-        "[limits]\nshared = \"redis://127.0.0.1:6379/0\"\nlocal_share = 0\nshared_timeout_ms = 0\nshared_lease_ms = 10",
+        "[limits]\nshared = \"redis://127.0.0.1:6379/0\"\nlocal_share = 0\nshared_timeout_ms = 0\nshared_lease_ms = 10\nshared_stock_ms = 1001",
     )
     .await;
-    for key in ["local_share", "shared_timeout_ms", "shared_lease_ms"] {
+    for key in [
+        "local_share",
+        "shared_timeout_ms",
+        "shared_lease_ms",
+        "shared_stock_ms",
+    ] {
         assert!(e.contains(&format!("limits.{key}")), "{key}: {e}");
     }
 }
@@ -316,4 +321,107 @@ async fn the_redis_password_is_read_from_its_file() {
         0.0
     );
     assert!(!redis.keys("mediagate:limits:demo:rate").is_empty());
+}
+
+/// `n` requests of `key` from `conns` clients at a time, each sending its next as soon
+/// as its last is answered, taking turns over `clients`; the answers.
+async fn closed_loop(clients: &[Http], key: &'static str, n: usize, conns: usize) -> Vec<Reply> {
+    let loops: Vec<_> = (0..conns)
+        .map(|c| {
+            let http = clients[c % clients.len()].clone();
+            let mine = n / conns + usize::from(c < n % conns);
+            tokio::spawn(async move {
+                let mut replies = Vec::with_capacity(mine);
+                for _ in 0..mine {
+                    replies.push(http.get(UNKNOWN_TASK, key).await);
+                }
+                replies
+            })
+        })
+        .collect();
+    let mut replies = Vec::with_capacity(n);
+    for l in loops {
+        replies.extend(l.await.unwrap());
+    }
+    replies
+}
+
+/// Calls to Redis of one kind (`admit`: a request waited for it), and requests
+/// admitted from what a replica held ahead, summed over `gateways`.
+async fn redis_use(gateways: &[&Gateway]) -> (f64, f64) {
+    let (mut admit, mut ahead) = (0.0, 0.0);
+    for gw in gateways {
+        let m = gw.admin().metrics().await;
+        admit += m.sum(&["mediagate_shared_limits_calls_total", "call=\"admit\""]);
+        ahead += m.sum(&["mediagate_shared_limits_decided_ahead_total"]);
+    }
+    (admit, ahead)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fast_key_is_admitted_mostly_without_asking_redis_and_never_past_its_budget() {
+    let redis = Redis::start().await;
+    // demo-2 (the defaults): far above what the test sends; demo: a burst of 1,000 that
+    // refills at one a second, so that the budget of a run is the burst, give or take
+    // one.
+    let limits = "shared_timeout_ms = 2000\nshared_stock_ms = 100\n\
+                  rate_per_second = 10000\nburst = 10000\nmax_concurrent_requests = 1000";
+    let routes = Routes::simulated(&["m1"])
+        .server("metrics_listen = \"127.0.0.1:0\"")
+        .top(&shared(&redis, limits))
+        .demo_key("limits = { rate_per_second = 1, burst = 1000, max_concurrent_requests = 0 }");
+    let (a, b) = (
+        Gateway::start(routes.clone()).await,
+        Gateway::start(routes).await,
+    );
+    let clients = [a.client(), b.client()];
+    warm_up(&clients).await;
+
+    // Within its limits: every request admitted, most of them without a round trip.
+    let (admit_before, ahead_before) = redis_use(&[&a, &b]).await;
+    let replies = closed_loop(&clients, DEMO2, 2000, 16).await;
+    assert!(replies.iter().all(|r| r.status == 404));
+    assert!(
+        replies
+            .iter()
+            .all(|r| r.header_u64("x-ratelimit-limit") == 10_000)
+    );
+    let (admit, ahead) = redis_use(&[&a, &b]).await;
+    let (admit, ahead) = (admit - admit_before, ahead - ahead_before);
+    assert!(
+        admit < 500.0 && ahead > 1500.0,
+        "of 2000 requests, {admit} waited for Redis, {ahead} were decided ahead"
+    );
+    // Places held ahead and unused go back once the key is idle.
+    eventually("the places held ahead go back", async || {
+        redis.zcard("mediagate:limits:demo-2:in_progress") == 0
+    })
+    .await;
+
+    // Past its budget: never more than the burst and what the rate refilled meanwhile
+    // admitted by the fleet, at most what the replicas held ahead less; each refusal
+    // decided in Redis, most admissions not.
+    let started = Instant::now();
+    let (admit_before, _) = redis_use(&[&a, &b]).await;
+    let replies = closed_loop(&clients, DEMO, 1500, 16).await;
+    let refilled = started.elapsed().as_secs() + 1;
+    let (admit, _) = redis_use(&[&a, &b]).await;
+    let admitted = replies.iter().filter(|r| r.status == 404).count();
+    let refused = replies.len() - admitted;
+    for r in replies.iter().filter(|r| r.status != 404) {
+        assert_rate_limited(r, 1000);
+    }
+    assert!(
+        admitted as u64 <= 1000 + refilled,
+        "{admitted} admitted: more than the burst and {refilled} refilled"
+    );
+    // At most a sixteenth of the burst in each replica's stock.
+    assert!(admitted >= 1000 - 2 * 62, "{admitted} admitted");
+    assert!(
+        admit - admit_before < (refused + admitted / 2) as f64,
+        "{} calls for {admitted} admitted and {refused} refused",
+        admit - admit_before
+    );
+    a.assert_no_panic();
+    b.assert_no_panic();
 }

@@ -93,19 +93,32 @@ impl Redis {
 
     /// Keys whose name starts with `prefix`, with `redis-cli`.
     pub fn keys(&self, prefix: &str) -> Vec<String> {
+        self.cli(&["--scan", "--pattern", &format!("{prefix}*")])
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// Members of the sorted set `key` (0 when there is none).
+    pub fn zcard(&self, key: &str) -> u64 {
+        let out = self.cli(&["zcard", key]);
+        out.trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("ZCARD {key}: {out}"))
+    }
+
+    /// `redis-cli` with `args`: what it printed.
+    fn cli(&self, args: &[&str]) -> String {
         let mut cli = Command::new("redis-cli");
         if let Some(pw) = &self.password {
             cli.env("REDISCLI_AUTH", pw);
         }
         let out = cli
-            .args(["-p", &self.port.to_string(), "--scan", "--pattern"])
-            .arg(format!("{prefix}*"))
+            .args(["-p", &self.port.to_string()])
+            .args(args)
             .output()
             .expect("redis-cli runs");
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .map(str::to_string)
-            .collect()
+        String::from_utf8_lossy(&out.stdout).into_owned()
     }
 }
 
