@@ -24,6 +24,9 @@
 #                                   # PROFILE=submit-sqlite: submits, ledger on SQLite;
 #                                   # PROFILE=submit-sqlite-money: the same, of a priced
 #                                   # model by a key with a budget;
+#                                   # PROFILE=submit-traces (submit-traces-001): submits
+#                                   # to a gateway exporting traces to the fast upstream
+#                                   # at sampling 1.0 (0.01);
 #                                   # PROFILE=submit-nginx: the same submits through
 #                                   # nginx, its workers profiled (the baseline's share
 #                                   # of kernel, system calls, context switches);
@@ -59,11 +62,11 @@ STORM_TASKS=${STORM_TASKS:-100}
 IDLE_CONNS=${IDLE_CONNS:-10000}
 POLL_TTL_MS=${POLL_TTL_MS:-1000}
 ONLY=${ONLY:-all}              # all | ledger | memory | shared | traces
-PROFILE=${PROFILE:-}           # submit | submit-sqlite | submit-sqlite-money | submit-nginx | query | query-forwarded: profile that load, then stop
+PROFILE=${PROFILE:-}           # submit | submit-sqlite | submit-sqlite-money | submit-traces | submit-traces-001 | submit-nginx | query | query-forwarded: profile that load, then stop
 COUNT=${COUNT:-}               # instructions: with PROFILE, count with callgrind instead of sampling with perf
 COUNT_REQUESTS=${COUNT_REQUESTS:-3000} # with COUNT: at least 250, counted in whole 250s
 [[ -z $COUNT || ( $COUNT == instructions && -n $PROFILE && $PROFILE != submit-nginx ) ]] \
-  || { echo "COUNT=instructions goes with PROFILE=submit, submit-sqlite, submit-sqlite-money, query or query-forwarded" >&2; exit 2; }
+  || { echo "COUNT=instructions goes with PROFILE=submit, submit-sqlite, submit-sqlite-money, submit-traces, submit-traces-001, query or query-forwarded" >&2; exit 2; }
 [[ -z $COUNT || $COUNT_REQUESTS -ge 250 ]] || { echo "COUNT_REQUESTS is at least 250" >&2; exit 2; }
 [[ -z $PROFILE ]] || ONLY=profile
 [[ $ONLY == all || $ONLY == ledger || $ONLY == memory || $ONLY == shared || $ONLY == traces || $ONLY == profile ]] \
@@ -396,6 +399,11 @@ if [[ $ONLY == profile ]]; then
   elif [[ $PROFILE == submit-sqlite-money ]]; then
     MG_ADDR=$(start_gateway mediagate-sqlite-money "$POLL_TTL_MS" "sqlite://$LEDGER_DB" money)
     MG_PID=$(cat "$WORK/mediagate-sqlite-money.pid")
+  elif [[ $PROFILE == submit-traces || $PROFILE == submit-traces-001 ]]; then
+    # Spans exported to the fast upstream, which accepts OTLP posts.
+    RATIO=$([[ $PROFILE == submit-traces ]] && echo 1.0 || echo 0.01)
+    MG_ADDR=$(start_gateway mediagate-traces "$POLL_TTL_MS" none "" "" "$UP $RATIO")
+    MG_PID=$(cat "$WORK/mediagate-traces.pid")
   elif [[ $PROFILE == query-forwarded ]]; then
     MG_ADDR=$(start_gateway mediagate-nocache 0)
     MG_PID=$(cat "$WORK/mediagate-nocache.pid")
@@ -409,7 +417,7 @@ if [[ $ONLY == profile ]]; then
     PROFILED_NAME="nginx $("$NGINX" -v 2>&1 | cut -d/ -f2) (the baseline)"
   fi
   case $PROFILE in
-    submit|submit-sqlite|submit-sqlite-money) PROFILE_ARGS=(-s "$WORK/submit.lua" "http://$MG_ADDR$TASKS") ;;
+    submit|submit-sqlite|submit-sqlite-money|submit-traces|submit-traces-001) PROFILE_ARGS=(-s "$WORK/submit.lua" "http://$MG_ADDR$TASKS") ;;
     submit-nginx) PROFILE_ARGS=(-s "$WORK/submit.lua" "http://$NG_ADDR$TASKS") ;;
     query) # a task the fast upstream reports finished (created in 1970)
       FINISHED=$($LOADGEN seal --secret "$SECRET" --provider fast \
@@ -419,7 +427,7 @@ if [[ $ONLY == profile ]]; then
       UNFINISHED=$(curl -sf -X POST "http://$MG_ADDR$TASKS" -H "$AUTH" \
         -H 'Content-Type: application/json' -d "$BODY" | sed 's/.*"id":"\([^"]*\)".*/\1/')
       PROFILE_ARGS=(-s "$WORK/get.lua" "http://$MG_ADDR$TASKS/$UNFINISHED") ;;
-    *) echo "PROFILE is submit, submit-sqlite, submit-sqlite-money, submit-nginx, query or query-forwarded" >&2; exit 2 ;;
+    *) echo "PROFILE is submit, submit-sqlite, submit-sqlite-money, submit-traces, submit-traces-001, submit-nginx, query or query-forwarded" >&2; exit 2 ;;
   esac
   if [[ $COUNT == instructions ]]; then
     # The same load from loadgen at a rate callgrind keeps up with (250 a second, for
