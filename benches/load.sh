@@ -15,7 +15,10 @@
 #                                   # redis-server on loopback started here, ~1 minute
 #   ONLY=traces benches/load.sh     # only the cost of [telemetry] (no nginx): traces
 #                                   # exported to the fast upstream at sampling 1.0
-#                                   # and 0.01, against off, ~1 minute
+#                                   # and 0.01, against off, ~1 minute a round;
+#                                   # TRACE_ROUNDS=3: off, 1.0 and 0.01 in turn three
+#                                   # times, medians reported (a busy machine's drift
+#                                   # then falls on all three alike)
 #   PROFILE=submit benches/load.sh  # where the gateway's CPU goes under the submit load
 #                                   # (perf; a build with line tables in target/profile);
 #                                   # PROFILE=query: queries of a finished task;
@@ -73,6 +76,7 @@ COUNT_REQUESTS=${COUNT_REQUESTS:-3000} # with COUNT: at least 250, counted in wh
   || { echo "ONLY is all, ledger, memory, shared or traces" >&2; exit 2; }
 LAT_SECONDS=${LAT_SECONDS:-5}  # per constant-rate run
 LAT_REPEAT=${LAT_REPEAT:-3}    # constant-rate runs per cell (median reported)
+TRACE_ROUNDS=${TRACE_ROUNDS:-1} # ONLY=traces: rounds of off, 1.0 and 0.01 in turn (medians reported)
 OUT=target/load
 mkdir -p "$OUT"
 WORK=$(mktemp -d /tmp/mediagate-load.XXXXXX)
@@ -638,21 +642,35 @@ if [[ $ONLY == all || $ONLY == traces ]]; then
 MGT1_ADDR=$(start_gateway mediagate-traces-1 "$POLL_TTL_MS" none "" "" "$UP 1.0")
 MGT001_ADDR=$(start_gateway mediagate-traces-001 "$POLL_TTL_MS" none "" "" "$UP 0.01")
 TRACE_ROWS=()
-trace_cost() { # $1 = label, $2 = address, $3 = the gateway's pid
+declare -A TRACE_RUN=()
+trace_cost() { # $1 = label, $2 = address, $3 = the gateway's pid, $4 = round
   local t l c0 c1 rate_cpu
-  log "traces: $1"
+  log "traces: $1 (round $4 of $TRACE_ROUNDS)"
   t=($(run_wrk "$CONNS" "$WORK/submit.lua" "http://$2$TASKS"))
   c0=$(cpu_ticks "$3")
   l=($(run_rate "$2" "$TASKS" "${SUBMIT_ARGS[@]}"))
   c1=$(cpu_ticks "$3")
   rate_cpu=$(awk -v t=$(( c1 - c0 )) -v n=$(( RATE * LAT_SECONDS * LAT_REPEAT )) -v hz="$CLK_TCK" \
     'BEGIN { if (n > 0) printf "%.1f", t * 1e6 / hz / n; else print "-" }')
-  [[ -z ${TRACE_OFF_CPU:-} ]] && TRACE_OFF_CPU=${t[4]} TRACE_OFF_P99=${l[1]} TRACE_OFF_RATE_CPU=$rate_cpu
-  TRACE_ROWS+=("| $1 | ${t[0]} | ${t[4]} | $(ratio "${t[4]}" "$TRACE_OFF_CPU") | ${t[3]} | $rate_cpu | $(ratio "$rate_cpu" "$TRACE_OFF_RATE_CPU") | ${l[0]} / ${l[1]} | $(( l[1] - TRACE_OFF_P99 )) | ${l[2]} |")
+  # rps, CPU, errors, CPU at the rate, p50, p99, failed; then against off's of the round.
+  TRACE_RUN[$1,$4]="${t[0]} ${t[4]} ${t[3]} $rate_cpu ${l[0]} ${l[1]} ${l[2]}"
+  local off=(${TRACE_RUN[off,$4]})
+  TRACE_RUN[$1,$4]+=" $(ratio "${t[4]}" "${off[1]}") $(ratio "$rate_cpu" "${off[3]}") $(( l[1] - off[5] ))"
 }
-trace_cost "off" "$MG_ADDR" "$MG_PID"
-trace_cost "sampling 1.0" "$MGT1_ADDR" "$(cat "$WORK/mediagate-traces-1.pid")"
-trace_cost "sampling 0.01" "$MGT001_ADDR" "$(cat "$WORK/mediagate-traces-001.pid")"
+for round in $(seq 1 "$TRACE_ROUNDS"); do
+  trace_cost "off" "$MG_ADDR" "$MG_PID" "$round"
+  trace_cost "sampling 1.0" "$MGT1_ADDR" "$(cat "$WORK/mediagate-traces-1.pid")" "$round"
+  trace_cost "sampling 0.01" "$MGT001_ADDR" "$(cat "$WORK/mediagate-traces-001.pid")" "$round"
+done
+trace_median() { # $1 = label, $2 = field (0-based): its median over the rounds
+  for round in $(seq 1 "$TRACE_ROUNDS"); do
+    local v=(${TRACE_RUN[$1,$round]}); echo "${v[$2]}"
+  done | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'
+}
+for label in "off" "sampling 1.0" "sampling 0.01"; do
+  m=(); for f in $(seq 0 9); do m+=("$(trace_median "$label" "$f")"); done
+  TRACE_ROWS+=("| $label | ${m[0]} | ${m[1]} | ${m[7]} | ${m[2]} | ${m[3]} | ${m[8]} | ${m[4]} / ${m[5]} | ${m[9]} | ${m[6]} |")
+done
 # grep -c exits 1 when no export failed, the case hoped for.
 TRACE_FAILED=$({ grep -c "trace export failed" "$WORK/mediagate-traces-1.log" "$WORK/mediagate-traces-001.log" || true; } | awk -F: '{n += $2} END {print n + 0}')
 fi
@@ -730,7 +748,7 @@ fi # ONLY != ledger
   else
   echo "Versions: mediagate $(git rev-parse --short HEAD 2>/dev/null || echo "?") ($MEDIAGATE), $(rustc --version), nginx $("$NGINX" -v 2>&1 | cut -d/ -f2), wrk $(wrk -v 2>&1 | head -1 | awk '{print $2}')."
   fi
-  echo "Command: \`benches/load.sh\` (ONLY=$ONLY DURATION=$DURATION CONNS=$CONNS RATE=$RATE LAT_SECONDS=$LAT_SECONDS LAT_REPEAT=$LAT_REPEAT STORM_CONNS=$STORM_CONNS STORM_TASKS=$STORM_TASKS IDLE_CONNS=$IDLE_CONNS POLL_TTL_MS=$POLL_TTL_MS)"
+  echo "Command: \`benches/load.sh\` (ONLY=$ONLY DURATION=$DURATION CONNS=$CONNS RATE=$RATE LAT_SECONDS=$LAT_SECONDS LAT_REPEAT=$LAT_REPEAT$([[ $ONLY != traces && $ONLY != all ]] || echo " TRACE_ROUNDS=$TRACE_ROUNDS") STORM_CONNS=$STORM_CONNS STORM_TASKS=$STORM_TASKS IDLE_CONNS=$IDLE_CONNS POLL_TTL_MS=$POLL_TTL_MS)"
   echo
   if [[ $ONLY == all ]]; then
   echo "### Throughput (wrk -t2 -c$CONNS, ${DURATION} s per run; latency in µs)"
@@ -771,6 +789,13 @@ fi # ONLY != ledger
   echo "### The cost of traces (submit; wrk -c$CONNS for throughput, $RATE req/s for latency)"
   echo
   echo "\`[telemetry]\` exporting to the fast upstream over OTLP/HTTP, against the gateway without it in the same run. Exports that failed (logged once per gateway): $TRACE_FAILED."
+  if (( TRACE_ROUNDS > 1 )); then
+  echo "Medians of $TRACE_ROUNDS rounds (off, 1.0, 0.01 in turn); the ratios and the p99 added are the medians of each round's against that round's off. Every round:"
+  echo
+  for round in $(seq 1 "$TRACE_ROUNDS"); do
+    echo "- round $round: $(for label in "off" "sampling 1.0" "sampling 0.01"; do v=(${TRACE_RUN[$label,$round]}); printf '%s %s µs/req (%s), %s µs/req at the rate (%s), p99 %s µs; ' "$label" "${v[1]}" "${v[7]}" "${v[3]}" "${v[8]}" "${v[5]}"; done)"
+  done
+  fi
   echo
   echo "| traces | submit req/s | CPU µs/req | CPU vs off | errors | CPU µs/req at $RATE req/s | CPU vs off at $RATE req/s | p50 / p99 µs at $RATE req/s | p99 added vs off | failed |"
   echo "|---|---|---|---|---|---|---|---|---|---|"
