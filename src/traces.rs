@@ -12,6 +12,7 @@
 
 use std::cell::Cell;
 use std::hash::{BuildHasher, RandomState};
+use std::pin::Pin;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -85,26 +86,26 @@ fn random() -> u64 {
 
 /// How one request is traced.
 pub enum RequestTrace {
-    /// Traces off, or not sampled and nothing to hand on.
-    Untraced,
+    /// Traces are off.
+    Off,
     /// Sampled: the request span (made by the caller's `make`), a child of the
     /// client's trace when it sent one.
     Sampled(Span),
-    /// Not sampled, continuing a client's trace: its context handed on as it came.
-    PassedOn(PassedOn),
+    /// Not sampled; a client's unsampled trace context to hand on as it came.
+    Unsampled(Option<PassedOn>),
 }
 
 /// The sampling decision of a request with these headers; `make` makes its span
 /// (target [`TRACED`]) only when it is sampled.
 pub fn request(headers: &HeaderMap, make: impl FnOnce() -> Span) -> RequestTrace {
     let Some(traces) = TRACES.get() else {
-        return RequestTrace::Untraced;
+        return RequestTrace::Off;
     };
     let make = || tracing::dispatcher::with_default(traces, make);
     let Some(traceparent) = headers.get(TRACEPARENT) else {
         return match new_trace_sampled() {
             true => RequestTrace::Sampled(make()),
-            false => RequestTrace::Untraced,
+            false => RequestTrace::Unsampled(None),
         };
     };
     let parent = TraceContextPropagator::new().extract(&Incoming(headers));
@@ -113,7 +114,7 @@ pub fn request(headers: &HeaderMap, make: impl FnOnce() -> Span) -> RequestTrace
         // A malformed `traceparent` is no parent: a trace of our own.
         return match new_trace_sampled() {
             true => RequestTrace::Sampled(make()),
-            false => RequestTrace::Untraced,
+            false => RequestTrace::Unsampled(None),
         };
     }
     if remote.is_sampled() {
@@ -122,10 +123,10 @@ pub fn request(headers: &HeaderMap, make: impl FnOnce() -> Span) -> RequestTrace
         let _ = span.set_parent(parent);
         return RequestTrace::Sampled(span);
     }
-    RequestTrace::PassedOn(PassedOn {
+    RequestTrace::Unsampled(Some(PassedOn {
         traceparent: traceparent.clone(),
         tracestate: headers.get(TRACESTATE).cloned(),
-    })
+    }))
 }
 
 /// An unsampled client trace's context, sent on as it came: the caller's decision
@@ -138,12 +139,33 @@ pub struct PassedOn {
 }
 
 tokio::task_local! {
-    static PASSED_ON: PassedOn;
+    /// Set while an unsampled request is served: what its outbound requests hand on.
+    static UNSAMPLED: Option<PassedOn>;
 }
 
-/// `future` with `passed` handed on by every outbound request it makes.
-pub fn passing_on<F: Future>(passed: PassedOn, future: F) -> impl Future<Output = F::Output> {
-    PASSED_ON.scope(passed, future)
+/// `future`, the work of an unsampled request: no span is made within it (rather
+/// than a trace of its own, as outside any request), and `passed` is handed on by
+/// every outbound request it makes.
+pub fn unsampled<F: Future>(
+    passed: Option<PassedOn>,
+    future: F,
+) -> impl Future<Output = F::Output> {
+    UNSAMPLED.scope(passed, future)
+}
+
+/// `future`, to go on in a task of its own, in the trace of the work that spawns it:
+/// a sampled trace's current span, or an unsampled request's context.
+pub fn carried<F>(future: F) -> Pin<Box<dyn Future<Output = F::Output> + Send>>
+where
+    F: Future + Send + 'static,
+{
+    if let Some(span) = traced_span() {
+        return Box::pin(tracing::Instrument::instrument(future, span));
+    }
+    match UNSAMPLED.try_with(Option::clone) {
+        Ok(passed) => Box::pin(unsampled(passed, future)),
+        Err(_) => Box::pin(future),
+    }
 }
 
 /// A span of a sampled trace (`tracing::info_span!`'s arguments): its target is
@@ -174,16 +196,10 @@ pub fn span(make: impl FnOnce() -> Span) -> Span {
         let _ = span.set_parent(parent);
         return span;
     }
-    match !in_a_span() && new_trace_sampled() {
+    match UNSAMPLED.try_with(|_| ()).is_err() && new_trace_sampled() {
         true => tracing::dispatcher::with_default(traces, make),
         false => Span::none(),
     }
-}
-
-/// Whether the log's current span is some span (a request's), rather than none
-/// (background work).
-fn in_a_span() -> bool {
-    tracing::dispatcher::get_default(|log| log.current_span().id().is_some())
 }
 
 /// The current span of a sampled trace, if any.
@@ -205,11 +221,13 @@ pub fn record<const N: usize>(values: [(&str, Option<&dyn tracing::Value>); N]) 
     };
     let fields = meta.fields();
     let named: [Option<Field>; N] = std::array::from_fn(|i| fields.field(values[i].0));
-    let Some(named) = named.iter().map(Option::as_ref).collect::<Option<Vec<_>>>() else {
+    if named.iter().any(Option::is_none) {
         return;
-    };
-    let pairs: [(&Field, Option<&dyn tracing::Value>); N] =
-        std::array::from_fn(|i| (named[i], values[i].1));
+    }
+    let pairs: [(&Field, Option<&dyn tracing::Value>); N] = std::array::from_fn(|i| {
+        let field = named[i].as_ref().expect("every field is the span's");
+        (field, values[i].1)
+    });
     traces.record(id, &Record::new(&fields.value_set(&pairs)));
 }
 
@@ -226,10 +244,12 @@ pub fn propagate(headers: &mut HeaderMap) {
         }
         return;
     }
-    let _ = PASSED_ON.try_with(|passed| {
-        headers.insert(TRACEPARENT, passed.traceparent.clone());
-        if let Some(state) = &passed.tracestate {
-            headers.insert(TRACESTATE, state.clone());
+    let _ = UNSAMPLED.try_with(|passed| {
+        if let Some(passed) = passed {
+            headers.insert(TRACEPARENT, passed.traceparent.clone());
+            if let Some(state) = &passed.tracestate {
+                headers.insert(TRACESTATE, state.clone());
+            }
         }
     });
 }

@@ -143,10 +143,10 @@ impl<S: Next<B>, B: Send + 'static> Service<Request<B>> for RequestLog<S> {
             Ok(resp)
         };
         match trace {
-            RequestTrace::Untraced => Box::pin(answered.instrument(span)),
+            RequestTrace::Off => Box::pin(answered.instrument(span)),
             RequestTrace::Sampled(traced) => Box::pin(answered.instrument(traced).instrument(span)),
-            RequestTrace::PassedOn(passed) => {
-                Box::pin(crate::traces::passing_on(passed, answered).instrument(span))
+            RequestTrace::Unsampled(passed) => {
+                Box::pin(crate::traces::unsampled(passed, answered).instrument(span))
             }
         }
     }

@@ -308,9 +308,8 @@ fn estimate(order: &SubmitOrder) -> Result<Option<Micros>, ApiError> {
 
 /// A future awaited where it is (no task of its own, no wake-up across tasks) that,
 /// if its caller drops it before its end (the client left, the request timed out),
-/// goes on in a task of its own: an admitted submit is never cut half-way. A sampled
-/// trace's span goes with it (dropped in it, it is current), so that what is left
-/// stays in the request's trace.
+/// goes on in a task of its own: an admitted submit is never cut half-way, and in
+/// the request's trace (dropped within the request, its trace is current).
 struct RunToEnd<F: Future + Send + 'static>(Option<Pin<Box<F>>>);
 
 impl<F: Future + Send + 'static> RunToEnd<F> {
@@ -337,13 +336,9 @@ impl<F: Future + Send + 'static> Drop for RunToEnd<F> {
         if let Some(rest) = self.0.take()
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
-            let span = crate::traces::traced_span().unwrap_or_else(tracing::Span::none);
-            runtime.spawn(tracing::Instrument::instrument(
-                async move {
-                    rest.await;
-                },
-                span,
-            ));
+            runtime.spawn(crate::traces::carried(async move {
+                rest.await;
+            }));
         }
     }
 }

@@ -333,6 +333,27 @@ async fn warnings_logged_in_a_traced_span_are_its_events_and_the_access_line_is_
     assert_eq!(gw.count_in_log("submit: no answer"), 1, "{}", gw.log());
 }
 
+#[tokio::test]
+async fn a_submit_whose_client_left_stays_in_its_trace() {
+    let receiver = receiver().await;
+    let fake = Fake::start().await;
+    let held = fake.hold(SUBMIT, Answer::queued("up-late"));
+    let gw = gateway_to(&fake.url(), &receiver.url(), 1.0).await;
+    let http = gw.client();
+    let gone = tokio::spawn(async move { submit(&http, &[]).await });
+    held.arrived(1).await;
+    gone.abort(); // the client hangs up while the provider works
+    let _ = gone.await;
+    held.release();
+
+    // The rest of the submit, in a task of its own, is still the request's.
+    let spans = spans_named(&receiver, &[REQUEST_SPAN, "ledger.record"]).await;
+    let request = named(&spans, REQUEST_SPAN);
+    let record = named(&spans, "ledger.record");
+    assert_eq!(record.trace_id, request.trace_id);
+    assert_eq!(record.parent_span_id, request.span_id);
+}
+
 /// The submit the fake provider received.
 fn submitted(fake: &Fake) -> Seen {
     let seen = fake.take().into_iter().find(|s| s.line() == SUBMIT);
