@@ -16,7 +16,10 @@
 #                                   # measured in turns (SHARED_ROUNDS), ~4 minutes
 #   ONLY=traces benches/load.sh     # only the cost of [telemetry] (no nginx): traces
 #                                   # exported to the fast upstream at sampling 1.0
-#                                   # and 0.01, against off, ~1 minute
+#                                   # and 0.01, against off, ~1 minute a round;
+#                                   # TRACE_ROUNDS=3: off, 1.0 and 0.01 in turn three
+#                                   # times, medians reported (a busy machine's drift
+#                                   # then falls on all three alike)
 #   PROFILE=submit benches/load.sh  # where the gateway's CPU goes under the submit load
 #                                   # (perf; a build with line tables in target/profile);
 #                                   # PROFILE=query: queries of a finished task;
@@ -27,6 +30,9 @@
 #                                   # model by a key with a budget;
 #                                   # PROFILE=submit-postgres: submits, ledger on a
 #                                   # PostgreSQL cluster started here;
+#                                   # PROFILE=submit-traces (submit-traces-001): submits
+#                                   # to a gateway exporting traces to the fast upstream
+#                                   # at sampling 1.0 (0.01);
 #                                   # PROFILE=submit-nginx: the same submits through
 #                                   # nginx, its workers profiled (the baseline's share
 #                                   # of kernel, system calls, context switches);
@@ -62,11 +68,11 @@ STORM_TASKS=${STORM_TASKS:-100}
 IDLE_CONNS=${IDLE_CONNS:-10000}
 POLL_TTL_MS=${POLL_TTL_MS:-1000}
 ONLY=${ONLY:-all}              # all | ledger | memory | shared | traces
-PROFILE=${PROFILE:-}           # submit | submit-sqlite | submit-sqlite-money | submit-postgres | submit-nginx | query | query-forwarded: profile that load, then stop
+PROFILE=${PROFILE:-}           # submit | submit-sqlite | submit-sqlite-money | submit-postgres | submit-traces | submit-traces-001 | submit-nginx | query | query-forwarded: profile that load, then stop
 COUNT=${COUNT:-}               # instructions: with PROFILE, count with callgrind instead of sampling with perf
 COUNT_REQUESTS=${COUNT_REQUESTS:-3000} # with COUNT: at least 250, counted in whole 250s
 [[ -z $COUNT || ( $COUNT == instructions && -n $PROFILE && $PROFILE != submit-nginx ) ]] \
-  || { echo "COUNT=instructions goes with PROFILE=submit, submit-sqlite, submit-sqlite-money, submit-postgres, query or query-forwarded" >&2; exit 2; }
+  || { echo "COUNT=instructions goes with PROFILE=submit, submit-sqlite, submit-sqlite-money, submit-postgres, submit-traces, submit-traces-001, query or query-forwarded" >&2; exit 2; }
 [[ -z $COUNT || $COUNT_REQUESTS -ge 250 ]] || { echo "COUNT_REQUESTS is at least 250" >&2; exit 2; }
 [[ -z $PROFILE ]] || ONLY=profile
 [[ $ONLY == all || $ONLY == ledger || $ONLY == memory || $ONLY == shared || $ONLY == traces || $ONLY == profile ]] \
@@ -74,6 +80,7 @@ COUNT_REQUESTS=${COUNT_REQUESTS:-3000} # with COUNT: at least 250, counted in wh
 LAT_SECONDS=${LAT_SECONDS:-5}  # per constant-rate run
 LAT_REPEAT=${LAT_REPEAT:-3}    # constant-rate runs per cell (median reported)
 SHARED_ROUNDS=${SHARED_ROUNDS:-3} # ONLY=shared: saturated runs per gateway, in turns (median reported)
+TRACE_ROUNDS=${TRACE_ROUNDS:-1} # ONLY=traces: rounds of off, 1.0 and 0.01 in turn (medians reported)
 OUT=target/load
 mkdir -p "$OUT"
 WORK=$(mktemp -d /tmp/mediagate-load.XXXXXX)
@@ -425,6 +432,11 @@ if [[ $ONLY == profile ]]; then
     start_postgres || exit 1
     MG_ADDR=$(start_gateway mediagate-pg "$POLL_TTL_MS" "postgres://postgres@127.0.0.1:$PG_PORT/postgres")
     MG_PID=$(cat "$WORK/mediagate-pg.pid")
+  elif [[ $PROFILE == submit-traces || $PROFILE == submit-traces-001 ]]; then
+    # Spans exported to the fast upstream, which accepts OTLP posts.
+    RATIO=$([[ $PROFILE == submit-traces ]] && echo 1.0 || echo 0.01)
+    MG_ADDR=$(start_gateway mediagate-traces "$POLL_TTL_MS" none "" "" "$UP $RATIO")
+    MG_PID=$(cat "$WORK/mediagate-traces.pid")
   elif [[ $PROFILE == query-forwarded ]]; then
     MG_ADDR=$(start_gateway mediagate-nocache 0)
     MG_PID=$(cat "$WORK/mediagate-nocache.pid")
@@ -438,7 +450,7 @@ if [[ $ONLY == profile ]]; then
     PROFILED_NAME="nginx $("$NGINX" -v 2>&1 | cut -d/ -f2) (the baseline)"
   fi
   case $PROFILE in
-    submit|submit-sqlite|submit-sqlite-money|submit-postgres) PROFILE_ARGS=(-s "$WORK/submit.lua" "http://$MG_ADDR$TASKS") ;;
+    submit|submit-sqlite|submit-sqlite-money|submit-postgres|submit-traces|submit-traces-001) PROFILE_ARGS=(-s "$WORK/submit.lua" "http://$MG_ADDR$TASKS") ;;
     submit-nginx) PROFILE_ARGS=(-s "$WORK/submit.lua" "http://$NG_ADDR$TASKS") ;;
     query) # a task the fast upstream reports finished (created in 1970)
       FINISHED=$($LOADGEN seal --secret "$SECRET" --provider fast \
@@ -448,7 +460,7 @@ if [[ $ONLY == profile ]]; then
       UNFINISHED=$(curl -sf -X POST "http://$MG_ADDR$TASKS" -H "$AUTH" \
         -H 'Content-Type: application/json' -d "$BODY" | sed 's/.*"id":"\([^"]*\)".*/\1/')
       PROFILE_ARGS=(-s "$WORK/get.lua" "http://$MG_ADDR$TASKS/$UNFINISHED") ;;
-    *) echo "PROFILE is submit, submit-sqlite, submit-sqlite-money, submit-postgres, submit-nginx, query or query-forwarded" >&2; exit 2 ;;
+    *) echo "PROFILE is submit, submit-sqlite, submit-sqlite-money, submit-postgres, submit-traces, submit-traces-001, submit-nginx, query or query-forwarded" >&2; exit 2 ;;
   esac
   if [[ $COUNT == instructions ]]; then
     # The same load from loadgen at a rate callgrind keeps up with (250 a second, for
@@ -698,21 +710,35 @@ if [[ $ONLY == all || $ONLY == traces ]]; then
 MGT1_ADDR=$(start_gateway mediagate-traces-1 "$POLL_TTL_MS" none "" "" "$UP 1.0")
 MGT001_ADDR=$(start_gateway mediagate-traces-001 "$POLL_TTL_MS" none "" "" "$UP 0.01")
 TRACE_ROWS=()
-trace_cost() { # $1 = label, $2 = address, $3 = the gateway's pid
+declare -A TRACE_RUN=()
+trace_cost() { # $1 = label, $2 = address, $3 = the gateway's pid, $4 = round
   local t l c0 c1 rate_cpu
-  log "traces: $1"
+  log "traces: $1 (round $4 of $TRACE_ROUNDS)"
   t=($(run_wrk "$CONNS" "$WORK/submit.lua" "http://$2$TASKS"))
   c0=$(cpu_ticks "$3")
   l=($(run_rate "$2" "$TASKS" "${SUBMIT_ARGS[@]}"))
   c1=$(cpu_ticks "$3")
   rate_cpu=$(awk -v t=$(( c1 - c0 )) -v n=$(( RATE * LAT_SECONDS * LAT_REPEAT )) -v hz="$CLK_TCK" \
     'BEGIN { if (n > 0) printf "%.1f", t * 1e6 / hz / n; else print "-" }')
-  [[ -z ${TRACE_OFF_CPU:-} ]] && TRACE_OFF_CPU=${t[4]} TRACE_OFF_P99=${l[1]} TRACE_OFF_RATE_CPU=$rate_cpu
-  TRACE_ROWS+=("| $1 | ${t[0]} | ${t[4]} | $(ratio "${t[4]}" "$TRACE_OFF_CPU") | ${t[3]} | $rate_cpu | $(ratio "$rate_cpu" "$TRACE_OFF_RATE_CPU") | ${l[0]} / ${l[1]} | $(( l[1] - TRACE_OFF_P99 )) | ${l[2]} |")
+  # rps, CPU, errors, CPU at the rate, p50, p99, failed; then against off's of the round.
+  TRACE_RUN[$1,$4]="${t[0]} ${t[4]} ${t[3]} $rate_cpu ${l[0]} ${l[1]} ${l[2]}"
+  local off=(${TRACE_RUN[off,$4]})
+  TRACE_RUN[$1,$4]+=" $(ratio "${t[4]}" "${off[1]}") $(ratio "$rate_cpu" "${off[3]}") $(( l[1] - off[5] ))"
 }
-trace_cost "off" "$MG_ADDR" "$MG_PID"
-trace_cost "sampling 1.0" "$MGT1_ADDR" "$(cat "$WORK/mediagate-traces-1.pid")"
-trace_cost "sampling 0.01" "$MGT001_ADDR" "$(cat "$WORK/mediagate-traces-001.pid")"
+for round in $(seq 1 "$TRACE_ROUNDS"); do
+  trace_cost "off" "$MG_ADDR" "$MG_PID" "$round"
+  trace_cost "sampling 1.0" "$MGT1_ADDR" "$(cat "$WORK/mediagate-traces-1.pid")" "$round"
+  trace_cost "sampling 0.01" "$MGT001_ADDR" "$(cat "$WORK/mediagate-traces-001.pid")" "$round"
+done
+trace_median() { # $1 = label, $2 = field (0-based): its median over the rounds
+  for round in $(seq 1 "$TRACE_ROUNDS"); do
+    local v=(${TRACE_RUN[$1,$round]}); echo "${v[$2]}"
+  done | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'
+}
+for label in "off" "sampling 1.0" "sampling 0.01"; do
+  m=(); for f in $(seq 0 9); do m+=("$(trace_median "$label" "$f")"); done
+  TRACE_ROWS+=("| $label | ${m[0]} | ${m[1]} | ${m[7]} | ${m[2]} | ${m[3]} | ${m[8]} | ${m[4]} / ${m[5]} | ${m[9]} | ${m[6]} |")
+done
 # grep -c exits 1 when no export failed, the case hoped for.
 TRACE_FAILED=$({ grep -c "trace export failed" "$WORK/mediagate-traces-1.log" "$WORK/mediagate-traces-001.log" || true; } | awk -F: '{n += $2} END {print n + 0}')
 fi
@@ -775,7 +801,7 @@ fi # ONLY != ledger
   else
   echo "Versions: mediagate $(git rev-parse --short HEAD 2>/dev/null || echo "?") ($MEDIAGATE), $(rustc --version), nginx $("$NGINX" -v 2>&1 | cut -d/ -f2), wrk $(wrk -v 2>&1 | head -1 | awk '{print $2}')."
   fi
-  echo "Command: \`benches/load.sh\` (ONLY=$ONLY DURATION=$DURATION CONNS=$CONNS RATE=$RATE LAT_SECONDS=$LAT_SECONDS LAT_REPEAT=$LAT_REPEAT STORM_CONNS=$STORM_CONNS STORM_TASKS=$STORM_TASKS IDLE_CONNS=$IDLE_CONNS POLL_TTL_MS=$POLL_TTL_MS)"
+  echo "Command: \`benches/load.sh\` (ONLY=$ONLY DURATION=$DURATION CONNS=$CONNS RATE=$RATE LAT_SECONDS=$LAT_SECONDS LAT_REPEAT=$LAT_REPEAT$([[ $ONLY != traces && $ONLY != all ]] || echo " TRACE_ROUNDS=$TRACE_ROUNDS") STORM_CONNS=$STORM_CONNS STORM_TASKS=$STORM_TASKS IDLE_CONNS=$IDLE_CONNS POLL_TTL_MS=$POLL_TTL_MS)"
   echo
   if [[ $ONLY == all ]]; then
   echo "### Throughput (wrk -t2 -c$CONNS, ${DURATION} s per run; latency in µs)"
@@ -816,6 +842,13 @@ fi # ONLY != ledger
   echo "### The cost of traces (submit; wrk -c$CONNS for throughput, $RATE req/s for latency)"
   echo
   echo "\`[telemetry]\` exporting to the fast upstream over OTLP/HTTP, against the gateway without it in the same run. Exports that failed (logged once per gateway): $TRACE_FAILED."
+  if (( TRACE_ROUNDS > 1 )); then
+  echo "Medians of $TRACE_ROUNDS rounds (off, 1.0, 0.01 in turn); the ratios and the p99 added are the medians of each round's against that round's off. Every round:"
+  echo
+  for round in $(seq 1 "$TRACE_ROUNDS"); do
+    echo "- round $round: $(for label in "off" "sampling 1.0" "sampling 0.01"; do v=(${TRACE_RUN[$label,$round]}); printf '%s %s µs/req (%s), %s µs/req at the rate (%s), p99 %s µs; ' "$label" "${v[1]}" "${v[7]}" "${v[3]}" "${v[8]}" "${v[5]}"; done)"
+  done
+  fi
   echo
   echo "| traces | submit req/s | CPU µs/req | CPU vs off | errors | CPU µs/req at $RATE req/s | CPU vs off at $RATE req/s | p50 / p99 µs at $RATE req/s | p99 added vs off | failed |"
   echo "|---|---|---|---|---|---|---|---|---|---|"

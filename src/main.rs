@@ -288,6 +288,9 @@ fn init_logging(
     // The access line and (in text) span fields are written by `log_format`, the same
     // bytes as these formats.
     let text = tracing_subscriber::fmt::format::Format::default().with_ansi(ansi);
+    // Sampled traces' spans are made on a dispatcher of their own (`traces.rs`): the
+    // log's subscriber only hands them the warnings and errors logged within them.
+    let span_events = telemetry.as_ref().map(Telemetry::span_events);
     match format {
         LogFormat::Json => {
             let json = text.json().flatten_event(true);
@@ -296,16 +299,14 @@ fn init_logging(
                 .flatten_event(true)
                 .event_format(AccessLine::new(json, Style::Json))
                 .finish();
-            let traces = telemetry.as_ref().map(|t| t.layer());
-            subscriber.with(traces).init()
+            subscriber.with(span_events).init()
         }
         LogFormat::Text => {
             let subscriber = builder
                 .fmt_fields(PlainFields::default())
                 .event_format(AccessLine::new(text, Style::Text))
                 .finish();
-            let traces = telemetry.as_ref().map(|t| t.layer());
-            subscriber.with(traces).init()
+            subscriber.with(span_events).init()
         }
     }
     (flushed, telemetry)

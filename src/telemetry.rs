@@ -2,7 +2,9 @@
 //! `ledger.url`, a reload does not change it). Spans are `tracing` spans made
 //! OpenTelemetry spans by `tracing-opentelemetry`; the SDK's batch processor keeps
 //! finished spans in a bounded queue and exports them over OTLP/HTTP (protobuf) from
-//! a thread of its own, so a request never waits for the collector.
+//! a thread of its own, so a request never waits for the collector. Which traces are
+//! sampled is decided before any span is made (`traces.rs`), and their spans are made
+//! on a dispatcher of their own, apart from the log's.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -13,12 +15,12 @@ use opentelemetry_otlp::{Protocol, WithExportConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{
-    BatchConfigBuilder, BatchSpanProcessor, Sampler, SdkTracer, SdkTracerProvider, SpanData,
-    SpanExporter,
+    BatchConfigBuilder, BatchSpanProcessor, Sampler, SdkTracerProvider, SpanData, SpanExporter,
 };
-use tracing::Subscriber;
-use tracing_opentelemetry::OpenTelemetryLayer;
-use tracing_subscriber::registry::LookupSpan;
+use tracing::{Dispatch, Level};
+use tracing_subscriber::Registry;
+use tracing_subscriber::filter::filter_fn;
+use tracing_subscriber::layer::SubscriberExt;
 
 use crate::config::TelemetryConfig;
 use crate::metrics::{TRACE_EXPORT_FAILURES, TRACE_SPANS_DROPPED};
@@ -62,30 +64,45 @@ impl Telemetry {
                     .map(|(k, v)| KeyValue::new(k.clone(), v.clone())),
             )
             .build();
-        let sampler =
-            Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(config.sampling_ratio)));
+        // Spans are made only for sampled traces (`traces::request`, `traces::span`,
+        // by `sampling_ratio` or the client's flag): the SDK keeps every one it gets.
+        let sampler = Sampler::ParentBased(Box::new(Sampler::AlwaysOn));
         let provider = SdkTracerProvider::builder()
             .with_span_processor(processor)
             .with_sampler(sampler)
             .with_resource(resource)
             .build();
-        crate::traces::enable();
+        crate::traces::enable(dispatcher(&provider), config.sampling_ratio);
         Ok(Some(Self { provider }))
     }
 
-    /// The `tracing` layer that turns spans into OpenTelemetry spans of this exporter.
-    pub fn layer<S>(&self) -> OpenTelemetryLayer<S, SdkTracer>
-    where
-        S: Subscriber + for<'a> LookupSpan<'a>,
-    {
-        // Source locations, thread names and busy/idle times are left out: they cost
-        // on every span and say little about where a request's time went.
-        tracing_opentelemetry::layer()
-            .with_tracer(self.provider.tracer("mediagate"))
-            .with_location(false)
-            .with_threads(false)
-            .with_tracked_inactivity(false)
+    /// The layer of the log's subscriber that makes the warnings and errors logged in
+    /// a sampled trace's span that span's events.
+    pub fn span_events(&self) -> crate::traces::SpanEvents {
+        crate::traces::SpanEvents
     }
+}
+
+/// The dispatcher the spans of sampled traces are made on: a registry of their own
+/// and the layer that makes them OpenTelemetry spans of `provider`.
+fn dispatcher(provider: &SdkTracerProvider) -> Dispatch {
+    // Source locations, thread names and busy/idle times are left out: they cost on
+    // every span and say little about where a request's time went. Context
+    // activation (an OpenTelemetry context attached at every poll of a span's
+    // future) is too: children find their parent through the registry, and outbound
+    // requests take the context from the span (`traces::propagate`).
+    let layer = tracing_opentelemetry::layer()
+        .with_tracer(provider.tracer("mediagate"))
+        .with_location(false)
+        .with_threads(false)
+        .with_tracked_inactivity(false)
+        .with_context_activation(false);
+    // Only spans of sampled traces are made here: other callsites are never of
+    // interest to this dispatcher, so that it adds no cost to them (and its level
+    // hint none to the process's).
+    let only_traced = filter_fn(|meta| meta.is_span() && meta.target() == crate::traces::TRACED)
+        .with_max_level_hint(Level::INFO);
+    Dispatch::new(Registry::default().with(layer).with(only_traced))
 }
 
 impl Drop for Telemetry {

@@ -19,6 +19,7 @@ use super::stack::Next;
 use crate::error::{ApiError, ErrorCode};
 use crate::gateway::Gateway;
 use crate::response::{ResponseBody, ResponseFuture};
+use crate::traces::RequestTrace;
 
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
@@ -130,50 +131,46 @@ impl<S: Next<B>, B: Send + 'static> Service<Request<B>> for RequestLog<S> {
         let ctx: Ctx = Arc::new(RequestContext::new(id, route, snapshot));
         let method = req.method().clone();
         let gateway = self.layer.gateway.clone();
-        let span = match crate::traces::on() {
-            false => {
-                tracing::info_span!("request", request_id = %String::from_utf8_lossy(ctx.id.as_bytes()))
-            }
-            true => traced_span(&ctx, &method, req.headers()),
-        };
+        // The request's span in the log, the same with traces on or off.
+        let span = tracing::info_span!("request", request_id = %String::from_utf8_lossy(ctx.id.as_bytes()));
+        let trace = crate::traces::request(req.headers(), || traced_span(&ctx, &method));
         let clone = self.inner.clone();
         let mut ready = std::mem::replace(&mut self.inner, clone);
-        Box::pin(
-            async move {
-                let Ok(mut resp) = ready.call((ctx.clone(), req)).await;
-                resp.headers_mut().insert(REQUEST_ID, ctx.id.clone());
-                log(&gateway, &ctx, &method, &resp, started);
-                Ok(resp)
+        let answered = async move {
+            let Ok(mut resp) = ready.call((ctx.clone(), req)).await;
+            resp.headers_mut().insert(REQUEST_ID, ctx.id.clone());
+            log(&gateway, &ctx, &method, &resp, started);
+            Ok(resp)
+        };
+        match trace {
+            RequestTrace::Off => Box::pin(answered.instrument(span)),
+            RequestTrace::Sampled(traced) => Box::pin(answered.instrument(traced).instrument(span)),
+            RequestTrace::Unsampled(passed) => {
+                Box::pin(crate::traces::unsampled(passed, answered).instrument(span))
             }
-            .instrument(span),
-        )
+        }
     }
 }
 
-/// The request span when traces are exported: named after the route template, the
-/// client's trace continued; what the answer was is recorded by [`log`].
-fn traced_span(
-    ctx: &RequestContext,
-    method: &http::Method,
-    headers: &http::HeaderMap,
-) -> tracing::Span {
+/// The request span of a sampled trace (beside the log's): named after the route
+/// template; what the answer was is recorded by [`log`].
+fn traced_span(ctx: &RequestContext, method: &http::Method) -> tracing::Span {
     // The label is `METHOD /template`: the span's name; the template alone is the route.
     let label = ctx.route.label();
     let route = label.split_once(' ').map_or(label, |(_, path)| path);
-    let span = tracing::info_span!(
+    crate::traces::traced!(
         "request",
-        request_id = %String::from_utf8_lossy(ctx.id.as_bytes()),
+        // Ids are printable ASCII (`usable`, `IdSource::make`): text as they are.
+        request_id = ctx.id.to_str().unwrap_or_default(),
         otel.name = label,
         otel.kind = "server",
-        http.request.method = %method,
+        http.request.method = method.as_str(),
         http.route = route,
         http.response.status_code = tracing::field::Empty,
         mediagate.model = tracing::field::Empty,
         mediagate.key = tracing::field::Empty,
         mediagate.error_code = tracing::field::Empty,
-    );
-    crate::traces::continue_from(&span, headers);
-    span
+    )
 }
 
 /// The access-log line and the request metrics of an answered request.
@@ -209,15 +206,20 @@ fn log<B>(
         error = code,
         "request"
     );
-    if crate::traces::on() {
-        // After the access line, so that its text stays as it is without traces. The
-        // key's configured name only, never its secret.
-        let span = tracing::Span::current();
-        span.record("http.response.status_code", resp.status().as_u16());
-        span.record("mediagate.model", fields.model.as_deref());
-        span.record("mediagate.key", ctx.key_if_any().map(|k| &*k.name));
-        span.record("mediagate.error_code", code);
-    }
+    // On the request span of a sampled trace; the key's configured name only, never
+    // its secret.
+    let (model, key) = (fields.model.as_deref(), ctx.key_if_any().map(|k| &*k.name));
+    crate::traces::record([
+        ("http.response.status_code", Some(&resp.status().as_u16())),
+        ("mediagate.model", model.as_ref().map(as_value)),
+        ("mediagate.key", key.as_ref().map(as_value)),
+        ("mediagate.error_code", code.as_ref().map(as_value)),
+    ]);
+}
+
+/// A text as a field value (`None`s stay unrecorded).
+fn as_value<'a>(text: &'a &'a str) -> &'a dyn tracing::Value {
+    text
 }
 
 #[cfg(test)]

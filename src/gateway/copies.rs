@@ -182,7 +182,7 @@ impl CopyJob {
         let started = std::time::Instant::now();
         // A trace of its own: the copy runs after the task's requests have ended.
         let span = crate::traces::span(|| {
-            tracing::info_span!(
+            crate::traces::traced!(
                 "storage.copy",
                 otel.kind = "internal",
                 mediagate.task_row = copy.task_row,

@@ -246,7 +246,7 @@ async fn attempt(gateway: &Gateway, http: &UpstreamClient, delivery: Delivery, h
                 // Its own trace (the ledger keeps no trace context of the submit); its
                 // `traceparent` goes to the receiver.
                 let span = crate::traces::span(|| {
-                    tracing::info_span!(
+                    crate::traces::traced!(
                         "webhook.delivery",
                         otel.kind = "client",
                         mediagate.task_row = delivery.task_row

@@ -146,7 +146,7 @@ impl TaskService {
             None => true,
             Some(ledger) => {
                 let span = crate::traces::span(|| {
-                    tracing::info_span!(
+                    crate::traces::traced!(
                         "ledger.finish",
                         otel.kind = "internal",
                         mediagate.provider = provider

@@ -245,7 +245,7 @@ impl TaskService {
             keep_days: order.model.results.keep_days.map(i64::from),
         };
         let span =
-            crate::traces::span(|| tracing::info_span!("ledger.admit", otel.kind = "internal"));
+            crate::traces::span(|| crate::traces::traced!("ledger.admit", otel.kind = "internal"));
         let admitted = tracing::Instrument::instrument(ledger.admit(&new), span).await;
         let admission = admitted.map_err(|e| {
             self.ledger_errors.inc();
@@ -308,7 +308,8 @@ fn estimate(order: &SubmitOrder) -> Result<Option<Micros>, ApiError> {
 
 /// A future awaited where it is (no task of its own, no wake-up across tasks) that,
 /// if its caller drops it before its end (the client left, the request timed out),
-/// goes on in a task of its own: an admitted submit is never cut half-way.
+/// goes on in a task of its own: an admitted submit is never cut half-way, and in
+/// the request's trace (dropped within the request, its trace is current).
 struct RunToEnd<F: Future + Send + 'static>(Option<Pin<Box<F>>>);
 
 impl<F: Future + Send + 'static> RunToEnd<F> {
@@ -335,9 +336,9 @@ impl<F: Future + Send + 'static> Drop for RunToEnd<F> {
         if let Some(rest) = self.0.take()
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
-            runtime.spawn(async move {
+            runtime.spawn(crate::traces::carried(async move {
                 rest.await;
-            });
+            }));
         }
     }
 }
@@ -364,7 +365,8 @@ async fn run_to_end(
 
 /// The outcome on the submit's row; whether it ended the task there (a refusal).
 async fn record(ledger: &Ledger, row: i64, outcome: &Result<SealedTask, Failure>) -> bool {
-    let span = crate::traces::span(|| tracing::info_span!("ledger.record", otel.kind = "internal"));
+    let span =
+        crate::traces::span(|| crate::traces::traced!("ledger.record", otel.kind = "internal"));
     let written = tracing::Instrument::instrument(write_outcome(ledger, row, outcome), span).await;
     if let Err(e) = &written {
         let upstream_id = outcome.as_ref().ok().map(|c| c.task.upstream_id.as_str());
@@ -422,11 +424,10 @@ async fn forward(
             tracing::warn!(row, error = %e, "ledger update failed before a provider attempt");
         }
         let span = crate::traces::span(|| {
-            tracing::info_span!(
-                "upstream",
-                otel.name = "upstream submit",
+            crate::traces::traced!(
+                "upstream submit",
                 otel.kind = "client",
-                mediagate.provider = %provider.name,
+                mediagate.provider = provider.name.as_str(),
                 mediagate.step = "submit",
                 mediagate.attempt = n + 1,
                 http.response.status_code = tracing::field::Empty,

@@ -125,16 +125,7 @@ impl Provider {
         step: Step,
         request: Request<Full<Bytes>>,
     ) -> Result<Reply, UpstreamError> {
-        let span = crate::traces::span(|| {
-            tracing::info_span!(
-                "upstream",
-                otel.name = %format_args!("upstream {}", step.as_str()),
-                otel.kind = "client",
-                mediagate.provider = %self.name,
-                mediagate.step = step.as_str(),
-                http.response.status_code = tracing::field::Empty,
-            )
-        });
+        let span = crate::traces::span(|| exchange_span(step, &self.name));
         let call = self.client.call(request, self.query_timeout);
         let answer = tracing::Instrument::instrument(call, span.clone()).await;
         if let Ok(a) = &answer {
@@ -170,5 +161,28 @@ impl Provider {
             return Err(bad("it has no result URL".into()));
         }
         Ok(urls)
+    }
+}
+
+/// The span of an exchange, named after its step (a name of the callsite, which
+/// costs nothing to record, unlike `otel.name`).
+fn exchange_span(step: Step, provider: &str) -> tracing::Span {
+    macro_rules! upstream {
+        ($name:literal) => {
+            crate::traces::traced!(
+                $name,
+                otel.kind = "client",
+                mediagate.provider = provider,
+                mediagate.step = step.as_str(),
+                http.response.status_code = tracing::field::Empty,
+            )
+        };
+    }
+    match step {
+        Step::Submit => upstream!("upstream submit"),
+        Step::Query => upstream!("upstream query"),
+        Step::Result => upstream!("upstream result"),
+        Step::Content => upstream!("upstream content"),
+        Step::Cancel => upstream!("upstream cancel"),
     }
 }

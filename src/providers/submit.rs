@@ -89,7 +89,7 @@ impl Provider {
         let answer = self.client.call(request, self.submit_timeout).await;
         let upstream_time = started.elapsed();
         if let Ok(a) = &answer {
-            crate::traces::record("http.response.status_code", a.status.as_u16());
+            crate::traces::record([("http.response.status_code", Some(&a.status.as_u16()))]);
         }
         let answer = answer.map_err(|e| {
             tracing::warn!(provider = %self.name, error = %e, "submit: no answer");

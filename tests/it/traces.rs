@@ -22,16 +22,27 @@ const REQUEST_SPAN: &str = "POST /v2/model-center/tasks";
 /// A fake provider answering submits, and a gateway exporting to `endpoint` every
 /// 50 ms.
 async fn gateway(endpoint: &str) -> (Fake, Proc) {
+    gateway_sampling(endpoint, 1.0).await
+}
+
+/// The same, new traces sampled at `ratio`.
+async fn gateway_sampling(endpoint: &str, ratio: f64) -> (Fake, Proc) {
     let fake = Fake::start().await;
     fake.on(SUBMIT, Answer::queued("up-1"));
-    let routes = Routes::upstream(&fake.url(), "")
+    let gateway = gateway_to(&fake.url(), endpoint, ratio).await;
+    (fake, gateway)
+}
+
+/// A gateway whose provider is at `upstream`.
+async fn gateway_to(upstream: &str, endpoint: &str, ratio: f64) -> Proc {
+    let routes = Routes::upstream(upstream, "")
         .server("metrics_listen = \"127.0.0.1:0\"")
         .top(&format!(
             "[telemetry]\notlp_endpoint = \"{endpoint}\"\nexport_interval_ms = 50\n\
-             service_name = \"gw-under-test\"\n\
+             sampling_ratio = {ratio:?}\nservice_name = \"gw-under-test\"\n\
              [telemetry.resource_attributes]\n\"deployment.environment\" = \"test\""
         ));
-    (fake, Proc::start(routes).await)
+    Proc::start(routes).await
 }
 
 /// A started receiver that accepts every export.
@@ -161,6 +172,8 @@ async fn a_submit_is_one_trace_of_request_ledger_and_upstream_spans() {
         hex(&upstream.span_id)
     );
     assert_eq!(traceparent, expected);
+    // No trace state came in: none is sent, not even an empty one.
+    assert_eq!(sent.header("tracestate"), None);
 
     // No secret in any span: not the client's key, nor the provider's.
     let all = format!("{spans:?}");
@@ -217,6 +230,128 @@ async fn a_receiver_that_is_down_affects_no_request_and_its_losses_are_counted()
     // Still answering, as before.
     submit(&gw.client(), &[]).await;
     assert_eq!(gw.count_in_log("trace export failed"), 1, "{}", gw.log());
+}
+
+#[tokio::test]
+async fn at_ratio_0_only_a_client_s_sampled_trace_is_exported_and_an_unsampled_one_is_passed_on() {
+    const UNSAMPLED: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00";
+    const STATE: &str = "vendor=opaque";
+    const SAMPLED_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let receiver = receiver().await;
+    let (fake, gw) = gateway_sampling(&receiver.url(), 0.0).await;
+    let http = gw.client();
+
+    // A client's unsampled trace: nothing exported, its context handed on unchanged.
+    submit(&http, &[("traceparent", UNSAMPLED), ("tracestate", STATE)]).await;
+    let sent = submitted(&fake);
+    assert_eq!(sent.header("traceparent"), Some(UNSAMPLED));
+    assert_eq!(sent.header("tracestate"), Some(STATE));
+
+    // A new trace at ratio 0: not sampled, nothing to hand on.
+    submit(&http, &[]).await;
+    assert_eq!(submitted(&fake).header("traceparent"), None);
+
+    // A client's sampled trace: exported whatever the ratio (parent-based).
+    let sampled = format!("00-{SAMPLED_TRACE}-00f067aa0ba902b7-01");
+    submit(&http, &[("traceparent", &sampled)]).await;
+    let sent = submitted(&fake);
+    let mut spans = spans_named(&receiver, &[REQUEST_SPAN, "upstream submit"]).await;
+    let upstream = named(&spans, "upstream submit");
+    assert_eq!(
+        sent.header("traceparent").unwrap(),
+        format!("00-{SAMPLED_TRACE}-{}-01", hex(&upstream.span_id))
+    );
+    // Spans are queued as they end and exported in that order, so those of the
+    // earlier requests, had there been any, came no later than these.
+    decode_into(&receiver, &mut spans);
+    for span in &spans {
+        assert_eq!(
+            hex(&span.trace_id),
+            SAMPLED_TRACE,
+            "{}: exported",
+            span.name
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_traced_request_is_logged_as_an_untraced_one() {
+    let receiver = receiver().await;
+    let (_fake, gw) = gateway(&receiver.url()).await;
+    submit(&gw.client(), &[]).await;
+    spans_named(&receiver, &[REQUEST_SPAN]).await;
+    let log = gw.log();
+    let access = log
+        .lines()
+        .find(|l| l.contains("mediagate::access"))
+        .expect("an access line");
+    // The request span as the log has it without traces: its id alone.
+    assert!(
+        access.contains("INFO request{request_id=") && access.contains("}: mediagate::access: "),
+        "{access}"
+    );
+    for traced in ["otel.", "http.route", "upstream submit", "ledger."] {
+        assert!(!log.contains(traced), "{traced} in the log:\n{log}");
+    }
+}
+
+#[tokio::test]
+async fn warnings_logged_in_a_traced_span_are_its_events_and_the_access_line_is_not() {
+    let receiver = receiver().await;
+    // A provider that does not answer: the submit is refused, with a warning logged
+    // while its upstream span is current.
+    let nobody = format!("http://127.0.0.1:{}", free_port());
+    let gw = gateway_to(&nobody, &receiver.url(), 1.0).await;
+    let auth = format!("Bearer {DEMO}");
+    let headers = [
+        ("authorization", auth.as_str()),
+        ("content-type", "application/json"),
+    ];
+    let body = json!({"model": "m1", "prompt": "a fox"}).to_string();
+    let reply = gw
+        .client()
+        .send(Method::POST, MODEL_CENTER, &headers, body)
+        .await;
+    assert!(reply.status.is_server_error(), "{}", reply.text());
+
+    let spans = spans_named(&receiver, &[REQUEST_SPAN, "upstream submit"]).await;
+    let upstream = named(&spans, "upstream submit");
+    assert!(
+        upstream
+            .events
+            .iter()
+            .any(|e| e.name == "submit: no answer"),
+        "{:?}",
+        upstream.events
+    );
+    let request = named(&spans, REQUEST_SPAN);
+    assert!(
+        request.events.iter().all(|e| e.name != "request"),
+        "the access line became an event: {:?}",
+        request.events
+    );
+    assert_eq!(gw.count_in_log("submit: no answer"), 1, "{}", gw.log());
+}
+
+#[tokio::test]
+async fn a_submit_whose_client_left_stays_in_its_trace() {
+    let receiver = receiver().await;
+    let fake = Fake::start().await;
+    let held = fake.hold(SUBMIT, Answer::queued("up-late"));
+    let gw = gateway_to(&fake.url(), &receiver.url(), 1.0).await;
+    let http = gw.client();
+    let gone = tokio::spawn(async move { submit(&http, &[]).await });
+    held.arrived(1).await;
+    gone.abort(); // the client hangs up while the provider works
+    let _ = gone.await;
+    held.release();
+
+    // The rest of the submit, in a task of its own, is still the request's.
+    let spans = spans_named(&receiver, &[REQUEST_SPAN, "ledger.record"]).await;
+    let request = named(&spans, REQUEST_SPAN);
+    let record = named(&spans, "ledger.record");
+    assert_eq!(record.trace_id, request.trace_id);
+    assert_eq!(record.parent_span_id, request.span_id);
 }
 
 /// The submit the fake provider received.
