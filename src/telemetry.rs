@@ -124,11 +124,12 @@ impl SpanExporter for Counted {
         let spans = batch.len() as u64;
         let result = self.0.export(batch).await;
         if let Err(e) = &result {
-            TRACE_EXPORT_FAILURES.inc();
-            TRACE_SPANS_DROPPED.inc_by(spans);
+            // Logged before it is counted: whoever sees the count finds the line.
             if !FAILURE_LOGGED.swap(true, Ordering::Relaxed) {
                 tracing::warn!(error = %e, spans, "trace export failed; its spans are dropped (counted in mediagate_trace_spans_dropped_total, further failures are not logged)");
             }
+            TRACE_EXPORT_FAILURES.inc();
+            TRACE_SPANS_DROPPED.inc_by(spans);
         }
         result
     }
