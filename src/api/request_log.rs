@@ -207,10 +207,13 @@ fn log<B>(
         "request"
     );
     // On the request span of a sampled trace; the key's configured name only, never
-    // its secret.
+    // its secret. Numbers as `i64`: the OpenTelemetry layer writes others as text.
     let (model, key) = (fields.model.as_deref(), ctx.key_if_any().map(|k| &*k.name));
     crate::traces::record([
-        ("http.response.status_code", Some(&resp.status().as_u16())),
+        (
+            "http.response.status_code",
+            Some(&i64::from(resp.status().as_u16())),
+        ),
         ("mediagate.model", model.as_ref().map(as_value)),
         ("mediagate.key", key.as_ref().map(as_value)),
         ("mediagate.error_code", code.as_ref().map(as_value)),

@@ -429,7 +429,7 @@ async fn forward(
                 otel.kind = "client",
                 mediagate.provider = provider.name.as_str(),
                 mediagate.step = "submit",
-                mediagate.attempt = n + 1,
+                mediagate.attempt = n as i64 + 1,
                 http.response.status_code = tracing::field::Empty,
             )
         });

@@ -129,7 +129,7 @@ impl Provider {
         let call = self.client.call(request, self.query_timeout);
         let answer = tracing::Instrument::instrument(call, span.clone()).await;
         if let Ok(a) = &answer {
-            span.record("http.response.status_code", a.status.as_u16());
+            span.record("http.response.status_code", i64::from(a.status.as_u16()));
         }
         let answer = answer.map_err(|e| {
             tracing::warn!(provider = %self.name, step = step.as_str(), error = %e, "upstream call failed");

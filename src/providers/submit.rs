@@ -89,7 +89,8 @@ impl Provider {
         let answer = self.client.call(request, self.submit_timeout).await;
         let upstream_time = started.elapsed();
         if let Ok(a) = &answer {
-            crate::traces::record([("http.response.status_code", Some(&a.status.as_u16()))]);
+            let status = i64::from(a.status.as_u16());
+            crate::traces::record([("http.response.status_code", Some(&status))]);
         }
         let answer = answer.map_err(|e| {
             tracing::warn!(provider = %self.name, error = %e, "submit: no answer");

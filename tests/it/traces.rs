@@ -109,6 +109,20 @@ fn text(value: Option<opentelemetry_proto::tonic::common::v1::AnyValue>) -> Stri
     }
 }
 
+/// An attribute that must be an integer (not its text).
+fn int_attr(span: &Span, key: &str) -> Option<i64> {
+    let value = span
+        .attributes
+        .iter()
+        .find(|kv| kv.key == key)?
+        .value
+        .clone();
+    match value.and_then(|v| v.value) {
+        Some(AnyValue::IntValue(i)) => Some(i),
+        other => panic!("{key} is not an integer: {other:?}"),
+    }
+}
+
 fn attr(span: &Span, key: &str) -> Option<String> {
     span.attributes
         .iter()
@@ -136,10 +150,7 @@ async fn a_submit_is_one_trace_of_request_ledger_and_upstream_spans() {
         attr(request, "http.request.method").as_deref(),
         Some("POST")
     );
-    assert_eq!(
-        attr(request, "http.response.status_code").as_deref(),
-        Some("200")
-    );
+    assert_eq!(int_attr(request, "http.response.status_code"), Some(200));
     assert_eq!(attr(request, "mediagate.model").as_deref(), Some("m1"));
     assert_eq!(attr(request, "mediagate.key").as_deref(), Some("demo"));
     assert_eq!(attr(request, "mediagate.error_code"), None);
@@ -157,11 +168,8 @@ async fn a_submit_is_one_trace_of_request_ledger_and_upstream_spans() {
     let upstream = named(&spans, "upstream submit");
     assert_eq!(attr(upstream, "mediagate.provider").as_deref(), Some("up"));
     assert_eq!(attr(upstream, "mediagate.step").as_deref(), Some("submit"));
-    assert_eq!(attr(upstream, "mediagate.attempt").as_deref(), Some("1"));
-    assert_eq!(
-        attr(upstream, "http.response.status_code").as_deref(),
-        Some("200")
-    );
+    assert_eq!(int_attr(upstream, "mediagate.attempt"), Some(1));
+    assert_eq!(int_attr(upstream, "http.response.status_code"), Some(200));
 
     // The provider got the upstream span's context.
     let sent = submitted(&fake);
