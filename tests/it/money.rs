@@ -301,16 +301,19 @@ async fn twenty_concurrent_submits_on_two_replicas_sharing_postgres_never_spend_
     let pg = Postgres::start();
     let url = pg.database("edge");
     let fake = busy_provider().await;
-    let routes = edge_routes(&fake)
-        .top(&format!("[ledger]\nurl = {url:?}"))
-        .render();
-    let dir = || ConfigDir::new(&routes).with("task-secret", SHARED_SECRET);
-    let (a, b) = (
-        Proc::start_in(dir(), &[], &[]).await,
-        Proc::start_in(dir(), &[], &[]).await,
-    );
+    let [a, b] = two_replicas(edge_routes(&fake), &url).await;
     let ledger = Db::postgres(&url).await;
     twenty_at_a_budgets_edge(&[a.client(), b.client()], &fake, &ledger).await;
+}
+
+/// Two gateways on `routes`, sharing the PostgreSQL ledger at `url` and a task secret.
+async fn two_replicas(routes: Routes, url: &str) -> [Proc; 2] {
+    let routes = routes.top(&format!("[ledger]\nurl = {url:?}")).render();
+    let dir = || ConfigDir::new(&routes).with("task-secret", SHARED_SECRET);
+    [
+        Proc::start_in(dir(), &[], &[]).await,
+        Proc::start_in(dir(), &[], &[]).await,
+    ]
 }
 
 /// Two keys at their budgets' edges, each submitting to both replicas at once: the
@@ -321,15 +324,8 @@ async fn two_keys_at_their_budgets_edges_on_two_replicas_sharing_postgres() {
     let pg = Postgres::start();
     let url = pg.database("edges");
     let fake = busy_provider().await;
-    let routes = edge_routes(&fake)
-        .demo2_key("budget = { per_day = 4.5 }")
-        .top(&format!("[ledger]\nurl = {url:?}"))
-        .render();
-    let dir = || ConfigDir::new(&routes).with("task-secret", SHARED_SECRET);
-    let replicas = [
-        Proc::start_in(dir(), &[], &[]).await,
-        Proc::start_in(dir(), &[], &[]).await,
-    ];
+    let routes = edge_routes(&fake).demo2_key("budget = { per_day = 4.5 }");
+    let replicas = two_replicas(routes, &url).await;
     let mut clients = JoinSet::new();
     for n in 0..40 {
         let http = replicas[n % 2].client();
