@@ -7,7 +7,11 @@
 //! `--processing-ms`, then `completed`. So `sim-1-vo-000000000000` (created in 1970)
 //! is a finished task, and a task submitted during the run stays unfinished.
 //!
-//! `GET /_stats` (not counted) answers `{"requests":N,"submits":N,"queries":N}`.
+//! `GET /_stats` (not counted) answers `{"requests":N,"submits":N,"queries":N,"spans":N}`.
+//!
+//! It is also an OTLP/HTTP collector (`POST /v1/traces`) that counts the spans it
+//! receives (`spans`): the load benchmark compares them with the requests made, so
+//! that spans an exporter dropped do not pass for cheap tracing.
 //!
 //! `GET /media/{N}.bin` streams N bytes (a 64 KiB pattern repeated, with its
 //! `Content-Length`), made on the way and never held whole: the result a copy
@@ -49,6 +53,7 @@ struct Stats {
     requests: AtomicU64,
     submits: AtomicU64,
     queries: AtomicU64,
+    spans: AtomicU64,
     next_id: AtomicU64,
 }
 
@@ -137,10 +142,11 @@ async fn handle(req: Request<Incoming>, stats: &Stats, settings: &Settings) -> R
         return reply(
             StatusCode::OK,
             format!(
-                r#"{{"requests":{},"submits":{},"queries":{}}}"#,
+                r#"{{"requests":{},"submits":{},"queries":{},"spans":{}}}"#,
                 stats.requests.load(Ordering::Relaxed),
                 stats.submits.load(Ordering::Relaxed),
-                stats.queries.load(Ordering::Relaxed)
+                stats.queries.load(Ordering::Relaxed),
+                stats.spans.load(Ordering::Relaxed)
             ),
         );
     }
@@ -178,13 +184,55 @@ async fn handle(req: Request<Incoming>, stats: &Stats, settings: &Settings) -> R
             query(&p[TASKS.len() + 1..], settings, now_ms())
         }
         (&Method::GET, p) if p.starts_with("/media/") => media(p, &settings.pattern),
-        // A collector for `benches/load.sh` with traces on: exports accepted, unread.
-        (&Method::POST, "/v1/traces") => reply(StatusCode::OK, String::new()),
+        // A collector for `benches/load.sh` with traces on: the spans of an export
+        // counted, nothing kept.
+        (&Method::POST, "/v1/traces") => {
+            let Ok(body) = Limited::new(req.into_body(), 64 * 1024 * 1024)
+                .collect()
+                .await
+            else {
+                return reply(StatusCode::BAD_REQUEST, String::new());
+            };
+            let spans = spans_in(&body.to_bytes()).unwrap_or(0);
+            stats.spans.fetch_add(spans, Ordering::Relaxed);
+            reply(StatusCode::OK, String::new())
+        }
         _ => reply(
             StatusCode::NOT_FOUND,
             r#"{"error":{"message":"not found"}}"#.into(),
         ),
     }
+}
+
+/// The spans of an OTLP export (`ExportTraceServiceRequest`), counted on the wire
+/// with prost's primitives rather than decoded, so that counting costs little:
+/// `resource_spans` (field 1), their `scope_spans` (2), their `spans` (2).
+fn spans_in(export: &[u8]) -> Option<u64> {
+    let mut spans = 0;
+    for resource in fields(export, 1)? {
+        for scope in fields(resource, 2)? {
+            spans += fields(scope, 2)?.len() as u64;
+        }
+    }
+    Some(spans)
+}
+
+/// The length-delimited fields `tag` of a message, each field's bytes.
+fn fields(mut message: &[u8], tag: u32) -> Option<Vec<&[u8]>> {
+    use prost::encoding::{DecodeContext, WireType, decode_key, decode_varint, skip_field};
+    let mut found = Vec::new();
+    while !message.is_empty() {
+        let (field, wire) = decode_key(&mut message).ok()?;
+        if field == tag && wire == WireType::LengthDelimited {
+            let len = usize::try_from(decode_varint(&mut message).ok()?).ok()?;
+            let (bytes, rest) = message.split_at_checked(len)?;
+            found.push(bytes);
+            message = rest;
+        } else {
+            skip_field(wire, field, &mut message, DecodeContext::default()).ok()?;
+        }
+    }
+    Some(found)
 }
 
 /// `/media/{N}.bin`: N bytes of the pattern, streamed in frames of its size.
