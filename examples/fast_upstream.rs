@@ -193,7 +193,7 @@ async fn handle(req: Request<Incoming>, stats: &Stats, settings: &Settings) -> R
             else {
                 return reply(StatusCode::BAD_REQUEST, String::new());
             };
-            let spans = spans_in(&body.to_bytes()).unwrap_or(0);
+            let spans = spans_in(body.to_bytes()).unwrap_or(0);
             stats.spans.fetch_add(spans, Ordering::Relaxed);
             reply(StatusCode::OK, String::new())
         }
@@ -204,35 +204,18 @@ async fn handle(req: Request<Incoming>, stats: &Stats, settings: &Settings) -> R
     }
 }
 
-/// The spans of an OTLP export (`ExportTraceServiceRequest`), counted on the wire
-/// with prost's primitives rather than decoded, so that counting costs little:
-/// `resource_spans` (field 1), their `scope_spans` (2), their `spans` (2).
-fn spans_in(export: &[u8]) -> Option<u64> {
-    let mut spans = 0;
-    for resource in fields(export, 1)? {
-        for scope in fields(resource, 2)? {
-            spans += fields(scope, 2)?.len() as u64;
-        }
-    }
+/// The spans of an OTLP export, decoded with the OpenTelemetry proto definitions.
+fn spans_in(export: Bytes) -> Option<u64> {
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use prost::Message;
+    let export = ExportTraceServiceRequest::decode(export).ok()?;
+    let spans = export
+        .resource_spans
+        .iter()
+        .flat_map(|resource| &resource.scope_spans)
+        .map(|scope| scope.spans.len() as u64)
+        .sum();
     Some(spans)
-}
-
-/// The length-delimited fields `tag` of a message, each field's bytes.
-fn fields(mut message: &[u8], tag: u32) -> Option<Vec<&[u8]>> {
-    use prost::encoding::{DecodeContext, WireType, decode_key, decode_varint, skip_field};
-    let mut found = Vec::new();
-    while !message.is_empty() {
-        let (field, wire) = decode_key(&mut message).ok()?;
-        if field == tag && wire == WireType::LengthDelimited {
-            let len = usize::try_from(decode_varint(&mut message).ok()?).ok()?;
-            let (bytes, rest) = message.split_at_checked(len)?;
-            found.push(bytes);
-            message = rest;
-        } else {
-            skip_field(wire, field, &mut message, DecodeContext::default()).ok()?;
-        }
-    }
-    Some(found)
 }
 
 /// `/media/{N}.bin`: N bytes of the pattern, streamed in frames of its size.
