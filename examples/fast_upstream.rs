@@ -7,7 +7,11 @@
 //! `--processing-ms`, then `completed`. So `sim-1-vo-000000000000` (created in 1970)
 //! is a finished task, and a task submitted during the run stays unfinished.
 //!
-//! `GET /_stats` (not counted) answers `{"requests":N,"submits":N,"queries":N}`.
+//! `GET /_stats` (not counted) answers `{"requests":N,"submits":N,"queries":N,"spans":N}`.
+//!
+//! It is also an OTLP/HTTP collector (`POST /v1/traces`) that counts the spans it
+//! receives (`spans`): the load benchmark compares them with the requests made, so
+//! that spans an exporter dropped do not pass for cheap tracing.
 //!
 //! `POST /_complete?over_ms=W` (not counted; for benches/tracker.sh) completes every
 //! task created before it, each at its own moment within the next W ms: the task
@@ -57,6 +61,7 @@ struct Stats {
     requests: AtomicU64,
     submits: AtomicU64,
     queries: AtomicU64,
+    spans: AtomicU64,
     next_id: AtomicU64,
 }
 
@@ -157,10 +162,11 @@ async fn handle(req: Request<Incoming>, stats: &Stats, settings: &Settings) -> R
         return reply(
             StatusCode::OK,
             format!(
-                r#"{{"requests":{},"submits":{},"queries":{}}}"#,
+                r#"{{"requests":{},"submits":{},"queries":{},"spans":{}}}"#,
                 stats.requests.load(Ordering::Relaxed),
                 stats.submits.load(Ordering::Relaxed),
-                stats.queries.load(Ordering::Relaxed)
+                stats.queries.load(Ordering::Relaxed),
+                stats.spans.load(Ordering::Relaxed)
             ),
         );
     }
@@ -201,8 +207,19 @@ async fn handle(req: Request<Incoming>, stats: &Stats, settings: &Settings) -> R
             query(&p[TASKS.len() + 1..], settings, now_ms())
         }
         (&Method::GET, p) if p.starts_with("/media/") => media(p, &settings.pattern),
-        // A collector for `benches/load.sh` with traces on: exports accepted, unread.
-        (&Method::POST, "/v1/traces") => reply(StatusCode::OK, String::new()),
+        // A collector for `benches/load.sh` with traces on: the spans of an export
+        // counted, nothing kept.
+        (&Method::POST, "/v1/traces") => {
+            let Ok(body) = Limited::new(req.into_body(), 64 * 1024 * 1024)
+                .collect()
+                .await
+            else {
+                return reply(StatusCode::BAD_REQUEST, String::new());
+            };
+            let spans = spans_in(body.to_bytes()).unwrap_or(0);
+            stats.spans.fetch_add(spans, Ordering::Relaxed);
+            reply(StatusCode::OK, String::new())
+        }
         _ => reply(
             StatusCode::NOT_FOUND,
             r#"{"error":{"message":"not found"}}"#.into(),
@@ -233,6 +250,20 @@ fn complete(query: &str, settings: &Settings) -> Response<Body> {
         StatusCode::OK,
         format!(r#"{{"at_ms":{at},"over_ms":{over}}}"#),
     )
+}
+
+/// The spans of an OTLP export, decoded with the OpenTelemetry proto definitions.
+fn spans_in(export: Bytes) -> Option<u64> {
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use prost::Message;
+    let export = ExportTraceServiceRequest::decode(export).ok()?;
+    let spans = export
+        .resource_spans
+        .iter()
+        .flat_map(|resource| &resource.scope_spans)
+        .map(|scope| scope.spans.len() as u64)
+        .sum();
+    Some(spans)
 }
 
 /// `/media/{N}.bin`: N bytes of the pattern, streamed in frames of its size.
