@@ -15,11 +15,14 @@ use crate::money::{Micros, Period};
 /// A quota resets at the next UTC midnight.
 pub(super) const DAY_MS: i64 = 86_400_000;
 
-/// What every admission reads and writes, inside the engine's transaction.
-pub(super) trait AdmissionTx {
+/// What a submit whose idempotency key is taken reads.
+pub(super) trait KeyLookup {
     /// The owner's row holding `key`, if any.
     async fn seen(&mut self, owner: &str, key: &str) -> Result<Option<TaskRecord>, LedgerError>;
+}
 
+/// What every admission reads and writes, inside the engine's transaction.
+pub(super) trait AdmissionTx: KeyLookup {
     /// The write-ahead row; `None` when the idempotency key is taken.
     async fn insert(&mut self, new: &NewTask<'_>, now: i64) -> Result<Option<i64>, LedgerError>;
 }
@@ -120,7 +123,7 @@ pub(super) fn refusal(new: &NewTask<'_>, at: Clock, standing: Standing) -> Optio
 
 /// What the row already holding the request's key means for it.
 pub(super) async fn seen(
-    tx: &mut impl AdmissionTx,
+    tx: &mut impl KeyLookup,
     new: &NewTask<'_>,
 ) -> Result<Option<Admission>, LedgerError> {
     let Some(key) = new.idempotency_key else {
@@ -148,10 +151,13 @@ mod tests {
         inserted: bool,
     }
 
-    impl AdmissionTx for Fake {
+    impl KeyLookup for Fake {
         async fn seen(&mut self, _: &str, _: &str) -> Result<Option<TaskRecord>, LedgerError> {
             Ok(self.seen.pop().flatten())
         }
+    }
+
+    impl AdmissionTx for Fake {
         async fn insert(&mut self, _: &NewTask<'_>, _: i64) -> Result<Option<i64>, LedgerError> {
             self.inserted = !self.key_taken;
             Ok((!self.key_taken).then_some(7))
@@ -234,10 +240,13 @@ mod budget_tests {
 
     struct Spent((i64, i64));
 
-    impl AdmissionTx for Spent {
+    impl KeyLookup for Spent {
         async fn seen(&mut self, _: &str, _: &str) -> Result<Option<TaskRecord>, LedgerError> {
             Ok(None)
         }
+    }
+
+    impl AdmissionTx for Spent {
         async fn insert(&mut self, _: &NewTask<'_>, _: i64) -> Result<Option<i64>, LedgerError> {
             Ok(Some(1))
         }

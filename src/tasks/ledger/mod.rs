@@ -19,7 +19,9 @@ mod deliveries;
 mod error;
 mod postgres;
 mod postgres_admissions;
+mod postgres_batch;
 mod postgres_reads;
+mod postgres_submits;
 mod reads;
 mod record;
 mod sqlite;
@@ -159,19 +161,7 @@ impl Ledger {
 
     /// The upstream created the task: its ids, its first status and the answer given.
     pub async fn created(&self, row: i64, c: &Created<'_>) -> Result<(), LedgerError> {
-        let args = params![
-            row,
-            c.provider,
-            c.upstream_id,
-            c.task_id,
-            c.status.as_str(),
-            i64::from(c.answer.status),
-            c.answer.body.as_str(),
-            now_ms(),
-            c.first_poll.as_millis() as i64,
-        ];
-        self.store.execute(record::SET_CREATED, args).await?;
-        Ok(())
+        self.store.created(row, c, now_ms()).await
     }
 
     /// A provider is about to be tried: it is named on the row, and the row's clock

@@ -1,16 +1,18 @@
 //! The ledger on PostgreSQL, shared by replicas: every statement through one sqlx
-//! pool; admissions with a quota or a budget are batched (`postgres_admissions.rs`),
-//! serialised per owner on the server.
+//! pool; a submit's writes are batched (`postgres_submits.rs`), and admissions with a
+//! quota or a budget too (`postgres_admissions.rs`), serialised per owner on the
+//! server.
 
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnection, PgPoolOptions};
 
-use super::admission::{self, AdmissionTx};
+use super::admission::{self, KeyLookup};
 use super::postgres_admissions::{Admissions, Counted};
 use super::postgres_reads::{PostgresReads, arguments};
+use super::postgres_submits::{Insert, SetCreated, Submits};
 use super::reads::Reader;
-use super::record::{self, NewTask, RawTaskRecord, TaskRecord};
+use super::record::{self, Created, NewTask, RawTaskRecord, TaskRecord};
 use super::store::{Clock, Leased, Param, PerEngine, Store, StoreFuture};
 use super::{Admission, LedgerError};
 
@@ -21,6 +23,8 @@ pub(super) struct PostgresStore {
     reads: PostgresReads,
     /// Admissions with a quota or a budget.
     counted: Admissions,
+    /// The writes of the other submits.
+    submits: Submits,
 }
 
 impl PostgresStore {
@@ -41,6 +45,7 @@ impl PostgresStore {
             .map_err(|e| format!("cannot migrate the ledger: {e}"))?;
         Ok(Self {
             counted: Admissions::start(pool.clone()),
+            submits: Submits::start(pool.clone()),
             reads: PostgresReads(pool),
         })
     }
@@ -52,8 +57,11 @@ impl PostgresStore {
     ) -> Result<Option<Admission>, LedgerError> {
         if !new.counted() {
             // No count to agree on: the insert takes the key or finds it taken.
+            if let Some(row) = self.submits.insert(Insert::new(new, at.now)).await? {
+                return Ok(Some(Admission::Fresh(row)));
+            }
             let mut conn = self.reads.0.acquire().await?;
-            return admission::insert(&mut ConnTx(&mut conn), new, at.now).await;
+            return admission::seen(&mut ConnTx(&mut conn), new).await;
         }
         match self.counted.admit(new, at).await? {
             Counted::Inserted(row) => Ok(Some(Admission::Fresh(row))),
@@ -81,6 +89,11 @@ impl Store for PostgresStore {
 
     fn admit<'a>(&'a self, new: &'a NewTask<'a>, at: Clock) -> StoreFuture<'a, Option<Admission>> {
         Box::pin(self.admit_once(new, at))
+    }
+
+    fn created<'a>(&'a self, row: i64, c: &'a Created<'a>, now: i64) -> StoreFuture<'a, ()> {
+        let c = SetCreated::new(row, c, now);
+        Box::pin(self.submits.created(c))
     }
 
     fn execute<'a>(&'a self, sql: &'static str, args: Vec<Param<'a>>) -> StoreFuture<'a, usize> {
@@ -117,10 +130,10 @@ impl Store for PostgresStore {
     }
 }
 
-/// One connection, in a transaction or not, as admission uses it.
+/// One connection, to look up the row holding a key.
 struct ConnTx<'c>(&'c mut PgConnection);
 
-impl AdmissionTx for ConnTx<'_> {
+impl KeyLookup for ConnTx<'_> {
     async fn seen(&mut self, owner: &str, key: &str) -> Result<Option<TaskRecord>, LedgerError> {
         let row: Option<RawTaskRecord> = sqlx::query_as(record::SELECT_BY_IDEMPOTENCY)
             .bind(owner)
@@ -128,24 +141,5 @@ impl AdmissionTx for ConnTx<'_> {
             .fetch_optional(&mut *self.0)
             .await?;
         row.map(RawTaskRecord::decode).transpose()
-    }
-
-    async fn insert(&mut self, new: &NewTask<'_>, now: i64) -> Result<Option<i64>, LedgerError> {
-        Ok(sqlx::query_scalar(record::INSERT)
-            .bind(new.owner)
-            .bind(new.endpoint_name())
-            .bind(new.model)
-            .bind(new.kind.as_str())
-            .bind(&new.fingerprint)
-            .bind(new.idempotency_key)
-            .bind(new.video_seconds)
-            .bind(now)
-            .bind(new.provider)
-            .bind(new.callback_url)
-            .bind(new.keep_days)
-            .bind(new.cost_estimate.map(|c| c.0))
-            .bind(new.price_params.as_deref())
-            .fetch_optional(&mut *self.0)
-            .await?)
     }
 }

@@ -6,22 +6,17 @@
 //! held until the commit is flushed, so a key's admissions follow one another at the
 //! pace of the disk's flushes. In a batch, they share one.
 
-use std::sync::Arc;
-
 use serde_json::{Value, json};
 use sqlx::PgPool;
-use tokio::sync::{Mutex, mpsc, oneshot};
 
 use super::LedgerError;
 use super::admission::{DAY_MS, Standing};
+use super::postgres_batch::{Answers, Batcher};
 use super::record::NewTask;
 use super::store::Clock;
 
 /// Admissions sent together at most: a batch holds its owners' locks until it commits.
 const MAX_BATCH: usize = 64;
-
-/// Admissions waiting for a batcher; a submit beyond waits for room.
-const QUEUE: usize = 4096;
 
 /// Batches in flight at once: a submit waits for a free batcher, not for another
 /// batch's flush, unless all are flushing (then the next batch takes all that waits).
@@ -40,33 +35,24 @@ pub(super) enum Counted {
     KeptOut(Standing),
 }
 
-type Reply = oneshot::Sender<Result<Counted, LedgerError>>;
-
 /// The handle submits send their admissions through.
-pub(super) struct Admissions {
-    queue: mpsc::Sender<(Value, Reply)>,
-}
+pub(super) struct Admissions(Batcher<Value, Counted>);
 
 impl Admissions {
     /// Start the batchers on `pool` (in the current runtime).
     pub(super) fn start(pool: PgPool) -> Self {
-        let (queue, waiting) = mpsc::channel(QUEUE);
-        let waiting = Arc::new(Mutex::new(waiting));
-        for _ in 0..BATCHERS {
-            tokio::spawn(batch(pool.clone(), waiting.clone()));
-        }
-        Self { queue }
+        Self(Batcher::start(
+            pool,
+            "admission batcher",
+            BATCHERS,
+            MAX_BATCH,
+            |pool, batch| Box::pin(send(pool, batch)),
+        ))
     }
 
     /// Admit `new` in the next batch.
     pub(super) async fn admit(&self, new: &NewTask<'_>, at: Clock) -> Result<Counted, LedgerError> {
-        let (reply, answer) = oneshot::channel();
-        let stopped = || LedgerError::Unavailable("the ledger's admission batcher stopped".into());
-        self.queue
-            .send((arguments(new, at), reply))
-            .await
-            .map_err(|_| stopped())?;
-        answer.await.map_err(|_| stopped())?
+        self.0.call(arguments(new, at)).await
     }
 }
 
@@ -110,53 +96,29 @@ type Row = (
     Option<i64>,
 );
 
-type Waiting = Arc<Mutex<mpsc::Receiver<(Value, Reply)>>>;
-
-/// Send what waits, a batch at a time, until every handle is gone.
-async fn batch(pool: PgPool, waiting: Waiting) {
-    let mut batch = Vec::with_capacity(MAX_BATCH);
-    // The queue is held only while taking from it, not while the batch is sent.
-    while waiting.lock().await.recv_many(&mut batch, MAX_BATCH).await > 0 {
-        let (mut elements, replies): (Vec<Value>, Vec<Reply>) = batch.drain(..).unzip();
-        for (n, element) in elements.iter_mut().enumerate() {
-            element["n"] = n.into();
-        }
-        let rows: Result<Vec<Row>, _> = sqlx::query_as(ADMIT_BATCH)
-            .bind(Value::Array(elements).to_string())
-            .fetch_all(&pool)
-            .await;
-        let mut replies: Vec<Option<Reply>> = replies.into_iter().map(Some).collect();
-        match rows {
-            Ok(rows) => {
-                for (n, row, seen, tasks, seconds, day, month) in rows {
-                    let counted = match (row, seen) {
-                        (Some(row), _) => Counted::Inserted(row),
-                        (None, true) => Counted::KeySeen,
-                        (None, false) => Counted::KeptOut(Standing {
-                            used: tasks.zip(seconds),
-                            spent: day.zip(month),
-                        }),
-                    };
-                    if let Some(reply) = usize::try_from(n).ok().and_then(|n| replies.get_mut(n))
-                        && let Some(reply) = reply.take()
-                    {
-                        // A submit that went away no longer waits for its answer.
-                        let _ = reply.send(Ok(counted));
-                    }
-                }
-                // An admission the server did not answer for is not taken for one.
-                for reply in replies.into_iter().flatten() {
-                    let _ = reply.send(Err(LedgerError::Unavailable(
-                        "mediagate_admit_batch left an admission unanswered".into(),
-                    )));
-                }
-            }
-            Err(e) => {
-                let message = e.to_string();
-                for reply in replies.into_iter().flatten() {
-                    let _ = reply.send(Err(LedgerError::Unavailable(message.clone())));
-                }
-            }
+/// One batch: its admissions in one call, each answer at its position `n`.
+async fn send(pool: PgPool, mut batch: Vec<Value>) -> Answers<Counted> {
+    let len = batch.len();
+    for (n, element) in batch.iter_mut().enumerate() {
+        element["n"] = n.into();
+    }
+    let rows: Vec<Row> = sqlx::query_as(ADMIT_BATCH)
+        .bind(Value::Array(batch).to_string())
+        .fetch_all(&pool)
+        .await?;
+    let mut answers: Vec<Option<Counted>> = (0..len).map(|_| None).collect();
+    for (n, row, seen, tasks, seconds, day, month) in rows {
+        let counted = match (row, seen) {
+            (Some(row), _) => Counted::Inserted(row),
+            (None, true) => Counted::KeySeen,
+            (None, false) => Counted::KeptOut(Standing {
+                used: tasks.zip(seconds),
+                spent: day.zip(month),
+            }),
+        };
+        if let Some(answer) = usize::try_from(n).ok().and_then(|n| answers.get_mut(n)) {
+            *answer = Some(counted);
         }
     }
+    Ok(answers)
 }

@@ -526,17 +526,12 @@ pub(super) const USED_TODAY: &str = concat!(
 pub(super) const SPENT: &str = "SELECT CAST(COALESCE(SUM(CASE WHEN day = $2 THEN micros ELSE 0 END), 0) AS BIGINT), CAST(COALESCE(SUM(micros), 0) AS BIGINT) FROM spend WHERE owner = $1 AND day >= $3";
 /// What the owner `$1` spent (settled and reserved) from day `$2` to before day `$3`.
 pub(super) const SPENT_SINCE: &str = "SELECT CAST(COALESCE(SUM(micros), 0) AS BIGINT) FROM spend WHERE owner = $1 AND day >= $2 AND day < $3";
-macro_rules! insert {
-    () => {
-        "INSERT INTO tasks (owner, endpoint, model, kind, fingerprint, idempotency_key, video_seconds, state, provider, created_ms, updated_ms, callback_url, keep_days, cost_estimate, price_params) VALUES ($1, $2, $3, $4, $5, $6, $7, 'submitting', $9, $8, $8, $10, $11, $12, $13) ON CONFLICT (owner, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"
-    };
-}
 /// The write-ahead row; nothing when another request took the idempotency key first.
-pub(super) const INSERT: &str = concat!(insert!(), " RETURNING id");
-/// [`INSERT`] on SQLite, which collects a statement's `RETURNING` rows in a temporary
-/// b-tree opened and closed per statement: the changed-row count and the connection's
-/// last row id say the same for one row.
-pub(super) const INSERT_SQLITE: &str = insert!();
+/// No `RETURNING`: SQLite collects a statement's `RETURNING` rows in a temporary
+/// b-tree opened and closed per statement, while the changed-row count and the
+/// connection's last row id say the same for one row. (PostgreSQL writes these rows
+/// in batches: `postgres_submits.rs`.)
+pub(super) const INSERT_SQLITE: &str = "INSERT INTO tasks (owner, endpoint, model, kind, fingerprint, idempotency_key, video_seconds, state, provider, created_ms, updated_ms, callback_url, keep_days, cost_estimate, price_params) VALUES ($1, $2, $3, $4, $5, $6, $7, 'submitting', $9, $8, $8, $10, $11, $12, $13) ON CONFLICT (owner, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING";
 pub(super) const SET_CREATED: &str = "UPDATE tasks SET state = 'submitted', provider = $2, upstream_id = $3, task_id = $4, status = $5, answer_status = $6, answer_body = $7, updated_ms = $8, next_poll_ms = $8 + $9, poll_interval_ms = $9 WHERE id = $1 AND finished_ms IS NULL";
 /// Due tasks no other replica holds, leased to `$1` until `$2`. SQLite has one
 /// writer at a time, so the statement itself is the lock.

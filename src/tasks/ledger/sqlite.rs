@@ -6,7 +6,7 @@ use std::path::Path;
 
 use futures_util::FutureExt;
 
-use super::admission::{self, AdmissionTx, CountingTx};
+use super::admission::{self, AdmissionTx, CountingTx, KeyLookup};
 use super::reads::Reader;
 use super::record::{self, NewTask, RawTaskRecord, TaskRecord};
 use super::sqlite_reads::SqliteReads;
@@ -197,13 +197,15 @@ impl OwnedTask {
 /// The writer's connection, in the transaction of its batch.
 struct WriterTx<'c>(&'c rusqlite::Connection);
 
-impl AdmissionTx for WriterTx<'_> {
+impl KeyLookup for WriterTx<'_> {
     async fn seen(&mut self, owner: &str, key: &str) -> Result<Option<TaskRecord>, LedgerError> {
         let mut stmt = bind(self.0, record::SELECT_BY_IDEMPOTENCY, &[owner, key])?;
         let mut rows = stmt.raw_query();
         rows.next()?.map(task_row).transpose()
     }
+}
 
+impl AdmissionTx for WriterTx<'_> {
     async fn insert(&mut self, new: &NewTask<'_>, now: i64) -> Result<Option<i64>, LedgerError> {
         let cost = new.cost_estimate.map(|c| c.0);
         let args: [&dyn rusqlite::ToSql; 13] = [

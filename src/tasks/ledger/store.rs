@@ -8,7 +8,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 use super::reads::Reader;
-use super::record::{NewTask, TaskRecord};
+use super::record::{self, Created, NewTask, TaskRecord};
 use super::{Admission, LedgerError};
 
 /// Work leased to this replica from one of the ledger's work lists (webhook
@@ -119,6 +119,25 @@ pub(super) trait Store: Send + Sync {
     /// One attempt at admitting `new` ([`super::admission::admit`] in the engine's
     /// transaction); `None` when it lost a race and may be tried again.
     fn admit<'a>(&'a self, new: &'a NewTask<'a>, at: Clock) -> StoreFuture<'a, Option<Admission>>;
+
+    /// The upstream created the task: [`record::SET_CREATED`], at `now`.
+    fn created<'a>(&'a self, row: i64, c: &'a Created<'a>, now: i64) -> StoreFuture<'a, ()> {
+        let args = params![
+            row,
+            c.provider,
+            c.upstream_id,
+            c.task_id,
+            c.status.as_str(),
+            i64::from(c.answer.status),
+            c.answer.body.as_str(),
+            now,
+            c.first_poll.as_millis() as i64,
+        ];
+        Box::pin(async move {
+            self.execute(record::SET_CREATED, args).await?;
+            Ok(())
+        })
+    }
 
     /// One writing statement; the number of rows it changed.
     fn execute<'a>(&'a self, sql: &'static str, args: Vec<Param<'a>>) -> StoreFuture<'a, usize>;

@@ -1,0 +1,256 @@
+//! The two writes of a submit without a quota or a budget on PostgreSQL, batched
+//! (`postgres_batch.rs`): the write-ahead row, and what the upstream created. Each
+//! batch is one statement over arrays (`unnest`), in one transaction.
+//!
+//! Sent one by one, these two statements were most of a PostgreSQL submit's cost in
+//! the gateway (issue #34): two round trips, each a socket write and read and the
+//! wake-ups around them, and two commits on the server.
+
+use sqlx::PgPool;
+
+use super::LedgerError;
+use super::postgres_batch::{Answers, Batcher};
+use super::record::{Created, NewTask};
+
+/// Writes sent together at most.
+const MAX_BATCH: usize = 64;
+
+/// Batches in flight at once, per kind of write.
+const BATCHERS: usize = 4;
+
+/// The write-ahead rows of a batch, `record::INSERT_SQLITE`'s for each. The ids are drawn
+/// first (a volatile CTE is evaluated once), so that each item's row is found by its
+/// id whatever order the insert returns them in; an item without a row found its
+/// idempotency key taken (by an earlier row, or by an item before it in the batch).
+const INSERT_BATCH: &str = "WITH v AS MATERIALIZED (
+    SELECT nextval('tasks_id_seq') AS id, u.*
+    FROM unnest($1::int4[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
+        $7::text[], $8::int8[], $9::int8[], $10::text[], $11::text[], $12::int8[],
+        $13::int8[], $14::text[])
+        AS u(n, owner, endpoint, model, kind, fingerprint, idempotency_key,
+            video_seconds, now, provider, callback_url, keep_days, cost_estimate,
+            price_params)
+), inserted AS (
+    INSERT INTO tasks (id, owner, endpoint, model, kind, fingerprint, idempotency_key,
+        video_seconds, state, provider, created_ms, updated_ms, callback_url, keep_days,
+        cost_estimate, price_params)
+    SELECT id, owner, endpoint, model, kind, fingerprint, idempotency_key,
+        video_seconds, 'submitting', provider, now, now, callback_url, keep_days,
+        cost_estimate, price_params
+    FROM v ORDER BY n
+    ON CONFLICT (owner, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING id
+)
+SELECT v.n, inserted.id FROM v LEFT JOIN inserted ON inserted.id = v.id";
+
+/// `record::SET_CREATED` for each item of a batch.
+const CREATED_BATCH: &str = "UPDATE tasks SET state = 'submitted', provider = v.provider,
+    upstream_id = v.upstream_id, task_id = v.task_id, status = v.status,
+    answer_status = v.answer_status, answer_body = v.answer_body, updated_ms = v.now,
+    next_poll_ms = v.now + v.poll_interval_ms, poll_interval_ms = v.poll_interval_ms
+FROM unnest($1::int8[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int8[],
+    $7::text[], $8::int8[], $9::int8[])
+    AS v(id, provider, upstream_id, task_id, status, answer_status, answer_body, now,
+        poll_interval_ms)
+WHERE tasks.id = v.id AND tasks.finished_ms IS NULL";
+
+/// A write-ahead row's values, owned to wait in the queue.
+pub(super) struct Insert {
+    owner: String,
+    endpoint: &'static str,
+    model: String,
+    kind: &'static str,
+    fingerprint: String,
+    idempotency_key: Option<String>,
+    video_seconds: i64,
+    now: i64,
+    provider: Option<String>,
+    callback_url: Option<String>,
+    keep_days: Option<i64>,
+    cost_estimate: Option<i64>,
+    price_params: Option<String>,
+}
+
+impl Insert {
+    pub(super) fn new(new: &NewTask<'_>, now: i64) -> Self {
+        Self {
+            owner: new.owner.to_owned(),
+            endpoint: new.endpoint_name(),
+            model: new.model.to_owned(),
+            kind: new.kind.as_str(),
+            fingerprint: new.fingerprint.clone(),
+            idempotency_key: new.idempotency_key.map(str::to_owned),
+            video_seconds: new.video_seconds,
+            now,
+            provider: new.provider.map(str::to_owned),
+            callback_url: new.callback_url.map(str::to_owned),
+            keep_days: new.keep_days,
+            cost_estimate: new.cost_estimate.map(|c| c.0),
+            price_params: new.price_params.clone(),
+        }
+    }
+}
+
+/// What the upstream created, owned to wait in the queue.
+pub(super) struct SetCreated {
+    row: i64,
+    provider: String,
+    upstream_id: String,
+    task_id: String,
+    status: &'static str,
+    answer_status: i64,
+    answer_body: String,
+    now: i64,
+    poll_interval_ms: i64,
+}
+
+impl SetCreated {
+    pub(super) fn new(row: i64, c: &Created<'_>, now: i64) -> Self {
+        Self {
+            row,
+            provider: c.provider.to_owned(),
+            upstream_id: c.upstream_id.to_owned(),
+            task_id: c.task_id.to_owned(),
+            status: c.status.as_str(),
+            answer_status: i64::from(c.answer.status),
+            answer_body: c.answer.body.clone(),
+            now,
+            poll_interval_ms: c.first_poll.as_millis() as i64,
+        }
+    }
+}
+
+/// The batchers of a submit's writes.
+pub(super) struct Submits {
+    inserts: Batcher<Insert, Option<i64>>,
+    created: Batcher<SetCreated, ()>,
+}
+
+impl Submits {
+    /// Start the batchers on `pool` (in the current runtime).
+    pub(super) fn start(pool: PgPool) -> Self {
+        Self {
+            inserts: Batcher::start(
+                pool.clone(),
+                "insert batcher",
+                BATCHERS,
+                MAX_BATCH,
+                |pool, batch| Box::pin(insert(pool, batch)),
+            ),
+            created: Batcher::start(
+                pool,
+                "created batcher",
+                BATCHERS,
+                MAX_BATCH,
+                |pool, batch| Box::pin(created(pool, batch)),
+            ),
+        }
+    }
+
+    /// The write-ahead row's id; `None` when the idempotency key is taken.
+    pub(super) async fn insert(&self, row: Insert) -> Result<Option<i64>, LedgerError> {
+        self.inserts.call(row).await
+    }
+
+    /// Record what the upstream created.
+    pub(super) async fn created(&self, c: SetCreated) -> Result<(), LedgerError> {
+        self.created.call(c).await
+    }
+}
+
+async fn insert(pool: PgPool, batch: Vec<Insert>) -> Answers<Option<i64>> {
+    let len = batch.len();
+    let mut n = Vec::with_capacity(len);
+    let mut owner = Vec::with_capacity(len);
+    let mut endpoint = Vec::with_capacity(len);
+    let mut model = Vec::with_capacity(len);
+    let mut kind = Vec::with_capacity(len);
+    let mut fingerprint = Vec::with_capacity(len);
+    let mut key = Vec::with_capacity(len);
+    let mut video_seconds = Vec::with_capacity(len);
+    let mut now = Vec::with_capacity(len);
+    let mut provider = Vec::with_capacity(len);
+    let mut callback_url = Vec::with_capacity(len);
+    let mut keep_days = Vec::with_capacity(len);
+    let mut cost_estimate = Vec::with_capacity(len);
+    let mut price_params = Vec::with_capacity(len);
+    for (i, row) in batch.into_iter().enumerate() {
+        n.push(i as i32);
+        owner.push(row.owner);
+        endpoint.push(row.endpoint);
+        model.push(row.model);
+        kind.push(row.kind);
+        fingerprint.push(row.fingerprint);
+        key.push(row.idempotency_key);
+        video_seconds.push(row.video_seconds);
+        now.push(row.now);
+        provider.push(row.provider);
+        callback_url.push(row.callback_url);
+        keep_days.push(row.keep_days);
+        cost_estimate.push(row.cost_estimate);
+        price_params.push(row.price_params);
+    }
+    let rows: Vec<(i32, Option<i64>)> = sqlx::query_as(INSERT_BATCH)
+        .bind(n)
+        .bind(owner)
+        .bind(endpoint)
+        .bind(model)
+        .bind(kind)
+        .bind(fingerprint)
+        .bind(key)
+        .bind(video_seconds)
+        .bind(now)
+        .bind(provider)
+        .bind(callback_url)
+        .bind(keep_days)
+        .bind(cost_estimate)
+        .bind(price_params)
+        .fetch_all(&pool)
+        .await?;
+    let mut answers: Vec<Option<Option<i64>>> = vec![None; len];
+    for (n, id) in rows {
+        if let Some(answer) = usize::try_from(n).ok().and_then(|n| answers.get_mut(n)) {
+            *answer = Some(id);
+        }
+    }
+    Ok(answers)
+}
+
+async fn created(pool: PgPool, batch: Vec<SetCreated>) -> Answers<()> {
+    let len = batch.len();
+    let mut row = Vec::with_capacity(len);
+    let mut provider = Vec::with_capacity(len);
+    let mut upstream_id = Vec::with_capacity(len);
+    let mut task_id = Vec::with_capacity(len);
+    let mut status = Vec::with_capacity(len);
+    let mut answer_status = Vec::with_capacity(len);
+    let mut answer_body = Vec::with_capacity(len);
+    let mut now = Vec::with_capacity(len);
+    let mut poll_interval_ms = Vec::with_capacity(len);
+    for c in batch {
+        row.push(c.row);
+        provider.push(c.provider);
+        upstream_id.push(c.upstream_id);
+        task_id.push(c.task_id);
+        status.push(c.status);
+        answer_status.push(c.answer_status);
+        answer_body.push(c.answer_body);
+        now.push(c.now);
+        poll_interval_ms.push(c.poll_interval_ms);
+    }
+    sqlx::query(CREATED_BATCH)
+        .bind(row)
+        .bind(provider)
+        .bind(upstream_id)
+        .bind(task_id)
+        .bind(status)
+        .bind(answer_status)
+        .bind(answer_body)
+        .bind(now)
+        .bind(poll_interval_ms)
+        .execute(&pool)
+        .await?;
+    // A row finished meanwhile (canceled, deleted) is left as it is, as the single
+    // statement leaves it.
+    Ok(vec![Some(()); len])
+}
