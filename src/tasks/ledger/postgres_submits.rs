@@ -1,6 +1,6 @@
 //! The two writes of a submit without a quota or a budget on PostgreSQL, batched
 //! (`postgres_batch.rs`): the write-ahead row, and what the upstream created. Each
-//! batch is one statement over arrays (`unnest`), in one transaction.
+//! batch is one statement over arrays, in one transaction.
 //!
 //! Sent one by one, these two statements were most of a PostgreSQL submit's cost in
 //! the gateway (issue #34): two round trips, each a socket write and read and the
@@ -43,16 +43,9 @@ const INSERT_BATCH: &str = "WITH v AS MATERIALIZED (
 )
 SELECT v.n, inserted.id FROM v LEFT JOIN inserted ON inserted.id = v.id";
 
-/// `record::SET_CREATED` for each item of a batch.
-const CREATED_BATCH: &str = "UPDATE tasks SET state = 'submitted', provider = v.provider,
-    upstream_id = v.upstream_id, task_id = v.task_id, status = v.status,
-    answer_status = v.answer_status, answer_body = v.answer_body, updated_ms = v.now,
-    next_poll_ms = v.now + v.poll_interval_ms, poll_interval_ms = v.poll_interval_ms
-FROM unnest($1::int8[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int8[],
-    $7::text[], $8::int8[], $9::int8[])
-    AS v(id, provider, upstream_id, task_id, status, answer_status, answer_body, now,
-        poll_interval_ms)
-WHERE tasks.id = v.id AND tasks.finished_ms IS NULL";
+/// `record::SET_CREATED` for each item of a batch, row by row (migration 0008: a
+/// join's plan, kept by the connection, could scan the whole table for each batch).
+const CREATED_BATCH: &str = "SELECT mediagate_created_batch($1::int8[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int8[], $7::text[], $8::int8[], $9::int8[])";
 
 /// A write-ahead row's values, owned to wait in the queue.
 pub(super) struct Insert {

@@ -549,7 +549,9 @@ pub(super) const CLAIM_POSTGRES: &str = concat!(
 /// `[row, status, next_poll_ms, interval_ms, answered_ms]` ([`polled_json`]): the
 /// status, the next request, the lease given back.
 pub(super) const SET_POLLED_SQLITE: &str = "UPDATE tasks SET status = p.value ->> 1, next_poll_ms = p.value ->> 2, poll_interval_ms = p.value ->> 3, lease_owner = NULL, lease_until_ms = NULL, updated_ms = p.value ->> 4 FROM json_each($2) AS p WHERE tasks.id = p.value ->> 0 AND tasks.lease_owner = $1";
-pub(super) const SET_POLLED_POSTGRES: &str = "UPDATE tasks SET status = p.value ->> 1, next_poll_ms = (p.value ->> 2)::bigint, poll_interval_ms = (p.value ->> 3)::bigint, lease_owner = NULL, lease_until_ms = NULL, updated_ms = (p.value ->> 4)::bigint FROM jsonb_array_elements($2::jsonb) AS p(value) WHERE tasks.id = (p.value ->> 0)::bigint AND tasks.lease_owner = $1";
+/// [`SET_POLLED_SQLITE`] on PostgreSQL, row by row (migration 0008: a join's plan,
+/// kept by the connection, could scan the whole table each time); a row per row changed.
+pub(super) const SET_POLLED_POSTGRES: &str = "SELECT mediagate_polled($1, $2::jsonb)";
 
 /// What a status request of a leased, unfinished task learned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
