@@ -44,8 +44,8 @@ impl PostgresStore {
             .await
             .map_err(|e| format!("cannot migrate the ledger: {e}"))?;
         Ok(Self {
-            counted: Admissions::start(pool.clone()),
-            submits: Submits::start(pool.clone()),
+            counted: Admissions::new(pool.clone()),
+            submits: Submits::new(pool.clone()),
             reads: PostgresReads(pool),
         })
     }

@@ -18,9 +18,10 @@ use super::store::Clock;
 /// Admissions sent together at most: a batch holds its owners' locks until it commits.
 const MAX_BATCH: usize = 64;
 
-/// Batches in flight at once: a submit waits for a free batcher, not for another
-/// batch's flush, unless all are flushing (then the next batch takes all that waits).
-const BATCHERS: usize = 4;
+/// Batches in flight at once per serving thread: a submit waits for a free batcher,
+/// not for another batch's flush, unless all are flushing (then the next batch takes
+/// all that waits).
+const BATCHERS: usize = 2;
 
 const ADMIT_BATCH: &str = "SELECT n, admitted, seen, used_count, used_secs, day_micros, month_micros FROM mediagate_admit_batch($1::jsonb)";
 
@@ -39,9 +40,9 @@ pub(super) enum Counted {
 pub(super) struct Admissions(Batcher<Value, Counted>);
 
 impl Admissions {
-    /// Start the batchers on `pool` (in the current runtime).
-    pub(super) fn start(pool: PgPool) -> Self {
-        Self(Batcher::start(
+    /// The batchers on `pool` (started on each thread at its first admission).
+    pub(super) fn new(pool: PgPool) -> Self {
+        Self(Batcher::new(
             pool,
             "admission batcher",
             BATCHERS,

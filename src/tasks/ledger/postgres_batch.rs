@@ -6,10 +6,15 @@
 //! and the wake-ups of the tasks on either side) and the server a commit, whatever it
 //! carries. Under load a submit's writes wait a little for a batcher, and share both.
 //! When nothing else waits, a batch is one item, sent at once.
+//!
+//! Each serving thread has batchers of its own ([`crate::workers::slot`]), started on
+//! it at its first item: a request's write is sent from the thread serving it, as it
+//! was before batches, and no hand-over to another thread (a wake-up that waits for a
+//! CPU on a busy machine) comes between the request and its statement.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
 
 use sqlx::PgPool;
 use tokio::sync::{Mutex, mpsc, oneshot};
@@ -31,38 +36,71 @@ type Reply<A> = oneshot::Sender<Result<A, LedgerError>>;
 
 /// The handle callers queue their items through.
 pub(super) struct Batcher<I, A> {
-    queue: mpsc::Sender<(I, Reply<A>)>,
+    pool: PgPool,
     /// For errors: what the batches are.
     what: &'static str,
+    /// Batchers per thread, and items per batch at most.
+    batchers: usize,
+    max: usize,
+    send: Send<I, A>,
+    /// Per serving thread (and slot 0 for any other), the queue to its batchers.
+    queues: Box<[Slot<I, A>]>,
 }
 
+type Queue<I, A> = mpsc::Sender<(I, Reply<A>)>;
+
+/// A thread's queue, once its batchers are started.
+type Slot<I, A> = std::sync::Mutex<Option<Queue<I, A>>>;
+
 impl<I: std::marker::Send + 'static, A: std::marker::Send + 'static> Batcher<I, A> {
-    /// Start `batchers` tasks (in the current runtime) sending batches of at most `max`
-    /// items with `send`.
-    pub(super) fn start(
+    /// Batches of at most `max` items sent with `send`, by `batchers` tasks per thread.
+    pub(super) fn new(
         pool: PgPool,
         what: &'static str,
         batchers: usize,
         max: usize,
         send: Send<I, A>,
     ) -> Self {
-        let (queue, waiting) = mpsc::channel(QUEUE);
-        let waiting = Arc::new(Mutex::new(waiting));
-        for _ in 0..batchers {
-            tokio::spawn(run(pool.clone(), waiting.clone(), max, send, what));
+        let slots = 1 + crate::workers::default_count();
+        Self {
+            pool,
+            what,
+            batchers,
+            max,
+            send,
+            queues: (0..slots).map(|_| std::sync::Mutex::new(None)).collect(),
         }
-        Self { queue, what }
     }
 
-    /// `item`'s answer, from the next batch.
+    /// `item`'s answer, from the next batch of this thread.
     pub(super) async fn call(&self, item: I) -> Result<A, LedgerError> {
         let (reply, answer) = oneshot::channel();
         let stopped = || LedgerError::Unavailable(format!("the ledger's {} stopped", self.what));
-        self.queue
+        self.queue()
             .send((item, reply))
             .await
             .map_err(|_| stopped())?;
         answer.await.map_err(|_| stopped())?
+    }
+
+    /// This thread's queue, its batchers started (in the current runtime) when it has
+    /// none, or when the runtime they ran on is gone.
+    fn queue(&self) -> Queue<I, A> {
+        let slot = crate::workers::slot(self.queues.len());
+        let mut queue = self.queues[slot]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(queue) = queue.as_ref().filter(|q| !q.is_closed()) {
+            return queue.clone();
+        }
+        let (sender, waiting) = mpsc::channel(QUEUE);
+        let waiting = Arc::new(Mutex::new(waiting));
+        for _ in 0..self.batchers {
+            let (pool, waiting) = (self.pool.clone(), waiting.clone());
+            tokio::spawn(run(pool, waiting, self.max, self.send, self.what));
+        }
+        *queue = Some(sender.clone());
+        sender
     }
 }
 

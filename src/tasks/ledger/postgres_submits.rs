@@ -15,8 +15,9 @@ use super::record::{Created, NewTask};
 /// Writes sent together at most.
 const MAX_BATCH: usize = 64;
 
-/// Batches in flight at once, per kind of write.
-const BATCHERS: usize = 4;
+/// Batches in flight at once, per kind of write and serving thread: one sent, the next
+/// collecting what waits meanwhile (as SQLite's writer batches).
+const BATCHERS: usize = 1;
 
 /// The write-ahead rows of a batch, `record::INSERT_SQLITE`'s for each. The ids are drawn
 /// first (a volatile CTE is evaluated once), so that each item's row is found by its
@@ -120,17 +121,17 @@ pub(super) struct Submits {
 }
 
 impl Submits {
-    /// Start the batchers on `pool` (in the current runtime).
-    pub(super) fn start(pool: PgPool) -> Self {
+    /// The batchers on `pool` (started on each thread at its first write).
+    pub(super) fn new(pool: PgPool) -> Self {
         Self {
-            inserts: Batcher::start(
+            inserts: Batcher::new(
                 pool.clone(),
                 "insert batcher",
                 BATCHERS,
                 MAX_BATCH,
                 |pool, batch| Box::pin(insert(pool, batch)),
             ),
-            created: Batcher::start(
+            created: Batcher::new(
                 pool,
                 "created batcher",
                 BATCHERS,
