@@ -1,0 +1,222 @@
+#!/usr/bin/env bash
+# Retention (issue #34): what pruning old tasks costs the submits made meanwhile, on
+# 127.0.0.1 against the fast upstream (examples/fast_upstream.rs), ledger on SQLite.
+#
+#   benches/retention.sh                 # 1,000,000 old rows, 3 rounds, about 10 minutes
+#   ROWS=100000 ROUNDS=1 benches/retention.sh   # a quick look
+#   MEDIAGATE=path/to/mediagate benches/retention.sh   # another build
+#   KEEP_WORK=1 benches/retention.sh     # keep the run's /tmp directory
+#
+# 1. A ledger migrated by the gateway gets ROWS finished tasks written straight into
+#    it by SQL (as a day's submits leave them: sealed id, answer, URLs, fingerprint;
+#    ten keys, spread over ten days, 100 days old), kept as a template.
+# 2. ROUNDS times, in turns: a copy of the template served with `keep_days = 0`
+#    (nothing pruned: the baseline) and another with `keep_days = 90` (the background
+#    job prunes at start, in `prune_batch` rows at a time, PRUNE_BATCH when set):
+#    submits at RATE a second for SECONDS (loadgen rate, 50 connections, open loop),
+#    latency p50 / p99 / max. The rows pruned during the window are read from
+#    `mediagate_ledger_pruned_tasks_total`; the pass must outlast the window.
+# 3. Space: a copy pruned to the end with no load (rows per second), then ROWS more
+#    old rows written again: the file's size before the prune, after it (with the
+#    pages SQLite keeps free for reuse) and after the refill.
+#
+# Prints a Markdown report (also written to target/load/retention.md). Needs sqlite3
+# (installed with apt-get when missing).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source benches/lib.sh
+
+ROWS=${ROWS:-1000000}
+RATE=${RATE:-1000}
+SECONDS_EACH=${SECONDS_EACH:-30}
+ROUNDS=${ROUNDS:-3}
+PRUNE_BATCH=${PRUNE_BATCH:-}
+OUT=target/load
+mkdir -p "$OUT"
+WORK=$(mktemp -d /tmp/mediagate-retention.XXXXXX)
+KEY=sk-bench
+SECRET=bench-task-secret-of-at-least-32-characters-$$
+AUTH="Authorization: Bearer $KEY"
+TASKS=/v2/model-center/tasks
+BODY='{"model":"bench-video","prompt":"a red fox running through fresh snow at dawn, cinematic","duration":5}'
+PRUNED='mediagate_ledger_pruned_tasks_total'
+PIDS=()
+
+cleanup() {
+  stop_started
+  wait 2>/dev/null || true
+  if [[ ${KEEP_WORK:-} == 1 ]]; then log "kept $WORK"; else rm -rf "$WORK"; fi
+}
+trap cleanup EXIT
+
+if ! command -v sqlite3 >/dev/null; then
+  log "installing sqlite3"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq sqlite3 >/dev/null
+fi
+log "building (release)"
+cargo build --release --quiet --bin mediagate --example fast_upstream --example loadgen
+BIN=${CARGO_TARGET_DIR:-target}/release
+LOADGEN=$BIN/examples/loadgen
+MEDIAGATE=${MEDIAGATE:-$BIN/mediagate}
+
+$BIN/examples/fast_upstream --listen 127.0.0.1:0 >"$WORK/upstream.out" 2>&1 &
+PIDS+=($!)
+UP_ADDR=$(wait_for "$WORK/upstream.out" "listening on" | awk '{print $3}')
+
+key_sha=$(printf %s "$KEY" | sha256sum | cut -d' ' -f1)
+routes() { # $1 = ledger file, $2 = keep_days
+  cat <<EOF
+[ledger]
+url = "sqlite://$1"
+keep_days = $2
+${PRUNE_BATCH:+prune_batch = $PRUNE_BATCH}
+
+[storage]
+url = "none"
+
+[tracker]
+enabled = false
+
+[server]
+listen = "127.0.0.1:0"
+metrics_listen = "127.0.0.1:0"
+shutdown_grace_ms = 1000
+max_connections_per_ip = 0
+
+[tasks]
+secret_env = "MEDIAGATE_TASK_SECRET"
+
+[limits]
+rate_per_second = 1000000
+burst = 1000000
+max_concurrent_requests = 100000
+
+[[keys]]
+name = "bench"
+sha256 = "$key_sha"
+
+$(fast_provider "http://$UP_ADDR")
+
+[schemas.video]
+required = ["prompt"]
+[schemas.video.properties]
+prompt = { type = "string", minLength = 1, maxLength = 10000 }
+duration = { type = "integer", minimum = 1 }
+
+[families.bench]
+kind = "video"
+providers = ["fast"]
+models = ["bench-video"]
+schema = "video"
+default_seconds = 5
+EOF
+}
+
+# ROWS finished tasks into the ledger $1, 100 days old, spread over ten days.
+old_rows() {
+  local start=$(( $(date +%s%3N) - 100 * 86400000 ))
+  sqlite3 "$1" ".param set :n $ROWS" ".param set :start $start" "
+    WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < :n),
+    t AS (SELECT i, :start + i * (864000000 / :n) AS c, 'task_' || lower(hex(randomblob(30))) AS tid FROM n)
+    INSERT INTO tasks (owner, endpoint, model, kind, fingerprint, video_seconds, state, status,
+        provider, upstream_id, task_id, answer_status, answer_body, urls, created_ms, updated_ms,
+        finished_ms, next_poll_ms, poll_interval_ms, progress, cost_estimate, cost_settled)
+    SELECT 'bench-' || (i % 10), 'model-center', 'bench-video', 'video', lower(hex(randomblob(32))),
+        5, 'completed', 'completed', 'fast', 'old-' || i, tid, 200,
+        '{\"id\":\"' || tid || '\",\"status\":\"queued\",\"model\":\"bench-video\",\"created_at\":' || (c / 1000) || '}',
+        '[\"https://cdn.example/v/' || i || '.mp4\"]', c, c + 60000, c + 60000, c + 5000, 5000, 100,
+        1000000, 1000000
+    FROM t;
+    PRAGMA wal_checkpoint(TRUNCATE);" >/dev/null
+}
+
+# Migrate an empty ledger (the gateway's own migrations), then the old rows.
+TEMPLATE=$WORK/template.db
+routes "$TEMPLATE" 0 >"$WORK/template.toml"
+MEDIAGATE_TASK_SECRET=$SECRET "$MEDIAGATE" usage --config "$WORK/template.toml" >/dev/null
+log "writing $ROWS old rows"
+old_rows "$TEMPLATE"
+TEMPLATE_BYTES=$(stat -c %s "$TEMPLATE")
+
+start_gateway() { # $1 = name, $2 = ledger file, $3 = keep_days; sets ADDR, METRICS, GW_PID
+  routes "$2" "$3" >"$WORK/$1.toml"
+  MEDIAGATE_TASK_SECRET=$SECRET RUST_LOG=${RUST_LOG:-info} \
+    "$MEDIAGATE" serve --config "$WORK/$1.toml" >/dev/null 2>"$WORK/$1.log" &
+  GW_PID=$!
+  PIDS+=($GW_PID)
+  ADDR=$(wait_for "$WORK/$1.log" "listening on http://" | sed 's/.*listening on http:\/\/\([0-9.:]*\).*/\1/')
+  METRICS=$(wait_for "$WORK/$1.log" "metrics listener on" | sed 's/.*metrics listener on http:\/\/\([0-9.:]*\).*/\1/')
+}
+stop_gateway() { kill "$GW_PID"; wait "$GW_PID" 2>/dev/null || true; }
+pruned() { curl -sf "http://$METRICS/metrics" | awk -v p="$PRUNED" '$1 == p { print $2 }'; }
+field() { echo "$1" | sed "s/.*$2=\([0-9.]*\).*/\1/"; }
+fresh_copy() { rm -f "$1" "$1-wal" "$1-shm"; cp "$TEMPLATE" "$1"; }
+echo "$BODY" >"$WORK/body.json"
+
+declare -A P50 P99 MAX
+RESULTS=()
+for round in $(seq 1 "$ROUNDS"); do
+  for mode in off on; do
+    db=$WORK/$mode.db
+    fresh_copy "$db"
+    keep=0; [[ $mode == on ]] && keep=90
+    start_gateway "$mode-$round" "$db" "$keep"
+    p0=$(pruned)
+    out=$($LOADGEN rate --addr "$ADDR" --rate "$RATE" --seconds "$SECONDS_EACH" --conns 50 \
+      --path "$TASKS" --header "$AUTH" --method POST --body-file "$WORK/body.json" \
+      --header "Content-Type: application/json")
+    p1=$(pruned)
+    stop_gateway
+    echo "$mode $round: $out pruned $p0 → $p1" >>"$WORK/loadgen.log"
+    [[ $(field "$out" failed) == 0 ]] || { echo "submits failed: $out" >&2; exit 1; }
+    RESULTS+=("| $round | $([[ $mode == on ]] && echo "pruning" || echo "off") | $(field "$out" rps) | $(field "$out" p50_us) | $(field "$out" p99_us) | $(field "$out" max_us) | $(( ${p1%.*} - ${p0%.*} )) | ${p1%.*} |")
+    log "${RESULTS[-1]}"
+    P50[$mode]+="$(field "$out" p50_us) "
+    P99[$mode]+="$(field "$out" p99_us) "
+    MAX[$mode]+="$(field "$out" max_us) "
+    if [[ $mode == on ]] && (( ${p1%.*} >= ROWS )); then
+      log "the pass ended within the window: the figures of round $round do not measure a prune throughout"
+    fi
+  done
+done
+median() { tr ' ' '\n' | grep . | sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
+
+# 3. Space: pruned to the end without load, then refilled.
+log "pruning $ROWS rows without load"
+db=$WORK/space.db
+fresh_copy "$db"
+BEFORE_BYTES=$(stat -c %s "$db")
+t0=$(date +%s%3N)
+start_gateway space "$db" 90
+until [[ $(pruned) == "$ROWS" ]]; do sleep 0.5; done
+t1=$(date +%s%3N)
+stop_gateway
+sqlite3 "$db" "PRAGMA wal_checkpoint(TRUNCATE);" >/dev/null
+PRUNED_BYTES=$(stat -c %s "$db")
+FREE_PAGES=$(sqlite3 "$db" "PRAGMA freelist_count;")
+PAGE=$(sqlite3 "$db" "PRAGMA page_size;")
+LEFT=$(sqlite3 "$db" "SELECT COUNT(*) FROM tasks;")
+log "refilling $ROWS rows"
+old_rows "$db"
+REFILLED_BYTES=$(stat -c %s "$db")
+mib() { awk -v b="$1" 'BEGIN { printf "%.1f", b / 1048576 }'; }
+
+{
+  echo "## Retention run of $(date -u '+%Y-%m-%d %H:%M UTC')"
+  echo
+  echo "Machine: $(nproc) CPUs, $(cpu_model), $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo) RAM, Linux $(uname -r), load average $(cut -d' ' -f1-3 /proc/loadavg)."
+  echo "Versions: mediagate $(git rev-parse --short HEAD 2>/dev/null || echo "?") ($MEDIAGATE), $(rustc --version)."
+  echo "Command: \`benches/retention.sh\` (ROWS=$ROWS RATE=$RATE SECONDS_EACH=$SECONDS_EACH ROUNDS=$ROUNDS${PRUNE_BATCH:+ PRUNE_BATCH=$PRUNE_BATCH})"
+  echo
+  echo "Submits at $RATE/s for $SECONDS_EACH s on a copy of a ledger holding $ROWS old finished tasks ($(mib "$TEMPLATE_BYTES") MiB): \`keep_days = 0\` (off) and \`keep_days = 90\` (pruning from start). Latency µs, loadgen's (open loop). Pruned: rows during the window; total: by its end."
+  echo
+  echo "| round | ledger | submits/s | p50 µs | p99 µs | max µs | pruned in window | pruned total |"
+  echo "|---|---|---|---|---|---|---|---|"
+  printf '%s\n' "${RESULTS[@]}"
+  echo
+  off99=$(echo "${P99[off]}" | median); on99=$(echo "${P99[on]}" | median)
+  echo "Median p50: off $(echo "${P50[off]}" | median) µs, pruning $(echo "${P50[on]}" | median) µs. Median p99: off $off99 µs, pruning $on99 µs: **$(( on99 - off99 )) µs** (target: within +500 µs)."
+  echo
+  echo "Without load: $ROWS rows pruned in $(awk -v ms=$(( t1 - t0 )) 'BEGIN { printf "%.1f", ms / 1000 }') s ($(awk -v n="$ROWS" -v ms=$(( t1 - t0 )) 'BEGIN { printf "%.0f", n * 1000 / ms }') rows/s, gateway start included); $LEFT rows left. Ledger file: $(mib "$BEFORE_BYTES") MiB before, $(mib "$PRUNED_BYTES") MiB after the prune ($(mib $(( FREE_PAGES * PAGE ))) MiB of it free pages), $(mib "$REFILLED_BYTES") MiB after $ROWS rows written again."
+} | tee "$OUT/retention.md"
