@@ -1,6 +1,7 @@
 //! Retention (`[ledger] keep_days`): finished tasks older than that leave the ledger,
 //! and what the key and the operator are told about usage and spend stays the same to
-//! the unit, on SQLite and on PostgreSQL; an unfinished task stays.
+//! the unit, on SQLite and on PostgreSQL; an unfinished task stays, and so does one
+//! whose webhook is still owed.
 
 use std::path::PathBuf;
 
@@ -104,25 +105,43 @@ async fn pruned_tasks_still_count(postgres: Option<String>) {
     db.run(&format!("UPDATE tasks SET created_ms = created_ms - {back}, updated_ms = updated_ms - {back}, finished_ms = finished_ms - {back}")).await;
     db.run("UPDATE spend SET day = day - 3").await;
     db.run("UPDATE tasks SET state = 'unknown_outcome', finished_ms = NULL, cost_settled = NULL WHERE id = (SELECT MIN(id) FROM tasks)").await;
+    // Of the six that ended, one's webhook was delivered (its delivery goes with it)
+    // and one's is still owed (it stays; due in a long time, so that the deliverer
+    // leaves it pending).
+    let delivery = |state: &str, row: &str| {
+        format!(
+            "INSERT INTO deliveries (task_row, url, state, created_ms, next_attempt_ms) SELECT id, 'https://hooks.example/h', '{state}', 0, 4000000000000 FROM tasks WHERE id = ({row})"
+        )
+    };
+    db.run(&delivery("delivered", "SELECT MAX(id) FROM tasks"))
+        .await;
+    let owed = "SELECT MAX(id) FROM tasks WHERE id < (SELECT MAX(id) FROM tasks)";
+    db.run(&delivery("pending", owed)).await;
     let before = usage(&http, gw.dir()).await;
     assert_eq!(before.0["total"]["tasks"], 7, "{}", before.0);
     assert_eq!(before.0["total"]["completed"], 6, "{}", before.0);
     assert_eq!(before.0["total"]["reserved"], 1.0, "{}", before.0);
 
-    // A restart prunes at once: six tasks in batches of two rows.
+    // A restart prunes at once: five tasks, in batches of two rows.
     let gw = Gateway::start_in(gw.stop().await).await;
     let admin = gw.admin();
-    eventually("the six finished tasks pruned", async || {
-        admin
-            .metrics()
-            .await
-            .sum(&["mediagate_ledger_pruned_tasks_total"])
-            == 6.0
-    })
+    eventually(
+        "the five finished tasks that owe nothing pruned",
+        async || {
+            admin
+                .metrics()
+                .await
+                .sum(&["mediagate_ledger_pruned_tasks_total"])
+                == 5.0
+        },
+    )
     .await;
-    assert_eq!(db.count("SELECT COUNT(*) FROM tasks").await, 1);
+    assert_eq!(db.count("SELECT COUNT(*) FROM tasks").await, 2);
     let unfinished = "SELECT COUNT(*) FROM tasks WHERE state = 'unknown_outcome'";
     assert_eq!(db.count(unfinished).await, 1);
+    let still_owed = "SELECT COUNT(*) FROM deliveries d JOIN tasks t ON t.id = d.task_row WHERE d.state = 'pending'";
+    assert_eq!(db.count(still_owed).await, 1);
+    assert_eq!(db.count("SELECT COUNT(*) FROM deliveries").await, 1);
     let http = gw.client();
     assert_eq!(usage(&http, gw.dir()).await, before);
 
