@@ -3,7 +3,7 @@
 # 127.0.0.1 against the fast upstream (examples/fast_upstream.rs), ledger on SQLite
 # and on PostgreSQL (a cluster of its own, when /usr/lib/postgresql is there).
 #
-#   benches/retention.sh                 # 1,000,000 old rows, 3 rounds, about 20 minutes
+#   benches/retention.sh                 # 1,000,000 old rows, 5 rounds, about 20 minutes
 #   ROWS=100000 ROUNDS=1 benches/retention.sh   # a quick look
 #   ENGINES=sqlite benches/retention.sh  # one engine (sqlite, postgres)
 #   MEDIAGATE=path/to/mediagate benches/retention.sh   # another build
@@ -17,8 +17,8 @@
 # 2. ROUNDS times, in turns: a copy of the template served with `keep_days = 0`
 #    (nothing pruned: the baseline) and another with `keep_days = 90` (the background
 #    job prunes at start, in `prune_batch` rows at a time, PRUNE_BATCH when set):
-#    submits at RATE a second for SECONDS_EACH (loadgen rate, 50 connections, open
-#    loop), latency p50 / p99 / max. The rows pruned during the window are read from
+#    after WARMUP seconds of them, submits at RATE a second for SECONDS_EACH (loadgen
+#    rate, 50 connections, open loop), latency p50 / p99 / max. The rows pruned during the window are read from
 #    `mediagate_ledger_pruned_tasks_total`; the pass must outlast the window.
 # 3. On SQLite, a copy pruned to the end with no load (rows per second), then ROWS
 #    more old rows written again: the file's size before the prune, after it (with
@@ -33,7 +33,8 @@ source benches/lib.sh
 ROWS=${ROWS:-1000000}
 RATE=${RATE:-1000}
 SECONDS_EACH=${SECONDS_EACH:-20}
-ROUNDS=${ROUNDS:-3}
+ROUNDS=${ROUNDS:-5}
+WARMUP=${WARMUP:-3}               # seconds of submits before each window
 PRUNE_BATCH=${PRUNE_BATCH:-}
 ENGINES=${ENGINES:-"sqlite postgres"}
 OUT=target/load
@@ -243,7 +244,13 @@ for ENGINE in $ENGINES; do
     for mode in off on; do
       fresh_copy "ledger_$mode"
       keep=0; [[ $mode == on ]] && keep=90
+      # The copy's pages on disk before the gateway starts, and a few seconds of
+      # submits before the window: its write-back and the first commits out of it.
+      sync
       start_gateway "$ENGINE-$mode-$round" "$URL" "$keep"
+      $LOADGEN rate --addr "$ADDR" --rate "$RATE" --seconds "$WARMUP" --conns 50 \
+        --path "$TASKS" --header "$AUTH" --method POST --body-file "$WORK/body.json" \
+        --header "Content-Type: application/json" >/dev/null
       p0=$(pruned)
       out=$($LOADGEN rate --addr "$ADDR" --rate "$RATE" --seconds "$SECONDS_EACH" --conns 50 \
         --path "$TASKS" --header "$AUTH" --method POST --body-file "$WORK/body.json" \
@@ -310,6 +317,6 @@ done
   echo
   echo "Machine: $(nproc) CPUs, $(cpu_model), $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo) RAM, Linux $(uname -r), load average $(cut -d' ' -f1-3 /proc/loadavg)."
   echo "Versions: mediagate $(git rev-parse --short HEAD 2>/dev/null || echo "?") ($MEDIAGATE), $(rustc --version)."
-  echo "Command: \`benches/retention.sh\` (ENGINES=\"$ENGINES\" ROWS=$ROWS RATE=$RATE SECONDS_EACH=$SECONDS_EACH ROUNDS=$ROUNDS${PRUNE_BATCH:+ PRUNE_BATCH=$PRUNE_BATCH})"
+  echo "Command: \`benches/retention.sh\` (ENGINES=\"$ENGINES\" ROWS=$ROWS RATE=$RATE SECONDS_EACH=$SECONDS_EACH WARMUP=$WARMUP ROUNDS=$ROUNDS${PRUNE_BATCH:+ PRUNE_BATCH=$PRUNE_BATCH})"
   printf '%s\n' "${REPORT[@]}"
 } | tee "$OUT/retention.md"
