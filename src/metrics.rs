@@ -203,6 +203,8 @@ pub struct Metrics {
     pub ledger_unknown_outcome: Gauge,
     /// Ledger statements that failed.
     pub ledger_errors: Counter,
+    /// Finished tasks deleted by retention (`[ledger] keep_days`).
+    pub ledger_pruned: Counter,
     webhook_deliveries: Family<ResultLabels, Counter>,
     webhook_attempts: Family<ResultLabels, Counter>,
     webhook_put_back: Family<ReasonLabels, Counter>,
@@ -319,6 +321,7 @@ impl Metrics {
             unmapped_statuses: Counter::default(),
             ledger_unknown_outcome: Gauge::default(),
             ledger_errors: Counter::default(),
+            ledger_pruned: Counter::default(),
             webhook_deliveries: Family::<ResultLabels, Counter>::default(),
             webhook_attempts: Family::<ResultLabels, Counter>::default(),
             webhook_put_back: Family::<ReasonLabels, Counter>::default(),
@@ -451,6 +454,11 @@ impl Metrics {
             "ledger_errors",
             "Ledger statements that failed",
             self.ledger_errors.clone(),
+        );
+        registry.register(
+            "ledger_pruned_tasks",
+            "Finished tasks deleted from the ledger by retention ([ledger] keep_days), their usage kept as per-day sums",
+            self.ledger_pruned.clone(),
         );
     }
 

@@ -136,6 +136,7 @@ pub async fn start(config: &Path) -> Result<Running, StartError> {
 fn start_background(gateway: &Arc<Gateway>, workers: &Workers) {
     tokio::spawn(crate::gateway::reload::watch_files(gateway.clone()));
     tokio::spawn(crate::gateway::sweep::run(gateway.clone()));
+    tokio::spawn(crate::gateway::retention::run(gateway.clone()));
     let handles = workers.handles().to_vec();
     tokio::spawn(crate::gateway::tracker::run(gateway.clone(), handles));
     tokio::spawn(crate::gateway::deliveries::run(gateway.clone()));

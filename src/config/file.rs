@@ -351,6 +351,11 @@ pub struct LedgerConfig {
     pub idempotency_wait_ms: u64,
     /// Connections to the database at most.
     pub max_connections: u32,
+    /// Days a finished task is kept; older ones are deleted, their usage kept as
+    /// per-day sums. 0: kept forever.
+    pub keep_days: u64,
+    /// Rows a retention batch looks at (and deletes at most) in one statement.
+    pub prune_batch: u64,
 }
 
 impl Default for LedgerConfig {
@@ -360,6 +365,8 @@ impl Default for LedgerConfig {
             idempotency_ttl_hours: 24,
             idempotency_wait_ms: 10_000,
             max_connections: 8,
+            keep_days: 90,
+            prune_batch: 100,
         }
     }
 }

@@ -7,6 +7,7 @@
 pub mod copies;
 pub mod deliveries;
 pub mod reload;
+pub mod retention;
 mod rounds;
 mod shares;
 pub mod sweep;

@@ -100,6 +100,22 @@ fn check_webhook_caps(settings: &WebhooksConfig, at: &mut Scope) {
     }
 }
 
+/// `[ledger] keep_days` and `prune_batch`. A task is kept at least as long as its
+/// idempotency key is remembered (a retry after its row was pruned would be
+/// submitted again) and at least a day (a day's quota counts the day's rows).
+fn check_retention(ledger: &LedgerConfig, at: &mut Scope) {
+    let keep_hours = ledger.keep_days.saturating_mul(24);
+    if ledger.keep_days != 0 && keep_hours < ledger.idempotency_ttl_hours.max(24) {
+        at.push(
+            "keep_days",
+            "must be 0 (keep forever) or cover `idempotency_ttl_hours` and at least 1 day",
+        );
+    }
+    if !(1..=10_000).contains(&ledger.prune_batch) {
+        at.push("prune_batch", "must be between 1 and 10000");
+    }
+}
+
 /// `[telemetry]`, checked here so that `check` reports it; it is read at start
 /// (`telemetry.rs`), not on reload.
 fn check_telemetry(t: &TelemetryConfig, at: &mut Scope) {
@@ -176,6 +192,7 @@ impl Snapshot {
         );
         check_webhook_caps(&file.webhooks, &mut p.at("webhooks"));
         check_telemetry(&file.telemetry, &mut p.at("telemetry"));
+        check_retention(&file.ledger, &mut p.at("ledger"));
         let keys = keys::compile(&file, &models, dir, ledger_on, callbacks.as_ref(), p);
         let sealer = tasks::compile(&file.tasks, dir, ctx.secret_file, &mut p.at("tasks"));
         let edge = server::compile(&file.server, dir, &mut p.at("server"));

@@ -190,3 +190,22 @@ async fn storage_settings_that_cannot_work_are_refused() {
     assert!(e.contains("families.f.per_model"), "{e}");
     assert!(e.contains("`m9`"), "{e}");
 }
+
+#[tokio::test]
+async fn retention_shorter_than_a_remembered_key_is_refused() {
+    let with = |ledger: &str| {
+        Routes::new()
+            .provider(tasks_provider("one", "http://127.0.0.1:9", ""))
+            .family(family("f", &["one"], &["m1"]))
+            .top(&format!("[ledger]\n{ledger}"))
+    };
+    // A task pruned while its key is remembered would be submitted again on a retry.
+    let e = problems_of(with("keep_days = 1\nidempotency_ttl_hours = 48")).await;
+    assert!(e.contains("ledger.keep_days"), "{e}");
+    let e = problems_of(with("prune_batch = 0")).await;
+    assert!(e.contains("ledger.prune_batch"), "{e}");
+    for fits in ["keep_days = 2\nidempotency_ttl_hours = 48", "keep_days = 0"] {
+        let ok = problems_of(with(fits)).await;
+        assert!(!ok.contains("keep_days"), "{fits}: {ok}");
+    }
+}

@@ -32,6 +32,7 @@ mod redaction;
 mod reload;
 mod results;
 mod results_s3;
+mod retention;
 mod shared_limits;
 mod shutdown;
 mod spend_seen;

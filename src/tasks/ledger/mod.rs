@@ -61,6 +61,15 @@ pub struct Priced {
     pub price_params: Option<String>,
 }
 
+/// What one batch of [`Ledger::prune`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pruned {
+    /// Rows deleted.
+    pub rows: usize,
+    /// The last row looked at, where the next batch starts; `None`: the pass is over.
+    pub next: Option<i64>,
+}
+
 /// Where the ledger lives, from `[ledger] url`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LedgerUrl {
@@ -428,6 +437,49 @@ impl Ledger {
         let forget = params![forget_before];
         self.store.execute(record::FORGET_KEYS, forget).await?;
         Ok(expired)
+    }
+
+    /// One batch of retention: of the `batch` rows after row `after`, the tasks that
+    /// finished before `before_ms` and owe nothing (no webhook or copy pending, no
+    /// stored result kept) are deleted, their usage kept as the day's sums. The next
+    /// batch starts after [`Pruned::next`]; `None` when the rows after `after` were
+    /// submitted since `before_ms` (none of them can have finished before it): the
+    /// pass is over. Rows are looked at in the order they were written, which is the
+    /// order they were submitted in, so a pass never reads the young rows past that.
+    pub async fn prune(
+        &self,
+        after: i64,
+        batch: i64,
+        before_ms: i64,
+    ) -> Result<Pruned, LedgerError> {
+        let over = Pruned {
+            rows: 0,
+            next: None,
+        };
+        let reads = self.store.reads();
+        match reads.int(record::CREATED_AFTER, params![after]).await? {
+            Some(created) if created < before_ms => {}
+            _ => return Ok(over),
+        }
+        let last = reads
+            .int(record::PRUNE_WINDOW, params![after, batch])
+            .await?
+            .unwrap_or(after);
+        if last <= after {
+            return Ok(over);
+        }
+        let prune = PerEngine {
+            sqlite: record::PRUNE_SQLITE,
+            postgres: record::PRUNE_POSTGRES,
+        };
+        let rows = self
+            .store
+            .execute_in(prune, params![after, last, before_ms])
+            .await?;
+        Ok(Pruned {
+            rows,
+            next: Some(last),
+        })
     }
 
     /// Rows in `state` now.
@@ -1464,5 +1516,105 @@ mod tests {
             shown,
             ("expired".into(), 0, None, Some("cooling down".into()))
         );
+    }
+
+    /// Every batch of a pass, from the first row; the rows deleted.
+    async fn prune_all(l: &Ledger, batch: i64, before_ms: i64) -> usize {
+        let (mut after, mut rows) = (0, 0);
+        loop {
+            let p = l.prune(after, batch, before_ms).await.unwrap();
+            rows += p.rows;
+            match p.next {
+                Some(next) => after = next,
+                None => return rows,
+            }
+        }
+    }
+
+    /// Retention deletes finished tasks that owe nothing, never an unfinished one or
+    /// one whose webhook is still owed, with what hangs off them; usage is the same
+    /// to the unit before and after, and a pass stops at rows too young.
+    #[tokio::test]
+    async fn pruning_keeps_usage_and_every_task_that_still_owes_something() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = ledger(&dir).await;
+        let admit = async |n: u32| {
+            let Admission::Fresh(row) = l.admit(&new("a", None, &format!("fp{n}"))).await.unwrap()
+            else {
+                panic!()
+            };
+            row
+        };
+        let done = |status| TaskState {
+            status,
+            progress: None,
+            urls: vec![],
+            error: None,
+        };
+        // Completed, failed, refused: prunable. Owed a webhook, still running, outcome
+        // unknown: kept.
+        let completed = admit(1).await;
+        create(&l, completed, 1).await;
+        assert!(
+            l.finished("p", "up-1", &done(TaskStatus::Completed), None)
+                .await
+                .unwrap()
+        );
+        let failed = admit(2).await;
+        create(&l, failed, 2).await;
+        assert!(
+            l.finished("p", "up-2", &done(TaskStatus::Failed), None)
+                .await
+                .unwrap()
+        );
+        let refused = admit(3).await;
+        assert!(l.refused(refused, Some(&answer(3))).await.unwrap());
+        let hooked = finished_with_webhook(&l, 4).await;
+        let running = admit(5).await;
+        create(&l, running, 5).await;
+        let unknown = admit(6).await;
+        l.outcome_unknown(unknown, "p").await.unwrap();
+        let usage = async || l.usage(None, 0, i64::MAX).await.unwrap();
+        let before = usage().await;
+        assert_eq!(before.len(), 1);
+        assert_eq!(
+            (before[0].submitted, before[0].completed, before[0].failed),
+            (4, 2, 1)
+        );
+        let rows = async || {
+            let sql = "SELECT id FROM tasks ORDER BY id";
+            sqlite_writer(&l)
+                .run(move |conn| {
+                    let mut stmt = conn.prepare(sql)?;
+                    let ids = stmt.query_map([], |r| r.get::<_, i64>(0))?;
+                    Ok(ids.collect::<Result<Vec<i64>, _>>()?)
+                })
+                .await
+                .unwrap()
+        };
+
+        // Nothing finished before a cutoff in the past: the pass stops at once.
+        assert_eq!(prune_all(&l, 2, now_ms() - DAY_MS).await, 0);
+        assert_eq!(rows().await.len(), 6);
+        // Everything finished so far is old enough: batches of two rows.
+        assert_eq!(prune_all(&l, 2, now_ms() + 1).await, 3);
+        assert_eq!(rows().await, vec![hooked, running, unknown]);
+        assert_eq!(usage().await, before);
+
+        // Delivered, the webhook's task goes too, and its delivery with it.
+        let delivered = "UPDATE deliveries SET state = 'delivered'";
+        let deliveries = "SELECT COUNT(*) FROM deliveries";
+        let w = sqlite_writer(&l);
+        w.run(move |conn| Ok(conn.execute(delivered, [])?))
+            .await
+            .unwrap();
+        assert_eq!(prune_all(&l, 100, now_ms() + 1).await, 1);
+        assert_eq!(rows().await, vec![running, unknown]);
+        let left: i64 = w
+            .run(move |conn| Ok(conn.query_row(deliveries, [], |r| r.get(0))?))
+            .await
+            .unwrap();
+        assert_eq!(left, 0);
+        assert_eq!(usage().await, before);
     }
 }

@@ -362,7 +362,7 @@ fn task_status_of(word: &str) -> Option<TaskStatus> {
 }
 
 /// Tasks of one key, model and UTC day.
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct UsageRow {
     pub owner: String,
     pub model: String,
@@ -643,10 +643,46 @@ pub(super) const FORGET_KEYS: &str =
 /// `$1` (a leased one is being asked about).
 pub(super) const TRACKED: &str = "SELECT COALESCE(provider, '') AS provider, COUNT(*) AS tasks, MIN(CASE WHEN lease_until_ms IS NULL OR lease_until_ms < $1 THEN next_poll_ms END) AS oldest_due_ms FROM tasks WHERE state = 'submitted' GROUP BY provider";
 pub(super) const COUNT_STATE: &str = "SELECT COUNT(*) FROM tasks WHERE state = $1";
+/// Usage per key, model and UTC day: the live rows' sums, plus what pruned rows of
+/// the same days counted for (`usage_pruned`, kept by the trigger that deletes them),
+/// so that a day's figures are the same before and after its rows are pruned. `$2` and
+/// `$3` are day starts; a pruned day counts when its start is in `[$2, $3)`.
 pub(super) const USAGE: &str = concat!(
+    "SELECT owner, model, day, CAST(SUM(submitted) AS BIGINT) AS submitted, CAST(SUM(completed) AS BIGINT) AS completed, CAST(SUM(failed) AS BIGINT) AS failed, CAST(SUM(video_seconds) AS BIGINT) AS video_seconds, CAST(SUM(spent) AS BIGINT) AS spent, CAST(SUM(reserved) AS BIGINT) AS reserved FROM (",
     "SELECT owner, model, created_ms / 86400000 AS day, CAST(SUM(CASE WHEN upstream_id IS NOT NULL THEN 1 ELSE 0 END) AS BIGINT) AS submitted, CAST(SUM(CASE WHEN state = 'completed' THEN 1 ELSE 0 END) AS BIGINT) AS completed, CAST(SUM(CASE WHEN state = 'failed' THEN 1 ELSE 0 END) AS BIGINT) AS failed, CAST(SUM(CASE WHEN upstream_id IS NOT NULL THEN ",
     counted_seconds!(),
-    " ELSE 0 END) AS BIGINT) AS video_seconds, CAST(COALESCE(SUM(cost_settled), 0) AS BIGINT) AS spent, CAST(COALESCE(SUM(CASE WHEN cost_settled IS NULL THEN cost_estimate ELSE 0 END), 0) AS BIGINT) AS reserved FROM tasks WHERE ($1 IS NULL OR owner = $1) AND created_ms >= $2 AND created_ms < $3 GROUP BY owner, model, created_ms / 86400000 ORDER BY day, owner, model"
+    " ELSE 0 END) AS BIGINT) AS video_seconds, CAST(COALESCE(SUM(cost_settled), 0) AS BIGINT) AS spent, CAST(COALESCE(SUM(CASE WHEN cost_settled IS NULL THEN cost_estimate ELSE 0 END), 0) AS BIGINT) AS reserved FROM tasks WHERE ($1 IS NULL OR owner = $1) AND created_ms >= $2 AND created_ms < $3 GROUP BY owner, model, created_ms / 86400000",
+    " UNION ALL SELECT owner, model, day, submitted, completed, failed, video_seconds, spent, reserved FROM usage_pruned WHERE ($1 IS NULL OR owner = $1) AND day * 86400000 >= $2 AND day * 86400000 < $3",
+    ") AS u GROUP BY owner, model, day ORDER BY day, owner, model"
+);
+
+/// The rows a prune looks at next: the last of the `$2` rows after row `$1` (`$1`
+/// when there are none).
+pub(super) const PRUNE_WINDOW: &str = "SELECT COALESCE(MAX(id), $1) FROM (SELECT id FROM tasks WHERE id > $1 ORDER BY id LIMIT $2) AS w";
+/// When the first row after row `$1` was submitted: rows are numbered in the order
+/// they are written, so a prune stops at the first one too young to be finished long
+/// enough.
+pub(super) const CREATED_AFTER: &str =
+    "SELECT created_ms FROM tasks WHERE id > $1 ORDER BY id LIMIT 1";
+/// Tasks of rows `($1, $2]` that finished before `$3` and owe nothing: no webhook
+/// still to deliver, no copy still to make, no stored result still kept (its object
+/// would outlive every record of it). The retention migration's trigger sums their usage
+/// and deletes the rows hanging off them.
+macro_rules! prunable {
+    () => {
+        "id > $1 AND id <= $2 AND finished_ms IS NOT NULL AND finished_ms < $3 AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.task_row = tasks.id AND d.state = 'pending') AND NOT EXISTS (SELECT 1 FROM copies c WHERE c.task_row = tasks.id AND c.state = 'pending') AND NOT EXISTS (SELECT 1 FROM results r WHERE r.task_row = tasks.id AND r.deleted_ms IS NULL)"
+    };
+}
+pub(super) const PRUNE_SQLITE: &str = concat!("DELETE FROM tasks WHERE ", prunable!());
+/// The same on PostgreSQL, where replicas share the ledger: one replica's batch at a
+/// time (a lock held to its commit; another replica's batch deletes nothing
+/// meanwhile, rather than waiting on the same rows), and rows another statement holds
+/// are left for the next pass rather than waited for.
+pub(super) const PRUNE_POSTGRES: &str = concat!(
+    "DELETE FROM tasks WHERE id IN (SELECT id FROM tasks WHERE ",
+    prunable!(),
+    // Two 32-bit keys: a space apart from the owners' locks of admissions (one key).
+    " AND (SELECT pg_try_advisory_xact_lock(34, 3)) ORDER BY id FOR UPDATE SKIP LOCKED)"
 );
 
 #[cfg(test)]
