@@ -5,7 +5,9 @@
 #
 #   benches/ledger_rows.sh                          # 1 M and 10 M rows, both engines
 #   ROWS=1000000 ENGINES=sqlite benches/ledger_rows.sh
-#   MEDIAGATE=path/to/mediagate benches/ledger_rows.sh   # another build, to compare
+#   MEDIAGATE=path/to/mediagate benches/ledger_rows.sh   # another build
+#   COMPARE=path/to/older/mediagate benches/ledger_rows.sh   # that build measured first
+#                                                   # on the same rows, then this one
 #   KEEP_WORK=1 benches/ledger_rows.sh              # keep the run's /tmp directory
 #   NO_BUILD=1 benches/ledger_rows.sh               # the binaries already built
 #
@@ -77,7 +79,8 @@ fi
 BIN=${CARGO_TARGET_DIR:-target}/release
 LOADGEN=$BIN/examples/loadgen
 GENERATE=$BIN/examples/ledger_rows
-MEDIAGATE=${MEDIAGATE:-$BIN/mediagate}
+THIS=${MEDIAGATE:-$BIN/mediagate}
+COMPARE=${COMPARE:-}
 
 $BIN/examples/fast_upstream --listen 127.0.0.1:0 >"$WORK/upstream.out" 2>&1 &
 PIDS+=($!)
@@ -201,12 +204,106 @@ LAST_MONTH_FROM=$(date -u -d "$(date -u +%Y-%m-01) -1 month" +%Y-%m-%d)
 LAST_MONTH_TO=$(date -u -d "$(date -u +%Y-%m-01) -1 day" +%Y-%m-%d)
 echo "$BODY" >"$WORK/body.json"
 
+# Measure the gateway $MEDIAGATE ($BUILD) on the full ledger: steps 1 to 4.
+measure_build() {
+      # 1. Start-up on the full ledger.
+      # The first start migrates what this build adds; the median is of the others.
+      STARTS_MS=()
+      for i in $(seq 0 "$STARTS"); do
+        start_gateway "$URL"
+        STARTS_MS+=("$STARTED_MS")
+        (( i == STARTS )) || stop_gateway
+      done
+      START_MED=$(echo "${STARTS_MS[@]:1}" | median)
+      # The sweep's statements as the first sweep runs them (keys forgotten after 24 h,
+      # rows submitting for a minute), undone.
+      NOW=$(now_ms)
+      SWEEP_SQL="UPDATE tasks SET state = 'unknown_outcome', updated_ms = $NOW WHERE state = 'submitting' AND updated_ms < $(( NOW - 60000 )); UPDATE tasks SET idempotency_key = NULL WHERE idempotency_key IS NOT NULL AND created_ms < $(( NOW - 86400000 ));"
+      t0=$(now_ms)
+      case $ENGINE in
+        sqlite) sqlite3 "$DB" "BEGIN; $SWEEP_SQL ROLLBACK;" ;;
+        postgres) psql_on "$DBNAME" -c "BEGIN; $SWEEP_SQL ROLLBACK;" >/dev/null ;;
+      esac
+      SWEEP_MS=$(( $(now_ms) - t0 ))
+
+      # 2. The reads of key KEY_NAME, through the gateway.
+      # A task a twentieth of the way from the key's oldest (and a page or more from it).
+      LISTED="owner = '$KEY_NAME' AND endpoint = 'model-center' AND task_id IS NOT NULL AND deleted_ms IS NULL"
+      DEEP=$(sql "SELECT task_id FROM tasks WHERE $LISTED ORDER BY id LIMIT 1 OFFSET (SELECT CASE WHEN COUNT(*) / 20 > 21 THEN COUNT(*) / 20 ELSE 21 END FROM tasks WHERE $LISTED)")
+      KEY_ROWS=$(sql "SELECT COUNT(*) FROM tasks WHERE owner = '$KEY_NAME'")
+      read -r FIRST_P50 FIRST_P99 <<<"$(measure "first page" --path "$TASKS")"
+      curl -sf "http://$MG_ADDR$TASKS?after=$DEEP" -H "$AUTH" | grep -q '"has_more":true' \
+        || { echo "the deep page does not read as one" >&2; exit 1; }
+      read -r DEEP_P50 DEEP_P99 <<<"$(measure "deep page" --path "$TASKS?after=$DEEP")"
+      read -r USAGE_P50 USAGE_P99 <<<"$(measure "usage" --path "/v2/usage?from=$LAST_MONTH_FROM&to=$LAST_MONTH_TO")"
+      IDEM="replay-$ENGINE-$N-$BUILD-$$"
+      FIRST=$(curl -sf -X POST "http://$MG_ADDR$TASKS" -H "$AUTH" -H 'Content-Type: application/json' \
+        -H "Idempotency-Key: $IDEM" --data-binary @"$WORK/body.json")
+      read -r REPLAY_P50 REPLAY_P99 <<<"$(measure "replay" --method POST --body-file "$WORK/body.json" \
+        --header 'Content-Type: application/json' --header "Idempotency-Key: $IDEM" --path "$TASKS")"
+      [[ $(curl -sf -X POST "http://$MG_ADDR$TASKS" -H "$AUTH" -H 'Content-Type: application/json' \
+        -H "Idempotency-Key: $IDEM" --data-binary @"$WORK/body.json") == "$FIRST" ]] \
+        || { echo "the replay is not the first answer" >&2; exit 1; }
+      stop_gateway
+
+      # 3. The operator's command.
+      CLI_MS=()
+      for _ in $(seq 1 "$CLI_RUNS"); do
+        t0=$(now_ms)
+        MEDIAGATE_TASK_SECRET=$SECRET "$MEDIAGATE" --config "$WORK/gateway.toml" tasks --state unknown_outcome >"$WORK/unknown.txt"
+        CLI_MS+=($(( $(now_ms) - t0 )))
+      done
+      CLI_MED=$(echo "${CLI_MS[@]}" | median)
+      CLI_MAX=$(echo "${CLI_MS[@]}" | largest)
+      UNKNOWN=$(sql "SELECT COUNT(*) FROM tasks WHERE state = 'unknown_outcome'")
+
+      # The plans of the statements behind each operation, with their parameters
+      # bound as the gateway binds them (SQLite plans a statement before it sees them).
+      PLANS=$OUT/ledger-rows-plans-$ENGINE-$N-$BUILD.txt
+      DEEP_ROW=$(sql "SELECT id FROM tasks WHERE task_id = '$DEEP'")
+      MONTH_MS=$(( $(date -u -d "$LAST_MONTH_FROM" +%s) * 1000 ))
+      MONTH_END_MS=$(( $(date -u -d "$LAST_MONTH_TO" +%s) * 1000 + 86400000 ))
+      plan() { # $1 = what, $2 = statement ($1, $2, … as in src/tasks/ledger/record.rs), then its values
+        local what=$1 statement=$2 i=1 binds=() values=()
+        shift 2
+        for v in "$@"; do binds+=(".parameter set \$$i $v"); values+=("$v"); i=$(( i + 1 )); done
+        echo "== $what"
+        case $ENGINE in
+          sqlite) printf '%s\n' "${binds[@]}" "EXPLAIN QUERY PLAN $statement;" | sqlite3 "$DB" ;;
+          postgres)
+            local typed=$statement
+            # Literal values (PostgreSQL plans each of the first executions for its own).
+            for ((j = ${#values[@]}; j >= 1; j--)); do typed=${typed//\$$j/${values[j-1]}}; done
+            psql_on "$DBNAME" -c "BEGIN; EXPLAIN (ANALYZE, BUFFERS) $typed; ROLLBACK;" ;;
+        esac
+      }
+      COLS="id, owner, endpoint, state, task_id, created_ms"
+      {
+        plan "listing, first page" "SELECT $COLS FROM tasks WHERE owner = \$1 AND endpoint = \$2 AND id < \$3 AND task_id IS NOT NULL AND deleted_ms IS NULL ORDER BY id DESC LIMIT \$4" "'$KEY_NAME'" "'model-center'" 9223372036854775807 21
+        plan "listing, deep page" "SELECT $COLS FROM tasks WHERE owner = \$1 AND endpoint = \$2 AND id < \$3 AND task_id IS NOT NULL AND deleted_ms IS NULL ORDER BY id DESC LIMIT \$4" "'$KEY_NAME'" "'model-center'" "$DEEP_ROW" 21
+        plan "usage, a month" "SELECT owner, model, created_ms / 86400000 AS day, COUNT(*), SUM(cost_settled) FROM tasks WHERE (\$1 IS NULL OR owner = \$1) AND created_ms >= \$2 AND created_ms < \$3 GROUP BY owner, model, created_ms / 86400000" "'$KEY_NAME'" "$MONTH_MS" "$MONTH_END_MS"
+        plan "usage, a month, of one key (USAGE_OF)" "SELECT owner, model, created_ms / 86400000 AS day, COUNT(*), SUM(cost_settled) FROM tasks WHERE owner = \$1 AND created_ms >= \$2 AND created_ms < \$3 GROUP BY owner, model, created_ms / 86400000" "'$KEY_NAME'" "$MONTH_MS" "$MONTH_END_MS"
+        plan "tasks --state unknown_outcome (SELECT_IN_STATE)" "SELECT $COLS FROM tasks WHERE state = \$1 AND (\$2 IS NULL OR owner = \$2) ORDER BY id DESC LIMIT \$3" "'unknown_outcome'" NULL 100
+        plan "tasks --state unknown_outcome" "SELECT $COLS FROM tasks WHERE (\$1 IS NULL OR state = \$1) AND (\$2 IS NULL OR owner = \$2) ORDER BY id DESC LIMIT \$3" "'unknown_outcome'" NULL 100
+        plan "sweep, forget keys" "UPDATE tasks SET idempotency_key = NULL WHERE idempotency_key IS NOT NULL AND created_ms < \$1" $(( NOW - 86400000 ))
+      } >"$PLANS" 2>&1
+
+      case $ENGINE in
+        sqlite) BYTES=$(( $(stat -c %s "$DB") + $(stat -c %s "$DB-wal" 2>/dev/null || echo 0) )) ;;
+        postgres) BYTES=$(sql "SELECT pg_total_relation_size('tasks')") ;;
+      esac
+      ROW="| $ENGINE | $COUNT | $BUILD | $(( BYTES / COUNT )) | $KEY_ROWS | $FIRST_P50 / $FIRST_P99 | $DEEP_P50 / $DEEP_P99 | $USAGE_P50 / $USAGE_P99 | $REPLAY_P50 / $REPLAY_P99 | $CLI_MED / $CLI_MAX ($UNKNOWN) | ${STARTS_MS[0]} / $START_MED ($EMPTY_START) | $SWEEP_MS | $GEN_S |"
+      REPORT+=("$ROW")
+      log "$ROW"
+}
+
 REPORT=()
-for ENGINE in $ENGINES; do
-  if [[ $ENGINE == postgres ]] && ((${#PG_STOP[@]} == 0)); then
-    start_postgres || { log "PostgreSQL rows left out"; continue; }
-  fi
-  for N in $ROWS; do
+# Every engine at a size before the next size: the smaller sizes first.
+for N in $ROWS; do
+  for ENGINE in $ENGINES; do
+    if [[ $ENGINE == postgres ]] && ((${#PG_STOP[@]} == 0)); then
+      if ! start_postgres; then log "PostgreSQL rows left out"; ENGINES=${ENGINES/postgres/}; continue; fi
+    fi
     log "$ENGINE, $N rows: a fresh ledger, migrated by the gateway"
     case $ENGINE in
       sqlite)
@@ -221,6 +318,8 @@ for ENGINE in $ENGINES; do
         sql() { psql_on "$DBNAME" -At -F '|' -c "$1"; }
         ;;
     esac
+    # Migrated by the older build when two are compared: the newer one adds its own.
+    MEDIAGATE=${COMPARE:-$THIS}
     start_gateway "$URL"
     EMPTY_START=$STARTED_MS
     stop_gateway
@@ -255,89 +354,10 @@ for ENGINE in $ENGINES; do
     esac
     log "$ENGINE, $N rows: $COUNT rows in $GEN_S s, $(( BYTES / COUNT )) bytes per task"
 
-    # 1. Start-up on the full ledger.
-    STARTS_MS=()
-    for i in $(seq 1 "$STARTS"); do
-      start_gateway "$URL"
-      STARTS_MS+=("$STARTED_MS")
-      (( i == STARTS )) || stop_gateway
+    for BUILD in ${COMPARE:+before} this; do
+      if [[ $BUILD == before ]]; then MEDIAGATE=$COMPARE; else MEDIAGATE=$THIS; fi
+      measure_build
     done
-    START_MED=$(echo "${STARTS_MS[@]}" | median)
-    START_MAX=$(echo "${STARTS_MS[@]}" | largest)
-    # The sweep's statements as the first sweep runs them (keys forgotten after 24 h,
-    # rows submitting for a minute), undone.
-    NOW=$(now_ms)
-    SWEEP_SQL="UPDATE tasks SET state = 'unknown_outcome', updated_ms = $NOW WHERE state = 'submitting' AND updated_ms < $(( NOW - 60000 )); UPDATE tasks SET idempotency_key = NULL WHERE idempotency_key IS NOT NULL AND created_ms < $(( NOW - 86400000 ));"
-    t0=$(now_ms)
-    case $ENGINE in
-      sqlite) sqlite3 "$DB" "BEGIN; $SWEEP_SQL ROLLBACK;" ;;
-      postgres) psql_on "$DBNAME" -c "BEGIN; $SWEEP_SQL ROLLBACK;" >/dev/null ;;
-    esac
-    SWEEP_MS=$(( $(now_ms) - t0 ))
-
-    # 2. The reads of key KEY_NAME, through the gateway.
-    # A task a twentieth of the way from the key's oldest (and a page or more from it).
-    LISTED="owner = '$KEY_NAME' AND endpoint = 'model-center' AND task_id IS NOT NULL AND deleted_ms IS NULL"
-    DEEP=$(sql "SELECT task_id FROM tasks WHERE $LISTED ORDER BY id LIMIT 1 OFFSET (SELECT CASE WHEN COUNT(*) / 20 > 21 THEN COUNT(*) / 20 ELSE 21 END FROM tasks WHERE $LISTED)")
-    KEY_ROWS=$(sql "SELECT COUNT(*) FROM tasks WHERE owner = '$KEY_NAME'")
-    read -r FIRST_P50 FIRST_P99 <<<"$(measure "first page" --path "$TASKS")"
-    curl -sf "http://$MG_ADDR$TASKS?after=$DEEP" -H "$AUTH" | grep -q '"has_more":true' \
-      || { echo "the deep page does not read as one" >&2; exit 1; }
-    read -r DEEP_P50 DEEP_P99 <<<"$(measure "deep page" --path "$TASKS?after=$DEEP")"
-    read -r USAGE_P50 USAGE_P99 <<<"$(measure "usage" --path "/v2/usage?from=$LAST_MONTH_FROM&to=$LAST_MONTH_TO")"
-    IDEM="replay-$ENGINE-$N-$$"
-    FIRST=$(curl -sf -X POST "http://$MG_ADDR$TASKS" -H "$AUTH" -H 'Content-Type: application/json' \
-      -H "Idempotency-Key: $IDEM" --data-binary @"$WORK/body.json")
-    read -r REPLAY_P50 REPLAY_P99 <<<"$(measure "replay" --method POST --body-file "$WORK/body.json" \
-      --header 'Content-Type: application/json' --header "Idempotency-Key: $IDEM" --path "$TASKS")"
-    [[ $(curl -sf -X POST "http://$MG_ADDR$TASKS" -H "$AUTH" -H 'Content-Type: application/json' \
-      -H "Idempotency-Key: $IDEM" --data-binary @"$WORK/body.json") == "$FIRST" ]] \
-      || { echo "the replay is not the first answer" >&2; exit 1; }
-    stop_gateway
-
-    # 3. The operator's command.
-    CLI_MS=()
-    for _ in $(seq 1 "$CLI_RUNS"); do
-      t0=$(now_ms)
-      MEDIAGATE_TASK_SECRET=$SECRET "$MEDIAGATE" --config "$WORK/gateway.toml" tasks --state unknown_outcome >"$WORK/unknown.txt"
-      CLI_MS+=($(( $(now_ms) - t0 )))
-    done
-    CLI_MED=$(echo "${CLI_MS[@]}" | median)
-    CLI_MAX=$(echo "${CLI_MS[@]}" | largest)
-    UNKNOWN=$(sql "SELECT COUNT(*) FROM tasks WHERE state = 'unknown_outcome'")
-
-    # The plans of the statements behind each operation, with their parameters
-    # bound as the gateway binds them (SQLite plans a statement before it sees them).
-    PLANS=$OUT/ledger-rows-plans-$ENGINE-$N.txt
-    DEEP_ROW=$(sql "SELECT id FROM tasks WHERE task_id = '$DEEP'")
-    MONTH_MS=$(( $(date -u -d "$LAST_MONTH_FROM" +%s) * 1000 ))
-    MONTH_END_MS=$(( $(date -u -d "$LAST_MONTH_TO" +%s) * 1000 + 86400000 ))
-    plan() { # $1 = what, $2 = statement ($1, $2, … as in src/tasks/ledger/record.rs), then its values
-      local what=$1 statement=$2 i=1 binds=() values=()
-      shift 2
-      for v in "$@"; do binds+=(".parameter set \$$i $v"); values+=("$v"); i=$(( i + 1 )); done
-      echo "== $what"
-      case $ENGINE in
-        sqlite) printf '%s\n' "${binds[@]}" "EXPLAIN QUERY PLAN $statement;" | sqlite3 "$DB" ;;
-        postgres)
-          local typed=$statement
-          # Literal values (PostgreSQL plans each of the first executions for its own).
-          for ((j = ${#values[@]}; j >= 1; j--)); do typed=${typed//\$$j/${values[j-1]}}; done
-          psql_on "$DBNAME" -c "BEGIN; EXPLAIN (ANALYZE, BUFFERS) $typed; ROLLBACK;" ;;
-      esac
-    }
-    COLS="id, owner, endpoint, state, task_id, created_ms"
-    {
-      plan "listing, first page" "SELECT $COLS FROM tasks WHERE owner = \$1 AND endpoint = \$2 AND id < \$3 AND task_id IS NOT NULL AND deleted_ms IS NULL ORDER BY id DESC LIMIT \$4" "'$KEY_NAME'" "'model-center'" 9223372036854775807 21
-      plan "listing, deep page" "SELECT $COLS FROM tasks WHERE owner = \$1 AND endpoint = \$2 AND id < \$3 AND task_id IS NOT NULL AND deleted_ms IS NULL ORDER BY id DESC LIMIT \$4" "'$KEY_NAME'" "'model-center'" "$DEEP_ROW" 21
-      plan "usage, a month" "SELECT owner, model, created_ms / 86400000 AS day, COUNT(*), SUM(cost_settled) FROM tasks WHERE (\$1 IS NULL OR owner = \$1) AND created_ms >= \$2 AND created_ms < \$3 GROUP BY owner, model, created_ms / 86400000" "'$KEY_NAME'" "$MONTH_MS" "$MONTH_END_MS"
-      plan "tasks --state unknown_outcome" "SELECT $COLS FROM tasks WHERE (\$1 IS NULL OR state = \$1) AND (\$2 IS NULL OR owner = \$2) ORDER BY id DESC LIMIT \$3" "'unknown_outcome'" NULL 100
-      plan "sweep, forget keys" "UPDATE tasks SET idempotency_key = NULL WHERE idempotency_key IS NOT NULL AND created_ms < \$1" $(( NOW - 86400000 ))
-    } >"$PLANS" 2>&1
-
-    ROW="| $ENGINE | $COUNT | $(( BYTES / COUNT )) | $KEY_ROWS | $FIRST_P50 / $FIRST_P99 | $DEEP_P50 / $DEEP_P99 | $USAGE_P50 / $USAGE_P99 | $REPLAY_P50 / $REPLAY_P99 | $CLI_MED / $CLI_MAX ($UNKNOWN) | $START_MED / $START_MAX ($EMPTY_START) | $SWEEP_MS | $GEN_S |"
-    REPORT+=("$ROW")
-    log "$ROW"
 
     # The next size needs the disk.
     case $ENGINE in
@@ -351,12 +371,12 @@ done
   echo "## Ledger rows run of $(date -u '+%Y-%m-%d %H:%M UTC')"
   echo
   echo "Machine: $(nproc) CPUs, $(cpu_model), $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo) RAM, Linux $(uname -r)."
-  echo "Versions: mediagate $(git rev-parse --short HEAD 2>/dev/null || echo "?") ($MEDIAGATE), $(rustc --version)${PG_BIN:+, PostgreSQL $("$PG_BIN/postgres" --version | awk '{print $3}')}."
-  echo "Command: \`benches/ledger_rows.sh\` (ROWS=\"$ROWS\" ENGINES=\"$ENGINES\" OWNERS=$OWNERS DAYS=$DAYS RATE=$RATE MEASURE=$MEASURE KEY=$KEY_NAME)"
+  echo "Versions: mediagate $(git rev-parse --short HEAD 2>/dev/null || echo "?") ($THIS${COMPARE:+; before: $COMPARE}), $(rustc --version)${PG_BIN:+, PostgreSQL $("$PG_BIN/postgres" --version | awk '{print $3}')}."
+  echo "Command: \`benches/ledger_rows.sh\` (${COMPARE:+COMPARE=… }ROWS=\"$ROWS\" ENGINES=\"$ENGINES\" OWNERS=$OWNERS DAYS=$DAYS RATE=$RATE MEASURE=$MEASURE KEY=$KEY_NAME)"
   echo
-  echo "Times in ms, p50 / p99 over $(( RATE * MEASURE )) requests at $RATE a second (4 connections) through the gateway, for key $KEY_NAME (its rows: \"key rows\"). Usage: $LAST_MONTH_FROM to $LAST_MONTH_TO. CLI: \`mediagate tasks --state unknown_outcome\`, median / largest of $CLI_RUNS runs (the unknown_outcome rows in brackets). Start-up: launch to /readyz answering, median / largest of $STARTS (on the empty ledger in brackets). Sweep: its two statements run once on the full ledger (then undone). Bytes per task: the SQLite file, or pg_total_relation_size('tasks'), over the rows."
+  echo "Times in ms, p50 / p99 over $(( RATE * MEASURE )) requests at $RATE a second (4 connections) through the gateway, for key $KEY_NAME (its rows: \"key rows\"). Usage: $LAST_MONTH_FROM to $LAST_MONTH_TO. CLI: \`mediagate tasks --state unknown_outcome\`, median / largest of $CLI_RUNS runs (the unknown_outcome rows in brackets). Start-up: launch to /readyz answering, the first (which migrates what the build adds) / the median of $STARTS more (on the empty ledger in brackets). Sweep: its two statements run once on the full ledger (then undone). Bytes per task: the SQLite file, or pg_total_relation_size('tasks'), over the rows."
   echo
-  echo "| engine | rows | bytes per task | key rows | first page | deep page | usage, a month | idempotent replay | CLI unknown_outcome | start-up | sweep | rows written in s |"
-  echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+  echo "| engine | rows | build | bytes per task | key rows | first page | deep page | usage, a month | idempotent replay | CLI unknown_outcome | start-up: first / median | sweep | rows written in s |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
   printf '%s\n' "${REPORT[@]}"
 } | tee "$OUT/ledger-rows.md"
