@@ -504,7 +504,11 @@ impl Ledger {
         until_ms: i64,
     ) -> Result<Vec<UsageRow>, LedgerError> {
         let args = params![key, since_ms, until_ms];
-        self.store.reads().usage(record::USAGE, args).await
+        let statement = match key {
+            Some(_) => record::USAGE_OF,
+            None => record::USAGE,
+        };
+        self.store.reads().usage(statement, args).await
     }
 
     /// What `owner`'s tasks cost (settled and reserved) today and this month (UTC),
@@ -528,10 +532,11 @@ impl Ledger {
         limit: i64,
     ) -> Result<Vec<TaskRecord>, LedgerError> {
         let args = params![state.map(State::as_str), key, limit];
-        self.store
-            .reads()
-            .tasks(record::SELECT_FILTERED, args)
-            .await
+        let statement = match state {
+            Some(state) if state.rare() => record::SELECT_IN_STATE,
+            _ => record::SELECT_FILTERED,
+        };
+        self.store.reads().tasks(statement, args).await
     }
 
     /// One row by its sealed task id or its upstream id.
@@ -929,6 +934,75 @@ mod tests {
         ));
     }
 
+    /// `mediagate tasks --state …` and a key's usage are read by statements of their
+    /// own (a rare state through its index, a key through its rows): the same rows
+    /// as the statement of every state and every key, filtered.
+    #[tokio::test]
+    async fn operators_read_a_state_and_a_key_as_filters_of_the_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = ledger(&dir).await;
+        let mut rows = Vec::new();
+        for (n, owner) in ["a", "b", "a", "b", "a"].into_iter().enumerate() {
+            let Admission::Fresh(row) =
+                l.admit(&new(owner, None, &format!("fp{n}"))).await.unwrap()
+            else {
+                panic!()
+            };
+            if n % 2 == 0 {
+                create(&l, row, n as u32).await;
+            }
+            rows.push((row, owner, n % 2 == 0));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        l.sweep(Duration::from_millis(10), Duration::from_secs(3600))
+            .await
+            .unwrap();
+        let ids = |rows: Vec<TaskRecord>| rows.into_iter().map(|r| r.id).collect::<Vec<_>>();
+        let newest = |created: bool, owner: Option<&str>| {
+            let mut of: Vec<i64> = rows
+                .iter()
+                .filter(|(_, o, c)| *c == created && owner.is_none_or(|w| w == *o))
+                .map(|(row, _, _)| *row)
+                .collect();
+            of.reverse();
+            of
+        };
+        for owner in [None, Some("a"), Some("b")] {
+            let unknown = l.tasks(Some(State::UnknownOutcome), owner, 100);
+            assert_eq!(ids(unknown.await.unwrap()), newest(false, owner));
+            let submitted = l.tasks(Some(State::Submitted), owner, 100);
+            assert_eq!(ids(submitted.await.unwrap()), newest(true, owner));
+        }
+        let one = l.tasks(Some(State::Submitted), None, 1).await.unwrap();
+        assert_eq!(ids(one), newest(true, None)[..1]);
+        assert!(
+            l.tasks(Some(State::Completed), None, 100)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+
+        let line = |u: &UsageRow| {
+            let counts = (u.submitted, u.completed, u.failed, u.video_seconds);
+            (
+                u.owner.clone(),
+                u.model.clone(),
+                u.day,
+                counts,
+                u.spent,
+                u.reserved,
+            )
+        };
+        let all = l.usage(None, 0, i64::MAX).await.unwrap();
+        assert_eq!(all.len(), 2, "{all:?}");
+        for owner in ["a", "b"] {
+            let of = l.usage(Some(owner), 0, i64::MAX).await.unwrap();
+            let whole: Vec<_> = all.iter().filter(|u| u.owner == owner).map(line).collect();
+            assert_eq!(of.iter().map(line).collect::<Vec<_>>(), whole);
+        }
+        assert!(l.usage(Some("a"), 0, 1).await.unwrap().is_empty());
+    }
+
     fn sqlite_writer(l: &Ledger) -> &writer::Writer {
         l.store.sqlite_writer().expect("an SQLite ledger")
     }
@@ -1273,7 +1347,8 @@ mod tests {
                 "tasks_by_owner",
                 "tasks_by_upstream",
                 "tasks_due",
-                "tasks_idempotency"
+                "tasks_idempotency",
+                "tasks_keys_by_age"
             ]
         );
         // Listing, its cursor, and the key's replay work on the rows written before.

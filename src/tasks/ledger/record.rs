@@ -45,6 +45,15 @@ impl State {
     pub fn parse(s: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|st| st.as_str() == s)
     }
+
+    /// Whether few rows are in this state whatever the ledger's size: the tasks not
+    /// ended yet and those to reconcile, where the others gather every task in time.
+    pub fn rare(self) -> bool {
+        matches!(
+            self,
+            Self::Submitting | Self::Submitted | Self::UnknownOutcome
+        )
+    }
 }
 
 /// A submit about to be sent upstream.
@@ -500,9 +509,17 @@ pub(super) const SELECT_UNENDED_BY_UPSTREAM: &str = select!(
 );
 pub(super) const SELECT_BY_ANY_ID: &str =
     select!("WHERE task_id = $1 OR upstream_id = $1 ORDER BY id DESC LIMIT 1");
+/// Rows for operators, newest first, optionally of one state (`$1`) and one key
+/// (`$2`): the ledger read newest first until `$3` match, which is soon for a state
+/// most rows are in (`$1 IS NULL OR …` is planned for any `$1`, so no index is used).
 pub(super) const SELECT_FILTERED: &str = select!(
     "WHERE ($1 IS NULL OR state = $1) AND ($2 IS NULL OR owner = $2) ORDER BY id DESC LIMIT $3"
 );
+/// [`SELECT_FILTERED`] for a state few rows are in ([`State::rare`]): found through
+/// the index of states (`tasks_due`) rather than among every row before them
+/// (issue #34).
+pub(super) const SELECT_IN_STATE: &str =
+    select!("WHERE state = $1 AND ($2 IS NULL OR owner = $2) ORDER BY id DESC LIMIT $3");
 pub(super) const LIST: &str = select!(
     "WHERE owner = $1 AND endpoint = $2 AND id < $3 AND task_id IS NOT NULL AND deleted_ms IS NULL ORDER BY id DESC LIMIT $4"
 );
@@ -549,7 +566,7 @@ pub(super) const CLAIM_POSTGRES: &str = concat!(
 /// `[row, status, next_poll_ms, interval_ms, answered_ms]` ([`polled_json`]): the
 /// status, the next request, the lease given back.
 pub(super) const SET_POLLED_SQLITE: &str = "UPDATE tasks SET status = p.value ->> 1, next_poll_ms = p.value ->> 2, poll_interval_ms = p.value ->> 3, lease_owner = NULL, lease_until_ms = NULL, updated_ms = p.value ->> 4 FROM json_each($2) AS p WHERE tasks.id = p.value ->> 0 AND tasks.lease_owner = $1";
-/// [`SET_POLLED_SQLITE`] on PostgreSQL, row by row (migration 0008: a join's plan,
+/// [`SET_POLLED_SQLITE`] on PostgreSQL, row by row (PostgreSQL migration 0008: a join's plan,
 /// kept by the connection, could scan the whole table each time); a row per row changed.
 pub(super) const SET_POLLED_POSTGRES: &str = "SELECT mediagate_polled($1, $2::jsonb)";
 
@@ -643,18 +660,33 @@ pub(super) const FORGET_KEYS: &str =
 /// `$1` (a leased one is being asked about).
 pub(super) const TRACKED: &str = "SELECT COALESCE(provider, '') AS provider, COUNT(*) AS tasks, MIN(CASE WHEN lease_until_ms IS NULL OR lease_until_ms < $1 THEN next_poll_ms END) AS oldest_due_ms FROM tasks WHERE state = 'submitted' GROUP BY provider";
 pub(super) const COUNT_STATE: &str = "SELECT COUNT(*) FROM tasks WHERE state = $1";
-/// Usage per key, model and UTC day: the live rows' sums, plus what pruned rows of
-/// the same days counted for (`usage_pruned`, kept by the trigger that deletes them),
-/// so that a day's figures are the same before and after its rows are pruned. `$2` and
-/// `$3` are day starts; a pruned day counts when its start is in `[$2, $3)`.
-pub(super) const USAGE: &str = concat!(
-    "SELECT owner, model, day, CAST(SUM(submitted) AS BIGINT) AS submitted, CAST(SUM(completed) AS BIGINT) AS completed, CAST(SUM(failed) AS BIGINT) AS failed, CAST(SUM(video_seconds) AS BIGINT) AS video_seconds, CAST(SUM(spent) AS BIGINT) AS spent, CAST(SUM(reserved) AS BIGINT) AS reserved FROM (",
-    "SELECT owner, model, created_ms / 86400000 AS day, CAST(SUM(CASE WHEN upstream_id IS NOT NULL THEN 1 ELSE 0 END) AS BIGINT) AS submitted, CAST(SUM(CASE WHEN state = 'completed' THEN 1 ELSE 0 END) AS BIGINT) AS completed, CAST(SUM(CASE WHEN state = 'failed' THEN 1 ELSE 0 END) AS BIGINT) AS failed, CAST(SUM(CASE WHEN upstream_id IS NOT NULL THEN ",
-    counted_seconds!(),
-    " ELSE 0 END) AS BIGINT) AS video_seconds, CAST(COALESCE(SUM(cost_settled), 0) AS BIGINT) AS spent, CAST(COALESCE(SUM(CASE WHEN cost_settled IS NULL THEN cost_estimate ELSE 0 END), 0) AS BIGINT) AS reserved FROM tasks WHERE ($1 IS NULL OR owner = $1) AND created_ms >= $2 AND created_ms < $3 GROUP BY owner, model, created_ms / 86400000",
-    " UNION ALL SELECT owner, model, day, submitted, completed, failed, video_seconds, spent, reserved FROM usage_pruned WHERE ($1 IS NULL OR owner = $1) AND day * 86400000 >= $2 AND day * 86400000 < $3",
-    ") AS u GROUP BY owner, model, day ORDER BY day, owner, model"
-);
+/// Usage per key, model and UTC day, of the rows created from `$2` to before `$3`
+/// whose owner is `$1` (the filter given), plus what pruned rows of the same days
+/// counted for (`usage_pruned`, kept by the trigger that deletes them), so that a
+/// day's figures are the same before and after its rows are pruned. A pruned day
+/// counts when its start is in `[$2, $3)`.
+macro_rules! usage {
+    ($owner:literal) => {
+        concat!(
+            "SELECT owner, model, day, CAST(SUM(submitted) AS BIGINT) AS submitted, CAST(SUM(completed) AS BIGINT) AS completed, CAST(SUM(failed) AS BIGINT) AS failed, CAST(SUM(video_seconds) AS BIGINT) AS video_seconds, CAST(SUM(spent) AS BIGINT) AS spent, CAST(SUM(reserved) AS BIGINT) AS reserved FROM (",
+            "SELECT owner, model, created_ms / 86400000 AS day, CAST(SUM(CASE WHEN upstream_id IS NOT NULL THEN 1 ELSE 0 END) AS BIGINT) AS submitted, CAST(SUM(CASE WHEN state = 'completed' THEN 1 ELSE 0 END) AS BIGINT) AS completed, CAST(SUM(CASE WHEN state = 'failed' THEN 1 ELSE 0 END) AS BIGINT) AS failed, CAST(SUM(CASE WHEN upstream_id IS NOT NULL THEN ",
+            counted_seconds!(),
+            " ELSE 0 END) AS BIGINT) AS video_seconds, CAST(COALESCE(SUM(cost_settled), 0) AS BIGINT) AS spent, CAST(COALESCE(SUM(CASE WHEN cost_settled IS NULL THEN cost_estimate ELSE 0 END), 0) AS BIGINT) AS reserved FROM tasks WHERE ",
+            $owner,
+            " AND created_ms >= $2 AND created_ms < $3 GROUP BY owner, model, created_ms / 86400000",
+            " UNION ALL SELECT owner, model, day, submitted, completed, failed, video_seconds, spent, reserved FROM usage_pruned WHERE ",
+            $owner,
+            " AND day * 86400000 >= $2 AND day * 86400000 < $3",
+            ") AS u GROUP BY owner, model, day ORDER BY day, owner, model"
+        )
+    };
+}
+/// Usage of every key (`$1` NULL) or one: every row of the range is read.
+pub(super) const USAGE: &str = usage!("($1 IS NULL OR owner = $1)");
+/// [`USAGE`] of one key, `$1`: its rows of the range alone, through `tasks_by_day`
+/// (`$1 IS NULL OR …` cannot use it: a key's month read every row of the ledger,
+/// issue #34).
+pub(super) const USAGE_OF: &str = usage!("owner = $1");
 
 /// The rows a prune looks at next: the last of the `$2` rows after row `$1` (`$1`
 /// when there are none).
@@ -702,6 +734,7 @@ mod tests {
         );
         assert!(USED_TODAY.contains(counted_seconds!()));
         assert!(USAGE.contains(counted_seconds!()));
+        assert!(USAGE_OF.contains(counted_seconds!()));
     }
 
     /// PostgreSQL's admission counts in a function of its own (migration 0007): the
