@@ -212,6 +212,32 @@ impl Ledger {
         record::decode_status(status.flatten().as_deref())
     }
 
+    /// Whether other replicas may write to this ledger (PostgreSQL): a SQLite file is
+    /// one gateway process's.
+    pub fn shared(&self) -> bool {
+        self.store.engine() == "postgres"
+    }
+
+    /// Of `provider`'s tasks `upstream_ids` (a JSON array of strings), those recorded
+    /// with a status other than `status`, with the status recorded: one statement.
+    pub async fn statuses_other_than(
+        &self,
+        provider: &str,
+        status: TaskStatus,
+        upstream_ids: &str,
+    ) -> Result<Vec<(String, TaskStatus)>, LedgerError> {
+        let sql = match self.store.engine() {
+            "postgres" => record::STATUSES_OTHER_THAN_POSTGRES,
+            _ => record::STATUSES_OTHER_THAN_SQLITE,
+        };
+        let args = params![provider, status.as_str(), upstream_ids];
+        let rows = self.store.reads().tasks(sql, args).await?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|r| Some((r.upstream_id?, r.status?)))
+            .collect())
+    }
+
     /// A task's owner, its estimate and, when `with_params`, the parameters kept for
     /// its settlement: what its end is settled with.
     /// `unended`: only while nobody ended the task (a settlement is computed for that
