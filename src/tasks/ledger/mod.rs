@@ -599,6 +599,38 @@ mod tests {
         l.created(row, &c).await.unwrap();
     }
 
+    /// What a replica's waiting clients hear of: one statement names the tasks whose
+    /// recorded status differs from the one known, of those asked about.
+    #[tokio::test]
+    async fn statuses_other_than_the_known_one_are_read_in_one_statement() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = ledger(&dir).await;
+        for n in 0..3 {
+            let Admission::Fresh(row) = l.admit(&new("a", None, &format!("fp{n}"))).await.unwrap()
+            else {
+                panic!()
+            };
+            create(&l, row, n).await;
+        }
+        let done = TaskState {
+            status: TaskStatus::Completed,
+            progress: None,
+            urls: vec![],
+            error: None,
+        };
+        assert!(l.finished("p", "up-1", &done, None).await.unwrap());
+        assert!(l.finished("p", "up-2", &done, None).await.unwrap());
+        assert!(!l.shared(), "a SQLite file is one process's");
+        let asked = r#"["up-0","up-1","up-9"]"#;
+        let found = l
+            .statuses_other_than("p", TaskStatus::Queued, asked)
+            .await
+            .unwrap();
+        assert_eq!(found, [("up-1".to_string(), TaskStatus::Completed)]);
+        let other = l.statuses_other_than("q", TaskStatus::Queued, asked).await;
+        assert!(other.unwrap().is_empty(), "another provider's");
+    }
+
     /// The tracker's write-back: one statement for every task it asked about, each
     /// with its own status and next request, only where its lease is still held.
     #[tokio::test]
