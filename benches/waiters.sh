@@ -38,6 +38,8 @@ INTERVAL_MS=${INTERVAL_MS:-20000}
 QUIET=${QUIET:-10}                  # seconds measured without and with the waiters
 COMPLETE_MS=${COMPLETE_MS:-2000}    # the upstream completes the tasks within this
 SUBMIT_RATE=${SUBMIT_RATE:-5000}
+OPEN_RATE=${OPEN_RATE:-1000}        # long-polls opened per second (each first asks the
+                                    # provider about its task, as a query does)
 OUT=target/load
 mkdir -p "$OUT"
 WORK=$(mktemp -d /tmp/mediagate-waiters.XXXXXX)
@@ -175,11 +177,12 @@ read -r CPU0 RSS0 LOOKS0 <<<"$(quiet)"
 log "opening $N long-polls"
 $LOADGEN wait --addr "$MG_ADDR" --path "$TASKS" --ids-file "$WORK/ids.txt" \
   --query "wait=60&status=queued" --header "$AUTH" --out "$WORK/answers.txt" --seconds 100 \
+  --rate "$OPEN_RATE" \
   >"$WORK/wait.out" 2>&1 &
 WAIT_PID=$!
 PIDS+=($WAIT_PID)
 wait_for "$WORK/wait.out" "waiting" >/dev/null
-wait_until "$N connections open" 30 gauge_is 'mediagate_connections_open' "$N"
+wait_until "$N connections open" $(( N / OPEN_RATE + 30 )) gauge_is 'mediagate_connections_open' "$N"
 OPENED_AT=$(date +%s)
 sleep 1
 log "measuring $QUIET s with $N waiters"

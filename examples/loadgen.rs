@@ -11,7 +11,7 @@
 //! loadgen mix --addr 127.0.0.1:8080 --rate 50 --seconds 60 --conns 32 --path /collection \
 //!     --body-file f.json --header 'k: v' [--submit-percent 30] [--codes-file codes.txt]
 //! loadgen wait --addr 127.0.0.1:8080 --path /collection --ids-file ids.txt \
-//!     --query 'wait=60&status=queued' --header 'k: v' --out answers.txt [--batch 500]
+//!     --query 'wait=60&status=queued' --header 'k: v' --out answers.txt [--batch 500] [--rate 1000]
 //! ```
 //!
 //! `rate` sends requests at a constant rate (an open model: each request has a
@@ -36,7 +36,8 @@
 //! is not the documented JSON), transport failures, and the created ids.
 //!
 //! `wait` long-polls every task of `--ids-file` (one id per line) at once, each on a
-//! connection of its own (`GET --path/{id}?--query`), opened in batches; prints
+//! connection of its own (`GET --path/{id}?--query`), opened in batches, `--rate` a
+//! second; prints
 //! `waiting N failed F` once every request is sent, then, when every answer is in
 //! (or after `--seconds`, 90 by default), `answered=… status_200=… changed=…` (changed:
 //! a status other than the one `status=` in the query names). `--out` gets one line
@@ -615,10 +616,14 @@ async fn wait(args: &Args) {
         .map(|h| format!("{h}\r\n"))
         .collect();
     let batch_size = (args.num("--batch", 500) as usize).clamp(1, 4096);
+    // Clients arriving at once would each have their first look at the task sent to
+    // the provider at the same moment: they arrive at `--rate` a second.
+    let pace = Duration::from_secs_f64(batch_size as f64 / args.num("--rate", 1000).max(1) as f64);
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Option<Waited>>();
     let mut failed = 0usize;
     for batch in ids.chunks(batch_size) {
+        let next = Instant::now() + pace;
         // Connected before the next batch, so that the listener's queue never
         // overflows.
         let opened = futures_util::future::join_all(batch.iter().map(|id| async move {
@@ -661,6 +666,7 @@ async fn wait(args: &Args) {
                 let _ = tx.send(waited);
             });
         }
+        tokio::time::sleep_until(next.into()).await;
     }
     drop(tx);
     println!("waiting {} failed {failed}", ids.len() - failed);
