@@ -10,6 +10,8 @@
 //!     [--header 'k: v'] [--seconds 30]
 //! loadgen mix --addr 127.0.0.1:8080 --rate 50 --seconds 60 --conns 32 --path /collection \
 //!     --body-file f.json --header 'k: v' [--submit-percent 30] [--codes-file codes.txt]
+//! loadgen wait --addr 127.0.0.1:8080 --path /collection --ids-file ids.txt \
+//!     --query 'wait=60&status=queued' --header 'k: v' --out answers.txt [--batch 500] [--rate 1000]
 //! ```
 //!
 //! `rate` sends requests at a constant rate (an open model: each request has a
@@ -32,6 +34,14 @@
 //! one JSON line: answers per class (`200`, or `STATUS code` of an error), answers
 //! outside the error catalogue (an error code not in `--codes-file`, or a body that
 //! is not the documented JSON), transport failures, and the created ids.
+//!
+//! `wait` long-polls every task of `--ids-file` (one id per line) at once, each on a
+//! connection of its own (`GET --path/{id}?--query`), opened in batches, `--rate` a
+//! second; prints
+//! `waiting N failed F` once every request is sent, then, when every answer is in
+//! (or after `--seconds`, 90 by default), `answered=… status_200=… changed=…` (changed:
+//! a status other than the one `status=` in the query names). `--out` gets one line
+//! per answer: `id unix_ms status` (the moment the answer was read whole).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -94,12 +104,12 @@ fn loopback(args: &Args) -> SocketAddr {
 fn main() {
     let raw: Vec<String> = std::env::args().skip(1).collect();
     let Some(mode) = raw.first().cloned() else {
-        fail("usage: loadgen rate|hold|seal|burst|mix …")
+        fail("usage: loadgen rate|hold|seal|burst|mix|wait …")
     };
     let args = Args(raw);
     match mode.as_str() {
         "seal" => seal(&args),
-        "rate" | "hold" | "burst" | "mix" => {
+        "rate" | "hold" | "burst" | "mix" | "wait" => {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
@@ -108,6 +118,7 @@ fn main() {
                 "rate" => runtime.block_on(rate(&args)),
                 "hold" => runtime.block_on(hold(&args)),
                 "burst" => runtime.block_on(burst(&args)),
+                "wait" => runtime.block_on(wait(&args)),
                 _ => runtime.block_on(mix(&args)),
             }
         }
@@ -574,4 +585,129 @@ async fn mix(args: &Args) {
     if let Some(file) = args.one("--ids-out") {
         let _ = std::fs::write(file, seen.ids.join("\n"));
     }
+}
+
+/// One long-poll's answer: the HTTP status, the task's status, when it was read.
+struct Waited {
+    id: String,
+    http: u16,
+    status: String,
+    at_ms: u128,
+}
+
+async fn wait(args: &Args) {
+    let addr = loopback(args);
+    let seconds = args.num("--seconds", 90).clamp(1, MAX_SECONDS);
+    let path = args.need("--path").to_string();
+    let query = args.need("--query").to_string();
+    let file = args.need("--ids-file");
+    let ids: Vec<String> = std::fs::read_to_string(file)
+        .unwrap_or_else(|e| fail(&format!("{file}: {e}")))
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(String::from)
+        .take(MAX_CONNS)
+        .collect();
+    let seen = form_value(&query, "status");
+    let headers: String = args
+        .all("--header")
+        .iter()
+        .map(|h| format!("{h}\r\n"))
+        .collect();
+    let batch_size = (args.num("--batch", 500) as usize).clamp(1, 4096);
+    // Clients arriving at once would each have their first look at the task sent to
+    // the provider at the same moment: they arrive at `--rate` a second.
+    let pace = Duration::from_secs_f64(batch_size as f64 / args.num("--rate", 1000).max(1) as f64);
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Option<Waited>>();
+    let mut failed = 0usize;
+    for batch in ids.chunks(batch_size) {
+        let next = Instant::now() + pace;
+        // Connected before the next batch, so that the listener's queue never
+        // overflows.
+        let opened = futures_util::future::join_all(batch.iter().map(|id| async move {
+            let s = TcpStream::connect(addr).await.ok()?;
+            let _ = s.set_nodelay(true);
+            Some((id.clone(), s))
+        }))
+        .await;
+        for conn in opened {
+            let Some((id, mut s)) = conn else {
+                failed += 1;
+                let _ = tx.send(None);
+                continue;
+            };
+            let request =
+                format!("GET {path}/{id}?{query} HTTP/1.1\r\nHost: {addr}\r\n{headers}\r\n");
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::with_capacity(1024);
+                let exchange = async {
+                    s.write_all(request.as_bytes()).await?;
+                    read_response_at(&mut s, &mut buf).await
+                };
+                let answered = tokio::time::timeout_at(deadline.into(), exchange).await;
+                let waited = match answered {
+                    Ok(Ok((http, at))) => {
+                        let body: serde_json::Value =
+                            serde_json::from_slice(&buf[at..]).unwrap_or_default();
+                        Some(Waited {
+                            id,
+                            http,
+                            status: body["status"].as_str().unwrap_or("-").to_string(),
+                            at_ms: SystemTime::now()
+                                .duration_since(UNIX_EPOCH)
+                                .map_or(0, |d| d.as_millis()),
+                        })
+                    }
+                    _ => None,
+                };
+                let _ = tx.send(waited);
+            });
+        }
+        tokio::time::sleep_until(next.into()).await;
+    }
+    drop(tx);
+    println!("waiting {} failed {failed}", ids.len() - failed);
+    let mut answers = Vec::with_capacity(ids.len());
+    let mut unanswered = 0usize;
+    while let Some(waited) = rx.recv().await {
+        match waited {
+            Some(w) => answers.push(w),
+            None => unanswered += 1,
+        }
+    }
+    let mut statuses = std::collections::BTreeMap::<u16, usize>::new();
+    for w in &answers {
+        *statuses.entry(w.http).or_default() += 1;
+    }
+    let changed = answers
+        .iter()
+        .filter(|w| w.http == 200 && Some(w.status.as_str()) != seen.as_deref())
+        .count();
+    let counts: Vec<String> = statuses
+        .iter()
+        .map(|(s, n)| format!("status_{s}={n}"))
+        .collect();
+    println!(
+        "answered={} unanswered={unanswered} changed={changed} {}",
+        answers.len(),
+        counts.join(" ")
+    );
+    if let Some(out) = args.one("--out") {
+        let lines: String = answers
+            .iter()
+            .map(|w| format!("{} {} {}\n", w.id, w.at_ms, w.status))
+            .collect();
+        let _ = std::fs::write(out, lines);
+    }
+}
+
+/// The value of `name` in a query string.
+fn form_value(query: &str, name: &str) -> Option<String> {
+    query
+        .split('&')
+        .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+        .map(String::from)
 }

@@ -228,6 +228,18 @@ pub struct Metrics {
     pub spend: SpendMetrics,
     /// The background tracker's.
     pub tracker: TrackerMetrics,
+    /// Handed to the task service, which keeps the long-polling clients.
+    pub waiters: WaiterMetrics,
+}
+
+/// Long-polling clients: how many wait now, and the statements their replica ran to
+/// hear what other replicas recorded.
+#[derive(Clone, Debug, Default)]
+pub struct WaiterMetrics {
+    /// Clients waiting for a task's change now.
+    pub waiting: Gauge,
+    /// Statements that looked in a shared ledger for changes recorded elsewhere.
+    pub ledger_looks: Counter,
 }
 
 /// Money per key and model, in units of `[billing] currency`: what submits reserved,
@@ -337,6 +349,7 @@ impl Metrics {
             shared_limits: SharedMetrics::default(),
             spend: SpendMetrics::default(),
             tracker: TrackerMetrics::default(),
+            waiters: WaiterMetrics::default(),
         };
         metrics.register_serving();
         metrics.register_tasks();
@@ -532,9 +545,20 @@ impl Metrics {
         );
     }
 
-    /// The background tracker: tasks followed, status requests, lateness, statements.
+    /// The background tracker: tasks followed, status requests, lateness, statements;
+    /// the long-polling clients it wakes.
     fn register_tracker(&mut self) {
         let registry = &mut self.registry;
+        registry.register(
+            "waiters",
+            "Clients waiting for a task's change now (long-poll)",
+            self.waiters.waiting.clone(),
+        );
+        registry.register(
+            "waiters_ledger_looks",
+            "Statements run to find, for the clients waiting here, changes other replicas recorded in a shared ledger (one per provider and status every 500 ms while clients wait)",
+            self.waiters.ledger_looks.clone(),
+        );
         let tracker = &self.tracker;
         registry.register(
             "tracker_tasks",

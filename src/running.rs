@@ -141,6 +141,11 @@ fn start_background(gateway: &Arc<Gateway>, workers: &Workers) {
     tokio::spawn(crate::gateway::tracker::run(gateway.clone(), handles));
     tokio::spawn(crate::gateway::deliveries::run(gateway.clone()));
     tokio::spawn(crate::gateway::copies::run(gateway.clone()));
+    let looking = gateway.clone();
+    tokio::spawn(async move {
+        let stopped = looking.stopped();
+        looking.tasks.look_for_changes_elsewhere(stopped).await;
+    });
     if let Some(shared) = &gateway.shared_limits {
         tracing::info!(server = %shared.settings().server(), "per-key limits shared through Redis");
         // Not stopped by a drain: requests still in progress keep their leases.

@@ -755,7 +755,7 @@ fn default_endpoints() -> Vec<Endpoint> {
 }
 
 /// The only four statuses a client ever sees.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum TaskStatus {
     Queued,

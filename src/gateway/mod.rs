@@ -107,6 +107,7 @@ impl Gateway {
             storage,
             metrics.ledger_errors.clone(),
             metrics.spend.clone(),
+            metrics.waiters.clone(),
         );
         let replica = replica_name();
         let shared_limits = match &snapshot.shared_limits {

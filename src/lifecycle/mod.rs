@@ -26,7 +26,7 @@ mod waiters;
 use std::sync::Arc;
 
 use prometheus_client::metrics::counter::Counter;
-use tokio::sync::{broadcast, watch};
+use tokio::sync::broadcast;
 use tokio_util::task::TaskTracker;
 
 pub use self::lookup::{Lookup, TaskRef};
@@ -34,7 +34,7 @@ use self::settle::Settlement;
 pub use self::submit::{Attempted, SealedTask, SubmitOrder, Submitted};
 use self::waiters::Waiters;
 pub use self::waiters::Woken;
-use crate::metrics::SpendMetrics;
+use crate::metrics::{SpendMetrics, WaiterMetrics};
 use crate::snapshot::Snapshot;
 use crate::storage::Storage;
 use crate::tasks::ledger::Ledger;
@@ -68,19 +68,21 @@ pub struct TaskService {
 
 impl TaskService {
     /// `ledger` is `None` when `[ledger] url = "none"`; `ledger_errors` counts the
-    /// ledger's failures seen here, `spend` the money reserved and settled.
+    /// ledger's failures seen here, `spend` the money reserved and settled, `waiters`
+    /// the long-polling clients.
     pub fn new(
         cache: TaskCache,
         ledger: Option<Arc<Ledger>>,
         storage: Option<Storage>,
         ledger_errors: Counter,
         spend: SpendMetrics,
+        waiters: WaiterMetrics,
     ) -> Self {
         Self {
             cache,
             ledger,
             storage,
-            waiters: Waiters::default(),
+            waiters: Waiters::new(waiters),
             submits: TaskTracker::new(),
             finished: broadcast::Sender::new(EVENTS_KEPT),
             ledger_errors,
@@ -111,11 +113,6 @@ impl TaskService {
     /// Tasks reaching a terminal state from now on.
     pub fn subscribe(&self) -> broadcast::Receiver<Finished> {
         self.finished.subscribe()
-    }
-
-    /// Follow a task's states from `current` on (a long-polling client).
-    pub fn watch(&self, key: Arc<str>, current: Arc<TaskState>) -> watch::Receiver<Arc<TaskState>> {
-        self.waiters.watch(key, current)
     }
 
     /// A task the tracker stopped following: it ends `failed` with `state`'s error,

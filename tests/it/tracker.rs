@@ -289,3 +289,57 @@ async fn tracker_metrics(ledger: Option<&str>) {
     );
     assert_eq!(m.sum(&["mediagate_ledger_errors_total"]), 0.0);
 }
+
+#[tokio::test]
+async fn clients_waiting_on_a_shared_ledger_add_no_statement_each() {
+    const CLIENTS: usize = 100;
+    let pg = Postgres::start();
+    let url = pg.database("waiting");
+    let fake = Fake::start().await;
+    // The tracker asks seldom: what the ledger runs beyond its own loops is the waits'.
+    let routes = Routes::upstream(&fake.url(), "poll_interval_ms = 60000")
+        .top(&format!("[ledger]\nurl = {url:?}"));
+    let gw = Gateway::start(routes).await;
+    let http = gw.client();
+    let mut ids = Vec::new();
+    for n in 0..CLIENTS {
+        let up = format!("w{n}");
+        fake.on("POST /v2/model-center/tasks", Answer::queued(&up));
+        let queued = Answer::json(200, json!({"id": up, "status": "queued"}));
+        fake.on(&format!("GET /v2/model-center/tasks/{up}"), queued);
+        let task = json!({"model": "m1", "prompt": up});
+        ids.push(http.submit_id(MODEL_CENTER, DEMO, &task).await);
+    }
+    // Every statement the gateway runs outside a transaction of its own is one.
+    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+    let sql = "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()";
+    let commits = async || -> i64 { sqlx::query_scalar(sql).fetch_one(&pool).await.unwrap() };
+    let window = Duration::from_secs(4);
+    let before = commits().await;
+    tokio::time::sleep(window).await;
+    let alone = commits().await - before;
+
+    let waits: Vec<_> = ids
+        .iter()
+        .map(|id| {
+            let (http, path) = (gw.client(), format!("{MODEL_CENTER}/{id}?wait=5"));
+            tokio::spawn(async move { http.get(&path, DEMO).await.json()["status"].clone() })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = commits().await;
+    tokio::time::sleep(window).await;
+    let waiting = commits().await - before;
+    // Each client's own look at the ledger, twice a second, was eight statements here.
+    assert!(
+        waiting - alone < CLIENTS as i64,
+        "{CLIENTS} clients waiting: {waiting} statements, {alone} without them"
+    );
+    for wait in waits {
+        assert_eq!(
+            wait.await.unwrap(),
+            "queued",
+            "unchanged when its wait is over"
+        );
+    }
+}

@@ -211,6 +211,32 @@ impl Ledger {
         record::decode_status(status.flatten().as_deref())
     }
 
+    /// Whether other replicas may write to this ledger (PostgreSQL): a SQLite file is
+    /// one gateway process's.
+    pub fn shared(&self) -> bool {
+        self.store.engine() == "postgres"
+    }
+
+    /// Of `provider`'s tasks `upstream_ids` (a JSON array of strings), those recorded
+    /// with a status other than `status`, with the status recorded: one statement.
+    pub async fn statuses_other_than(
+        &self,
+        provider: &str,
+        status: TaskStatus,
+        upstream_ids: &str,
+    ) -> Result<Vec<(String, TaskStatus)>, LedgerError> {
+        let sql = match self.store.engine() {
+            "postgres" => record::STATUSES_OTHER_THAN_POSTGRES,
+            _ => record::STATUSES_OTHER_THAN_SQLITE,
+        };
+        let args = params![provider, status.as_str(), upstream_ids];
+        let rows = self.store.reads().tasks(sql, args).await?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|r| Some((r.upstream_id?, r.status?)))
+            .collect())
+    }
+
     /// A task's owner, its estimate and, when `with_params`, the parameters kept for
     /// its settlement: what its end is settled with.
     /// `unended`: only while nobody ended the task (a settlement is computed for that
@@ -618,6 +644,38 @@ mod tests {
             first_poll: Duration::from_secs(5),
         };
         l.created(row, &c).await.unwrap();
+    }
+
+    /// What a replica's waiting clients hear of: one statement names the tasks whose
+    /// recorded status differs from the one known, of those asked about.
+    #[tokio::test]
+    async fn statuses_other_than_the_known_one_are_read_in_one_statement() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = ledger(&dir).await;
+        for n in 0..3 {
+            let Admission::Fresh(row) = l.admit(&new("a", None, &format!("fp{n}"))).await.unwrap()
+            else {
+                panic!()
+            };
+            create(&l, row, n).await;
+        }
+        let done = TaskState {
+            status: TaskStatus::Completed,
+            progress: None,
+            urls: vec![],
+            error: None,
+        };
+        assert!(l.finished("p", "up-1", &done, None).await.unwrap());
+        assert!(l.finished("p", "up-2", &done, None).await.unwrap());
+        assert!(!l.shared(), "a SQLite file is one process's");
+        let asked = r#"["up-0","up-1","up-9"]"#;
+        let found = l
+            .statuses_other_than("p", TaskStatus::Queued, asked)
+            .await
+            .unwrap();
+        assert_eq!(found, [("up-1".to_string(), TaskStatus::Completed)]);
+        let other = l.statuses_other_than("q", TaskStatus::Queued, asked).await;
+        assert!(other.unwrap().is_empty(), "another provider's");
     }
 
     /// The tracker's write-back: one statement for every task it asked about, each

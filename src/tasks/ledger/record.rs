@@ -527,6 +527,15 @@ pub(super) const LIST: &str = select!(
 pub(super) const LIST_ASCENDING: &str = select!(
     "WHERE owner = $1 AND endpoint = $2 AND id > $3 AND task_id IS NOT NULL AND deleted_ms IS NULL ORDER BY id ASC LIMIT $4"
 );
+/// Of one provider's tasks (`$3`, their upstream ids as a JSON array of strings), those
+/// recorded with a status other than `$2`: one statement for every task a replica's
+/// long-polling clients wait on.
+pub(super) const STATUSES_OTHER_THAN_SQLITE: &str = select!(
+    "WHERE provider = $1 AND status <> $2 AND upstream_id IN (SELECT value FROM json_each($3))"
+);
+pub(super) const STATUSES_OTHER_THAN_POSTGRES: &str = select!(
+    "WHERE provider = $1 AND status <> $2 AND upstream_id IN (SELECT jsonb_array_elements_text($3::jsonb))"
+);
 pub(super) const STATUS_OF: &str =
     "SELECT status FROM tasks WHERE provider = $1 AND upstream_id = $2 ORDER BY id DESC LIMIT 1";
 /// The row of a listing's cursor, found by the provider and upstream id its sealed id
