@@ -86,21 +86,6 @@ $BIN/examples/fast_upstream --listen 127.0.0.1:0 >"$WORK/upstream.out" 2>&1 &
 PIDS+=($!)
 UP_ADDR=$(wait_for "$WORK/upstream.out" "listening on" | awk '{print $3}')
 
-# --- PostgreSQL: a cluster of its own, as benches/load.sh starts one ------------------
-start_postgres() {
-  PG_BIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
-  [[ -n $PG_BIN ]] || { log "no PostgreSQL under /usr/lib/postgresql"; return 1; }
-  # Outside $WORK: the postgres user must be able to reach its directory.
-  PG_DIR=$(mktemp -d /tmp/mediagate-ledger-rows-pg.XXXXXX)
-  PG_PORT=$(free_port)
-  as_pg=()
-  if [[ $(id -u) == 0 ]]; then chown postgres "$PG_DIR"; as_pg=(runuser -u postgres --); fi
-  "${as_pg[@]}" "$PG_BIN/initdb" -D "$PG_DIR/data" --auth=trust -U postgres >/dev/null
-  PG_STOP=("${as_pg[@]}" "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -m fast stop)
-  "${as_pg[@]}" "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -l "$PG_DIR/log" -w \
-    -o "-p $PG_PORT -k $PG_DIR -c listen_addresses=127.0.0.1" start >/dev/null \
-    || { log "PostgreSQL did not start ($(tail -1 "$PG_DIR/log" 2>/dev/null))"; PG_STOP=(); return 1; }
-}
 psql_on() { # $1 = database, then psql's arguments
   local db=$1; shift
   "${as_pg[@]}" "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$PG_DIR" -p "$PG_PORT" -U postgres -d "$db" "$@"
@@ -129,10 +114,7 @@ max_connections_per_ip = 0
 [tasks]
 secret_env = "MEDIAGATE_TASK_SECRET"
 
-[limits]
-rate_per_second = 1000000
-burst = 1000000
-max_concurrent_requests = 100000
+$(unlimited)
 
 # One of the rows' owners, with a budget: its usage reads the spend as well.
 [[keys]]
@@ -142,18 +124,7 @@ budget = { per_day = 100000.00, per_month = 1000000.00 }
 
 $(fast_provider "http://$UP_ADDR")
 
-[schemas.video]
-required = ["prompt"]
-[schemas.video.properties]
-prompt = { type = "string", minLength = 1, maxLength = 10000 }
-duration = { type = "integer", minimum = 1 }
-
-[families.bench]
-kind = "video"
-providers = ["fast"]
-models = ["bench-video", "bench-video-hd", "bench-video-lite", "bench-clip"]
-schema = "video"
-default_seconds = 5
+$(bench_family bench-video bench-video-hd bench-video-lite bench-clip)
 
 [families.pictures]
 kind = "image"

@@ -84,3 +84,55 @@ error_code = '.error.code'
 error_message = '.error.message'
 EOF
 }
+
+# A PostgreSQL cluster of its own (when the binaries are there): PG_BIN, PG_PORT,
+# PG_DIR, as_pg (the command prefix that runs as the postgres user: PostgreSQL refuses
+# to run as root) and PG_STOP (the command that stops it) set. Fails, with a log line
+# saying why, when there is none or it did not start.
+start_postgres() {
+  PG_BIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+  [[ -n $PG_BIN ]] || { log "no PostgreSQL under /usr/lib/postgresql"; return 1; }
+  # Outside a bench's work directory: the postgres user must be able to reach it.
+  PG_DIR=$(mktemp -d /tmp/mediagate-bench-pg.XXXXXX)
+  PG_PORT=$(free_port)
+  as_pg=()
+  if [[ $(id -u) == 0 ]]; then chown postgres "$PG_DIR"; as_pg=(runuser -u postgres --); fi
+  "${as_pg[@]}" "$PG_BIN/initdb" -D "$PG_DIR/data" --auth=trust -U postgres >/dev/null
+  PG_STOP=("${as_pg[@]}" "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -m fast stop)
+  # A cluster that does not start (its port taken meanwhile, say) costs a bench its
+  # PostgreSQL figures only, not the run.
+  "${as_pg[@]}" "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -l "$PG_DIR/log" -w \
+    -o "-p $PG_PORT -k $PG_DIR -c listen_addresses=127.0.0.1" start >/dev/null \
+    || { log "PostgreSQL did not start ($(tail -1 "$PG_DIR/log" 2>/dev/null))"; rm -rf "$PG_DIR"; PG_STOP=(); return 1; }
+}
+
+# routes.toml text the benches' gateways share. Limits far above any bench's load.
+unlimited() {
+  cat <<'EOF'
+[limits]
+rate_per_second = 1000000
+burst = 1000000
+max_concurrent_requests = 100000
+EOF
+}
+
+# The video schema, and the family "bench" of the models named (video, on the
+# provider "fast").
+bench_family() {
+  local models
+  models=$(printf '"%s", ' "$@")
+  cat <<EOF
+[schemas.video]
+required = ["prompt"]
+[schemas.video.properties]
+prompt = { type = "string", minLength = 1, maxLength = 10000 }
+duration = { type = "integer", minimum = 1 }
+
+[families.bench]
+kind = "video"
+providers = ["fast"]
+models = [${models%, }]
+schema = "video"
+default_seconds = 5
+EOF
+}

@@ -250,24 +250,6 @@ $price
 EOF
 }
 
-# A PostgreSQL cluster of its own (when the binaries are there): PG_PORT, PG_DIR, as_pg
-# set; stopped at exit. Fails (with a log line) when there is none or it did not start.
-start_postgres() {
-  PG_BIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
-  [[ -n $PG_BIN ]] || { log "no PostgreSQL under /usr/lib/postgresql"; return 1; }
-  # Outside $WORK: the postgres user must be able to reach its directory.
-  PG_DIR=$(mktemp -d /tmp/mediagate-load-pg.XXXXXX)
-  PG_PORT=$(free_port)
-  as_pg=()
-  if [[ $(id -u) == 0 ]]; then chown postgres "$PG_DIR"; as_pg=(runuser -u postgres --); fi
-  "${as_pg[@]}" "$PG_BIN/initdb" -D "$PG_DIR/data" --auth=trust -U postgres >/dev/null
-  PG_STOP=("${as_pg[@]}" "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -m fast stop)
-  # A cluster that does not start (its port taken meanwhile, say) costs the PostgreSQL
-  # rows only, not the run.
-  "${as_pg[@]}" "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -l "$PG_DIR/log" -w \
-    -o "-p $PG_PORT -k $PG_DIR -c listen_addresses=127.0.0.1" start >/dev/null \
-    || { log "PostgreSQL did not start ($(tail -1 "$PG_DIR/log" 2>/dev/null)); its rows are left out"; return 1; }
-}
 
 start_gateway() { # $1 = name, $2 = poll ttl, $3 = ledger url, $4 = money, $5 = shared limits URL, $6 = telemetry; prints the address
   local name=$1

@@ -96,10 +96,7 @@ max_connections_per_ip = 0
 [tasks]
 secret_env = "MEDIAGATE_TASK_SECRET"
 
-[limits]
-rate_per_second = 1000000
-burst = 1000000
-max_concurrent_requests = 100000
+$(unlimited)
 
 [[keys]]
 name = "bench"
@@ -107,18 +104,7 @@ sha256 = "$key_sha"
 
 $(fast_provider "http://$UP_ADDR")
 
-[schemas.video]
-required = ["prompt"]
-[schemas.video.properties]
-prompt = { type = "string", minLength = 1, maxLength = 10000 }
-duration = { type = "integer", minimum = 1 }
-
-[families.bench]
-kind = "video"
-providers = ["fast"]
-models = ["bench-video"]
-schema = "video"
-default_seconds = 5
+$(bench_family bench-video)
 EOF
 }
 
@@ -160,22 +146,6 @@ VACUUM ANALYZE;
 SQL
 }
 
-# A PostgreSQL cluster of its own: PG_PORT, PG_DIR and PG_STOP set. Fails (with a log
-# line) when there is none or it did not start.
-start_postgres() {
-  PG_BIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
-  [[ -n $PG_BIN ]] || { log "no PostgreSQL under /usr/lib/postgresql"; return 1; }
-  # Outside $WORK: the postgres user must be able to reach its directory.
-  PG_DIR=$(mktemp -d /tmp/mediagate-retention-pg.XXXXXX)
-  PG_PORT=$(free_port)
-  as_pg=()
-  if [[ $(id -u) == 0 ]]; then chown postgres "$PG_DIR"; as_pg=(runuser -u postgres --); fi
-  "${as_pg[@]}" "$PG_BIN/initdb" -D "$PG_DIR/data" --auth=trust -U postgres >/dev/null
-  PG_STOP=("${as_pg[@]}" "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -m fast stop)
-  "${as_pg[@]}" "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -l "$PG_DIR/log" -w \
-    -o "-p $PG_PORT -k $PG_DIR -c listen_addresses=127.0.0.1" start >/dev/null \
-    || { log "PostgreSQL did not start ($(tail -1 "$PG_DIR/log" 2>/dev/null))"; return 1; }
-}
 pg() { PGOPTIONS='-c client_min_messages=warning' psql -q -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -v ON_ERROR_STOP=1 -c "$1" >/dev/null; }
 
 # The template of ENGINE: migrated by the gateway, then the old rows.

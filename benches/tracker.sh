@@ -103,10 +103,7 @@ secret_env = "MEDIAGATE_TASK_SECRET"
 poll_cache_ttl_ms = $3
 
 # Far above the submits made here.
-[limits]
-rate_per_second = 1000000
-burst = 1000000
-max_concurrent_requests = 100000
+$(unlimited)
 
 [[keys]]
 name = "bench"
@@ -114,18 +111,7 @@ sha256 = "$key_sha"
 
 $(fast_provider "http://$UP_ADDR" "poll_interval_ms = $INTERVAL_MS")
 
-[schemas.video]
-required = ["prompt"]
-[schemas.video.properties]
-prompt = { type = "string", minLength = 1, maxLength = 10000 }
-duration = { type = "integer", minimum = 1 }
-
-[families.bench]
-kind = "video"
-providers = ["fast"]
-models = ["$MODEL"]
-schema = "video"
-default_seconds = 5
+$(bench_family "$MODEL")
 EOF
 }
 

@@ -100,10 +100,7 @@ max_connections_per_ip = 0
 secret_env = "MEDIAGATE_TASK_SECRET"
 
 # Far above the requests made here.
-[limits]
-rate_per_second = 1000000
-burst = 1000000
-max_concurrent_requests = 100000
+$(unlimited)
 
 [[keys]]
 name = "bench"
@@ -111,18 +108,7 @@ sha256 = "$key_sha"
 
 $(fast_provider "http://$UP_ADDR" "poll_interval_ms = $INTERVAL_MS")
 
-[schemas.video]
-required = ["prompt"]
-[schemas.video.properties]
-prompt = { type = "string", minLength = 1, maxLength = 10000 }
-duration = { type = "integer", minimum = 1 }
-
-[families.bench]
-kind = "video"
-providers = ["fast"]
-models = ["$MODEL"]
-schema = "video"
-default_seconds = 5
+$(bench_family "$MODEL")
 TOML
 MEDIAGATE_TASK_SECRET=$SECRET RUST_LOG=${RUST_LOG:-info} \
   "$MEDIAGATE" serve --config "$WORK/routes.toml" >/dev/null 2>"$WORK/gateway.log" &

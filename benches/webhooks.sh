@@ -100,17 +100,7 @@ webhook_secret_env = "BENCH_WEBHOOK_SECRET"
 
 $(fast_provider "http://127.0.0.1:9")
 
-[schemas.video]
-required = ["prompt"]
-[schemas.video.properties]
-prompt = { type = "string", minLength = 1, maxLength = 10000 }
-
-[families.bench]
-kind = "video"
-providers = ["fast"]
-models = ["bench-video"]
-schema = "video"
-default_seconds = 5
+$(bench_family bench-video)
 TOML
 }
 
