@@ -171,6 +171,8 @@ impl Lane {
 
 #[derive(Debug, Default)]
 struct Receiver {
+    /// How long its answered attempts took (`typical_ms`; unknown until one was
+    /// answered, and again once it stopped answering).
     lane: Lane,
     /// Attempts in a row that got no answer.
     failures: u32,
@@ -179,6 +181,25 @@ struct Receiver {
     /// When the latest failure was counted: an attempt started before it that fails
     /// too says nothing new (it was in flight at the same time).
     failed_at_ms: i64,
+}
+
+impl Receiver {
+    /// The places it may hold now. One until an attempt of its has been answered: a
+    /// receiver that is new, or back from not answering, shows it answers before it
+    /// gets more (one that never answers holds one place until its cool-down, not its
+    /// whole share). Then its share, fewer when its attempts take long: a receiver
+    /// answering within a tenth of an attempt's time limit gets all of it, a slower
+    /// one as much less as it is slower (at least one place), so that the places of
+    /// the pool go to the receivers that give them back.
+    fn cap(&self, limits: &ShareLimits) -> usize {
+        let Some(typical) = self.lane.typical_ms else {
+            return 1;
+        };
+        let quick = (limits.attempt_ms / 10).max(1);
+        let share = i64::try_from(limits.per_receiver).unwrap_or(i64::MAX);
+        let cap = share.saturating_mul(quick) / typical.max(1);
+        usize::try_from(cap.clamp(1, share)).unwrap_or(1)
+    }
 }
 
 /// The shares of one replica's deliverer.
@@ -214,8 +235,9 @@ impl Shares {
                 until_ms: r.cool_until_ms,
             });
         }
-        if r.lane.in_flight >= limits.per_receiver {
-            let until_ms = r.lane.turn(limits.per_receiver, now);
+        let cap = r.cap(&limits);
+        if r.lane.in_flight >= cap {
+            let until_ms = r.lane.turn(cap, now);
             let why = Why::ReceiverBusy;
             return Err(NotNow { why, until_ms });
         }
@@ -391,33 +413,56 @@ mod tests {
     #[test]
     fn a_receivers_share_is_kept_and_the_rest_wait_in_line() {
         let mut s = Shares::new(limits());
+        // A receiver not heard from yet gets one place: no attempt has said how long
+        // one takes, and those refused are due at the deliverer's next look.
         let a = s.start("r", "k1", 0).unwrap();
-        let b = s.start("r", "k2", 0).unwrap();
-        // The receiver is full, and no attempt has said how long one takes: those
-        // refused are due at the deliverer's next look.
-        let refused = s.start("r", "k3", 0).unwrap_err();
+        let refused = s.start("r", "k2", 0).unwrap_err();
         assert_eq!(refused.why, Why::ReceiverBusy);
         assert_eq!(refused.until_ms, SOONEST_MS);
         assert_eq!(s.start("r", "k3", 0).unwrap_err().until_ms, SOONEST_MS);
         // Another receiver is not held up by it.
         assert!(s.start("other", "k1", 0).is_ok());
-        // Attempts take 400 ms: one of its two places frees every 200 ms, and those
-        // refused line up that far apart.
-        s.finish(a, Contact::Answered, 400);
-        s.finish(b, Contact::Answered, 400);
+        // Answered in 40 ms (within a tenth of an attempt's 500): its whole share of
+        // two. One of them frees every 20 ms, and those refused line up that far apart.
+        s.finish(a, Contact::Answered, 40);
         let _both = (
-            s.start("r", "k1", 400).unwrap(),
-            s.start("r", "k1", 400).unwrap(),
+            s.start("r", "k1", 40).unwrap(),
+            s.start("r", "k1", 40).unwrap(),
         );
         let turns: Vec<i64> = (0..3)
-            .map(|_| s.start("r", "k1", 400).unwrap_err().until_ms)
+            .map(|_| s.start("r", "k1", 40).unwrap_err().until_ms)
             .collect();
-        assert_eq!(turns, [650, 850, 1_050]);
-        // The line moves on as places would free: 500 ms later, two have had their turn.
-        assert_eq!(
-            s.start("r", "k1", 900).unwrap_err().until_ms,
-            900 + 250 + 200
-        );
+        assert_eq!(turns, [290, 310, 330]);
+        // The line moves on as places would free: 50 ms later, two have had their turn.
+        assert_eq!(s.start("r", "k1", 90).unwrap_err().until_ms, 90 + 250 + 20);
+    }
+
+    #[test]
+    fn a_slow_receiver_gets_fewer_places_than_a_quick_one() {
+        let limits = ShareLimits {
+            per_receiver: 8,
+            attempt_ms: 10_000,
+            ..limits()
+        };
+        let mut s = Shares::new(limits);
+        let mut answered_in = |receiver: &str, ms: i64| {
+            let place = s.start(receiver, "k", 0).unwrap();
+            s.finish(place, Contact::Answered, ms);
+            s.receivers[receiver].cap(&limits)
+        };
+        // Within a tenth of the 10 s an attempt may take: all 8.
+        assert_eq!(answered_in("quick", 10), 8);
+        assert_eq!(answered_in("second", 1_000), 8);
+        // Slower, fewer: 2 s, 4 places; at the limit, one.
+        assert_eq!(answered_in("slow", 2_000), 4);
+        assert_eq!(answered_in("slowest", 9_900), 1);
+        // It earns them back as its answers come quicker (a moving average).
+        let mut caps = Vec::new();
+        for _ in 0..8 {
+            caps.push(answered_in("slowest", 10));
+        }
+        assert_eq!(caps.first(), Some(&1));
+        assert_eq!(caps.last(), Some(&8));
     }
 
     #[test]
@@ -429,7 +474,7 @@ mod tests {
             .collect();
         let refused = s.start("r4", "k", 0).unwrap_err();
         assert_eq!(refused.why, Why::KeyBusy);
-        assert!(s.start("r4", "other", 0).is_ok());
+        assert!(s.start("r5", "other", 0).is_ok());
         for place in places {
             s.finish(place, Contact::Answered, 10);
         }
@@ -439,32 +484,35 @@ mod tests {
     #[test]
     fn a_receiver_without_answers_cools_down_longer_each_time_until_it_answers() {
         let mut s = Shares::new(limits());
-        let (a, b) = (s.start("r", "k", 0).unwrap(), s.start("r", "k", 0).unwrap());
+        let first = s.start("r", "k", 0).unwrap();
+        s.finish(first, Contact::Answered, 10);
+        let (a, b) = (
+            s.start("r", "k", 10).unwrap(),
+            s.start("r", "k", 10).unwrap(),
+        );
         // Two attempts in flight together time out: one failure, one cool-down.
-        assert_eq!(s.finish(a, Contact::NoAnswer, 500), Some(1_000));
-        assert_eq!(s.finish(b, Contact::NoAnswer, 501), None);
+        assert_eq!(s.finish(a, Contact::NoAnswer, 510), Some(1_000));
+        assert_eq!(s.finish(b, Contact::NoAnswer, 511), None);
         let cooling = s.start("r", "k", 600).unwrap_err();
         assert_eq!(
             cooling,
             NotNow {
                 why: Why::ReceiverCoolingDown,
-                until_ms: 1_500
+                until_ms: 1_510
             }
         );
         // Past it, one attempt tries again and the others wait for its outcome.
-        let retry = s.start("r", "k", 1_500).unwrap();
-        assert_eq!(s.start("r", "k", 1_501).unwrap_err().until_ms, 2_000);
-        assert_eq!(s.finish(retry, Contact::NoAnswer, 2_000), Some(2_000));
-        let retry = s.start("r", "k", 4_000).unwrap();
-        assert_eq!(s.finish(retry, Contact::NoAnswer, 4_500), Some(3_000));
-        // An answer, of any status, ends it.
-        let retry = s.start("r", "k", 7_500).unwrap();
-        assert_eq!(s.finish(retry, Contact::Answered, 7_600), None);
-        let (a, _b) = (
-            s.start("r", "k", 7_600).unwrap(),
-            s.start("r", "k", 7_600).unwrap(),
-        );
-        assert_eq!(s.finish(a, Contact::NoAnswer, 8_100), Some(1_000));
+        let retry = s.start("r", "k", 1_510).unwrap();
+        assert_eq!(s.start("r", "k", 1_511).unwrap_err().until_ms, 2_010);
+        assert_eq!(s.finish(retry, Contact::NoAnswer, 2_010), Some(2_000));
+        let retry = s.start("r", "k", 4_010).unwrap();
+        assert_eq!(s.finish(retry, Contact::NoAnswer, 4_510), Some(3_000));
+        // An answer, of any status, ends it; back, it has one place until it shows it
+        // answers quickly again.
+        let retry = s.start("r", "k", 7_510).unwrap();
+        assert_eq!(s.finish(retry, Contact::Answered, 7_520), None);
+        let a = s.start("r", "k", 7_520).unwrap();
+        assert_eq!(s.finish(a, Contact::NoAnswer, 8_020), Some(1_000));
     }
 
     #[test]
@@ -482,9 +530,7 @@ mod tests {
     fn a_dropped_place_is_given_back() {
         let shares = Arc::new(Mutex::new(Shares::new(limits())));
         let now = now_ms();
-        let held: Vec<Held> = (0..2)
-            .map(|_| Held::take(&shares, "r", "k", now).unwrap())
-            .collect();
+        let held = Held::take(&shares, "r", "k", now).unwrap();
         assert!(Held::take(&shares, "r", "k", now).is_err());
         drop(held);
         assert!(Held::take(&shares, "r", "k", now).is_ok());
