@@ -71,7 +71,7 @@ cleanup() {
   stop_started
   if [[ -f $WORK/nginx.pid ]]; then kill "$(cat "$WORK/nginx.pid")" 2>/dev/null || true; fi
   wait 2>/dev/null || true
-  if [[ ${KEEP_WORK:-} == 1 ]]; then log "kept $WORK"; else rm -rf "$WORK"; fi
+  remove_work
 }
 trap cleanup EXIT
 trap 'echo "benches/copy.sh: failed at line $LINENO" >&2' ERR

@@ -63,15 +63,11 @@ cleanup() {
   stop_started
   wait 2>/dev/null || true
   if ((${#PG_STOP[@]})); then "${PG_STOP[@]}" >/dev/null 2>&1 || true; rm -rf "$PG_DIR"; fi
-  if [[ ${KEEP_WORK:-} == 1 ]]; then log "kept $WORK"; else rm -rf "$WORK"; fi
+  remove_work
 }
 trap cleanup EXIT
 
-if ! command -v sqlite3 >/dev/null; then
-  log "installing sqlite3"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq sqlite3 >/dev/null
-fi
+need_sqlite3
 if [[ ${NO_BUILD:-} != 1 ]]; then
   log "building (release)"
   cargo build --release --quiet --bin mediagate --example fast_upstream --example loadgen --example ledger_rows

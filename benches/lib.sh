@@ -136,3 +136,15 @@ schema = "video"
 default_seconds = 5
 EOF
 }
+
+# The run's work directory ($WORK) removed at its end, unless KEEP_WORK=1.
+remove_work() { if [[ ${KEEP_WORK:-} == 1 ]]; then log "kept $WORK"; else rm -rf "$WORK"; fi; }
+
+# sqlite3 (the benches read and write ledgers with it), installed with apt-get when
+# missing.
+need_sqlite3() {
+  command -v sqlite3 >/dev/null && return
+  log "installing sqlite3"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq sqlite3 >/dev/null
+}

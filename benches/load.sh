@@ -110,7 +110,7 @@ cleanup() {
   [[ $LEDGER_DIR == "$WORK" ]] || rm -f "$LEDGER_DB"{,-wal,-shm} "$LEDGER_DB-money"{,-wal,-shm}
   # Nor is $WORK: its SQLite ledger alone grows to hundreds of megabytes a run.
   # KEEP_WORK=1 keeps it (gateway logs, configs) to look at.
-  if [[ ${KEEP_WORK:-} == 1 ]]; then log "kept $WORK"; else rm -rf "$WORK"; fi
+  remove_work
 }
 trap cleanup EXIT
 

@@ -51,18 +51,14 @@ PIDS=()
 cleanup() {
   stop_started
   wait 2>/dev/null || true
-  if [[ ${KEEP_WORK:-} == 1 ]]; then log "kept $WORK"; else rm -rf "$WORK"; fi
+  remove_work
 }
 trap cleanup EXIT
 PG_STOP=()
 stop_postgres() { if (( ${#PG_STOP[@]} )); then "${PG_STOP[@]}" >/dev/null 2>&1 || true; rm -rf "$PG_DIR"; fi; }
 trap 'cleanup; stop_postgres' EXIT
 
-if ! command -v sqlite3 >/dev/null; then
-  log "installing sqlite3"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq sqlite3 >/dev/null
-fi
+need_sqlite3
 log "building (release)"
 cargo build --release --quiet --bin mediagate --example fast_upstream --example loadgen
 BIN=${CARGO_TARGET_DIR:-target}/release

@@ -55,17 +55,13 @@ PIDS=()
 cleanup() {
   stop_started
   wait 2>/dev/null || true
-  if [[ ${KEEP_WORK:-} == 1 ]]; then log "kept $WORK"; else rm -rf "$WORK"; fi
+  remove_work
 }
 trap cleanup EXIT
 
 ulimit -n "$(ulimit -Hn)"
 (( $(ulimit -n) > N + 100 )) || { echo "ulimit -n is $(ulimit -n): too few descriptors for $N waiters" >&2; exit 1; }
-if ! command -v sqlite3 >/dev/null; then
-  log "installing sqlite3"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq sqlite3 >/dev/null
-fi
+need_sqlite3
 if [[ ${SKIP_BUILD:-} != 1 ]]; then
   log "building (release)"
   cargo build --release --quiet --bin mediagate --example fast_upstream --example loadgen
