@@ -60,15 +60,11 @@ impl PostgresStore {
             if let Some(row) = self.submits.insert(Insert::new(new, at.now)).await? {
                 return Ok(Some(Admission::Fresh(row)));
             }
-            let mut conn = self.reads.0.acquire().await?;
-            return admission::seen(&mut ConnTx(&mut conn), new).await;
+            return self.seen(new).await;
         }
         match self.counted.admit(new, at).await? {
             Counted::Inserted(row) => Ok(Some(Admission::Fresh(row))),
-            Counted::KeySeen => {
-                let mut conn = self.reads.0.acquire().await?;
-                admission::seen(&mut ConnTx(&mut conn), new).await
-            }
+            Counted::KeySeen => self.seen(new).await,
             Counted::KeptOut(standing) => match admission::refusal(new, at, standing) {
                 Some(refused) => Ok(Some(refused)),
                 // The server kept the row out on figures this build admits on: the
@@ -79,6 +75,14 @@ impl PostgresStore {
                 ))),
             },
         }
+    }
+}
+
+impl PostgresStore {
+    /// What the row holding `new`'s idempotency key, taken at its insert, means.
+    async fn seen(&self, new: &NewTask<'_>) -> Result<Option<Admission>, LedgerError> {
+        let mut conn = self.reads.0.acquire().await?;
+        admission::seen(&mut ConnTx(&mut conn), new).await
     }
 }
 
