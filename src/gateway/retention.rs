@@ -3,10 +3,10 @@
 //! that the ledger stops growing with the work while usage still adds up.
 //!
 //! A batch is one statement over at most `prune_batch` rows. On SQLite it runs on the
-//! writer thread between submits' writes, so its length is what a submit queued
-//! behind it waits: batches are small, and each is followed by a pause nine times as
-//! long as it took (at least [`MIN_PAUSE`]), so that retention takes at most a tenth
-//! of the writer. Replicas sharing PostgreSQL may prune at once: one batch at a time
+//! writer thread only while no other write waits, in a transaction of its own (never
+//! in a submit's commit), so its length is the most a submit queued behind it waits:
+//! batches are small, and each is followed by a pause nine times as long as it took
+//! (at least [`MIN_PAUSE`]), so that retention takes at most a tenth of the writer. Replicas sharing PostgreSQL may prune at once: one batch at a time
 //! deletes (the statement takes a lock until its commit; the other's deletes
 //! nothing), so running two passes costs reads, never a wrong sum.
 

@@ -500,7 +500,7 @@ impl Ledger {
         };
         let rows = self
             .store
-            .execute_in(prune, params![after, last, before_ms])
+            .execute_when_idle(prune, params![after, last, before_ms])
             .await?;
         Ok(Pruned {
             rows,
@@ -1276,6 +1276,48 @@ mod tests {
             let record = l.row(row).await.unwrap().expect("committed");
             assert_eq!(record.model, "m", "the failed write's change was undone");
         }
+    }
+
+    /// Retention's writes wait for a moment when no other write does and commit
+    /// alone: queued before five admits, one runs after all of them, in a
+    /// transaction of its own, so no admit waits for its commit.
+    #[tokio::test]
+    async fn a_background_write_waits_for_the_others_and_commits_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = Arc::new(ledger(&dir).await);
+        let before = batches(&l);
+        let held = hold_writer(&l, Duration::from_millis(300));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let background = {
+            let l = l.clone();
+            tokio::spawn(async move {
+                sqlite_writer(&l)
+                    .run_when_idle(|conn| {
+                        let rows: i64 =
+                            conn.query_row("SELECT count(*) FROM tasks", [], |r| r.get(0))?;
+                        Ok(rows)
+                    })
+                    .await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut admits = tokio::task::JoinSet::new();
+        for n in 0..5 {
+            let l = l.clone();
+            admits.spawn(async move { l.admit(&new("a", None, &format!("fp{n}"))).await });
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        held.await.unwrap();
+        while let Some(admission) = admits.join_next().await {
+            assert!(matches!(admission.unwrap().unwrap(), Admission::Fresh(_)));
+        }
+        let seen = background.await.unwrap().unwrap();
+        assert_eq!(seen, 5, "it ran after the admits queued behind it");
+        assert_eq!(
+            batches(&l) - before,
+            3,
+            "the holding write's batch, the admits', then the background write's own"
+        );
     }
 
     #[tokio::test]

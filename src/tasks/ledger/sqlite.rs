@@ -94,6 +94,19 @@ impl Store for SqliteStore {
         )
     }
 
+    fn execute_when_idle<'a>(
+        &'a self,
+        sql: PerEngine,
+        args: Vec<Param<'a>>,
+    ) -> StoreFuture<'a, usize> {
+        let args = owned(&args);
+        let sql = sql.sqlite;
+        Box::pin(
+            self.writer
+                .run_when_idle(move |conn| Ok(bind(conn, sql, &args)?.raw_execute()?)),
+        )
+    }
+
     fn write_tasks<'a>(
         &'a self,
         sql: PerEngine,

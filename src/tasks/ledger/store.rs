@@ -151,6 +151,17 @@ pub(super) trait Store: Send + Sync {
         self.execute(sql, args)
     }
 
+    /// [`Store::execute_in`] for background work (retention): where writes share one
+    /// writer (SQLite), it runs only while no other write waits, so that a submit
+    /// never waits for more than this one statement. Elsewhere, as any write.
+    fn execute_when_idle<'a>(
+        &'a self,
+        sql: PerEngine,
+        args: Vec<Param<'a>>,
+    ) -> StoreFuture<'a, usize> {
+        self.execute_in(sql, args)
+    }
+
     /// One writing statement returning whole task rows.
     fn write_tasks<'a>(
         &'a self,

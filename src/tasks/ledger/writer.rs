@@ -19,6 +19,7 @@
 //! eight thread hand-offs. Here a write is one hand-off to the thread and one answer.
 
 use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::path::Path;
 use std::sync::{Arc, mpsc};
 use std::time::Duration;
@@ -37,6 +38,9 @@ trait Job: Send {
     /// True when the work writes with one statement at most: SQLite undoes a failed
     /// statement by itself, so it needs no savepoint of its own.
     fn single_statement(&self) -> bool;
+    /// True for background work (retention) that runs only while no other write
+    /// waits, in a transaction of its own: a submit never shares its commit with it.
+    fn when_idle(&self) -> bool;
     /// Run inside the batch's transaction; false when it failed (its result is the
     /// error, and its savepoint is rolled back).
     fn run(&mut self, conn: &Connection) -> bool;
@@ -95,6 +99,7 @@ fn home() -> Option<Home> {
 struct Pending<F, R> {
     work: Option<F>,
     single_statement: bool,
+    when_idle: bool,
     home: Option<Home>,
     result: Option<Result<R, LedgerError>>,
     reply: oneshot::Sender<Result<R, LedgerError>>,
@@ -107,6 +112,10 @@ where
 {
     fn single_statement(&self) -> bool {
         self.single_statement
+    }
+
+    fn when_idle(&self) -> bool {
+        self.when_idle
     }
 
     fn run(&mut self, conn: &Connection) -> bool {
@@ -236,7 +245,7 @@ impl Writer {
         F: FnOnce(&Connection) -> Result<R, LedgerError> + Send + 'static,
         R: Send + 'static,
     {
-        self.queue(work, false).await
+        self.queue(work, false, false).await
     }
 
     /// [`Writer::run`] for work that writes with one statement at most (and reads
@@ -248,10 +257,26 @@ impl Writer {
         F: FnOnce(&Connection) -> Result<R, LedgerError> + Send + 'static,
         R: Send + 'static,
     {
-        self.queue(work, true).await
+        self.queue(work, true, false).await
     }
 
-    async fn queue<R, F>(&self, work: F, single_statement: bool) -> Result<R, LedgerError>
+    /// [`Writer::run_single`] for background work: run once no other write waits,
+    /// alone in its transaction, so that a write queued meanwhile waits for this one
+    /// statement at most and never for its commit.
+    pub(super) async fn run_when_idle<R, F>(&self, work: F) -> Result<R, LedgerError>
+    where
+        F: FnOnce(&Connection) -> Result<R, LedgerError> + Send + 'static,
+        R: Send + 'static,
+    {
+        self.queue(work, true, true).await
+    }
+
+    async fn queue<R, F>(
+        &self,
+        work: F,
+        single_statement: bool,
+        when_idle: bool,
+    ) -> Result<R, LedgerError>
     where
         F: FnOnce(&Connection) -> Result<R, LedgerError> + Send + 'static,
         R: Send + 'static,
@@ -260,6 +285,7 @@ impl Writer {
         let job = Pending {
             work: Some(work),
             single_statement,
+            when_idle,
             home: home(),
             result: None,
             reply,
@@ -382,12 +408,32 @@ fn checkpoints(conn: &Connection, wal: &WalState) {
 }
 
 fn serve(conn: &Connection, queue: &mpsc::Receiver<Box<dyn Job>>, counts: &Counts, wal: &WalState) {
-    while let Ok(first) = queue.recv() {
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
-            match queue.try_recv() {
-                Ok(job) => batch.push(job),
-                Err(_) => break,
+    // Background writes waiting for a moment when no other write does.
+    let mut idle_work: VecDeque<Box<dyn Job>> = VecDeque::new();
+    loop {
+        let first = match idle_work.is_empty() {
+            true => queue.recv().ok(),
+            false => queue.try_recv().ok(),
+        };
+        let mut batch = Vec::new();
+        let mut next = first;
+        while let Some(job) = next {
+            match job.when_idle() {
+                true => idle_work.push_back(job),
+                false => batch.push(job),
+            }
+            if batch.len() >= MAX_BATCH {
+                break;
+            }
+            next = queue.try_recv().ok();
+        }
+        if batch.is_empty() {
+            // No other write waits: one background write, alone. (Under a stream of
+            // writes that never pauses, background work waits: it is never urgent.)
+            match idle_work.pop_front() {
+                Some(job) => batch.push(job),
+                // `recv` failed: every sender is gone, and nothing is left to do.
+                None => break,
             }
         }
         let failed: Option<Arc<str>> = commit(conn, &mut batch).err().map(|e| e.to_string().into());
