@@ -30,6 +30,8 @@
 #                                   # model by a key with a budget;
 #                                   # PROFILE=submit-postgres: submits, ledger on a
 #                                   # PostgreSQL cluster started here;
+#                                   # PROFILE=submit-postgres-money: the same, of a
+#                                   # priced model by a key with a budget;
 #                                   # PROFILE=submit-traces (submit-traces-001): submits
 #                                   # to a gateway exporting traces to the fast upstream
 #                                   # at sampling 1.0 (0.01);
@@ -68,11 +70,11 @@ STORM_TASKS=${STORM_TASKS:-100}
 IDLE_CONNS=${IDLE_CONNS:-10000}
 POLL_TTL_MS=${POLL_TTL_MS:-1000}
 ONLY=${ONLY:-all}              # all | ledger | memory | shared | traces
-PROFILE=${PROFILE:-}           # submit | submit-sqlite | submit-sqlite-money | submit-postgres | submit-traces | submit-traces-001 | submit-nginx | query | query-forwarded: profile that load, then stop
+PROFILE=${PROFILE:-}           # submit | submit-sqlite | submit-sqlite-money | submit-postgres | submit-postgres-money | submit-traces | submit-traces-001 | submit-nginx | query | query-forwarded: profile that load, then stop
 COUNT=${COUNT:-}               # instructions: with PROFILE, count with callgrind instead of sampling with perf
 COUNT_REQUESTS=${COUNT_REQUESTS:-3000} # with COUNT: at least 250, counted in whole 250s
 [[ -z $COUNT || ( $COUNT == instructions && -n $PROFILE && $PROFILE != submit-nginx ) ]] \
-  || { echo "COUNT=instructions goes with PROFILE=submit, submit-sqlite, submit-sqlite-money, submit-postgres, submit-traces, submit-traces-001, query or query-forwarded" >&2; exit 2; }
+  || { echo "COUNT=instructions goes with PROFILE=submit, submit-sqlite, submit-sqlite-money, submit-postgres, submit-postgres-money, submit-traces, submit-traces-001, query or query-forwarded" >&2; exit 2; }
 [[ -z $COUNT || $COUNT_REQUESTS -ge 250 ]] || { echo "COUNT_REQUESTS is at least 250" >&2; exit 2; }
 [[ -z $PROFILE ]] || ONLY=profile
 [[ $ONLY == all || $ONLY == ledger || $ONLY == memory || $ONLY == shared || $ONLY == traces || $ONLY == profile ]] \
@@ -414,6 +416,10 @@ if [[ $ONLY == profile ]]; then
     start_postgres || exit 1
     MG_ADDR=$(start_gateway mediagate-pg "$POLL_TTL_MS" "postgres://postgres@127.0.0.1:$PG_PORT/postgres")
     MG_PID=$(cat "$WORK/mediagate-pg.pid")
+  elif [[ $PROFILE == submit-postgres-money ]]; then
+    start_postgres || exit 1
+    MG_ADDR=$(start_gateway mediagate-pg-money "$POLL_TTL_MS" "postgres://postgres@127.0.0.1:$PG_PORT/postgres" money)
+    MG_PID=$(cat "$WORK/mediagate-pg-money.pid")
   elif [[ $PROFILE == submit-traces || $PROFILE == submit-traces-001 ]]; then
     # Spans exported to the fast upstream, which accepts OTLP posts.
     RATIO=$([[ $PROFILE == submit-traces ]] && echo 1.0 || echo 0.01)
@@ -432,7 +438,7 @@ if [[ $ONLY == profile ]]; then
     PROFILED_NAME="nginx $("$NGINX" -v 2>&1 | cut -d/ -f2) (the baseline)"
   fi
   case $PROFILE in
-    submit|submit-sqlite|submit-sqlite-money|submit-postgres|submit-traces|submit-traces-001) PROFILE_ARGS=(-s "$WORK/submit.lua" "http://$MG_ADDR$TASKS") ;;
+    submit|submit-sqlite|submit-sqlite-money|submit-postgres|submit-postgres-money|submit-traces|submit-traces-001) PROFILE_ARGS=(-s "$WORK/submit.lua" "http://$MG_ADDR$TASKS") ;;
     submit-nginx) PROFILE_ARGS=(-s "$WORK/submit.lua" "http://$NG_ADDR$TASKS") ;;
     query) # a task the fast upstream reports finished (created in 1970)
       FINISHED=$($LOADGEN seal --secret "$SECRET" --provider fast \
@@ -442,7 +448,7 @@ if [[ $ONLY == profile ]]; then
       UNFINISHED=$(curl -sf -X POST "http://$MG_ADDR$TASKS" -H "$AUTH" \
         -H 'Content-Type: application/json' -d "$BODY" | sed 's/.*"id":"\([^"]*\)".*/\1/')
       PROFILE_ARGS=(-s "$WORK/get.lua" "http://$MG_ADDR$TASKS/$UNFINISHED") ;;
-    *) echo "PROFILE is submit, submit-sqlite, submit-sqlite-money, submit-postgres, submit-traces, submit-traces-001, submit-nginx, query or query-forwarded" >&2; exit 2 ;;
+    *) echo "PROFILE is submit, submit-sqlite, submit-sqlite-money, submit-postgres, submit-postgres-money, submit-traces, submit-traces-001, submit-nginx, query or query-forwarded" >&2; exit 2 ;;
   esac
   if [[ $COUNT == instructions ]]; then
     # The same load from loadgen at a rate callgrind keeps up with (250 a second, for
