@@ -136,9 +136,26 @@ async fn send(pool: PgPool, batch: Vec<Admit>) -> Answers<Counted> {
         }};
     }
     let query = columns!(
-        owner, endpoint, model, kind, fingerprint, key, video_seconds, now, provider,
-        callback_url, keep_days, cost, price_params, day_start, tasks_per_day,
-        seconds_per_day, day, month_day, budget_day, budget_month
+        owner,
+        endpoint,
+        model,
+        kind,
+        fingerprint,
+        key,
+        video_seconds,
+        now,
+        provider,
+        callback_url,
+        keep_days,
+        cost,
+        price_params,
+        day_start,
+        tasks_per_day,
+        seconds_per_day,
+        day,
+        month_day,
+        budget_day,
+        budget_month
     );
     let rows: Vec<Row> = query.fetch_all(&pool).await?;
     let mut answers: Vec<Option<Counted>> = (0..len).map(|_| None).collect();
