@@ -21,14 +21,22 @@ pub(super) async fn query(
     ctx: &RequestContext,
     endpoint: Endpoint,
     id: &str,
-    req: &Parts,
+    req: Parts,
 ) -> Result<Response<ResponseBody>, ApiError> {
-    let wait = Wait::of(req)?;
+    let wait = Wait::of(&req)?;
     let open = OpenTask::open(ctx, endpoint, id)?;
     let mut state = open.state(gateway, ctx).await?;
     // Without the tracker nobody would wake a waiting client: answer at once.
     let wait = wait.filter(|_| gateway.tasks.ledger().is_some() && ctx.snapshot.tracker.enabled);
+    let mut head = Some(req);
+    let mut base_seen = None;
     if let Some(w) = &wait {
+        // What the answer needs of the request is taken now and the request let go:
+        // its headers share the 8 KiB buffer hyper read them into, which would
+        // otherwise stay with each waiting client for as long as it waits.
+        base_seen = head
+            .take()
+            .map(|req| PublicBase::of(&req).as_seen_by_client());
         let seen = w.seen.unwrap_or(state.status);
         let tasks = &gateway.tasks;
         state = match tasks
@@ -39,7 +47,11 @@ pub(super) async fn query(
             Woken::Elsewhere => open.state(gateway, ctx).await?,
         };
     }
-    let client_base = || PublicBase::of(req).as_seen_by_client();
+    let client_base = || match (base_seen, &head) {
+        (Some(base), _) => base,
+        (None, Some(req)) => PublicBase::of(req).as_seen_by_client(),
+        (None, None) => None,
+    };
     let task = &open.task;
     let snapshot = &ctx.snapshot;
     let provider = Some(&**open.provider);
