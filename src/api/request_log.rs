@@ -136,8 +136,11 @@ impl<S: Next<B>, B: Send + 'static> Service<Request<B>> for RequestLog<S> {
         let trace = crate::traces::request(req.headers(), || traced_span(&ctx, &method));
         let clone = self.inner.clone();
         let mut ready = std::mem::replace(&mut self.inner, clone);
+        // Called here (in the request's span), so that the future kept while the
+        // request runs holds the answer's future, not the request beside it.
+        let inner = span.in_scope(|| ready.call((ctx.clone(), req)));
         let answered = async move {
-            let Ok(mut resp) = ready.call((ctx.clone(), req)).await;
+            let Ok(mut resp) = inner.await;
             resp.headers_mut().insert(REQUEST_ID, ctx.id.clone());
             log(&gateway, &ctx, &method, &resp, started);
             Ok(resp)

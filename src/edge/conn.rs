@@ -259,8 +259,11 @@ where
         });
         let clone = self.inner.clone();
         let mut ready = std::mem::replace(&mut self.inner, clone);
+        // Called here, so that the future kept while the request runs holds the
+        // answer's future alone, not the whole service with it.
+        let answer = ready.call(req);
         Box::pin(async move {
-            let Ok(resp) = ready.call(req).await;
+            let Ok(resp) = answer.await;
             Ok(resp.map(|body| {
                 Held {
                     body,
