@@ -41,6 +41,7 @@ use tokio::time::Instant;
 use super::Gateway;
 use super::rounds::TICK;
 use crate::lifecycle::TaskRef;
+use crate::metrics::ProviderTracker;
 use crate::tasks::ledger::{Ledger, Polled, TaskRecord, now_ms};
 use crate::tasks::{MediaKind, TaskError, TaskState, TaskStatus};
 
@@ -205,6 +206,7 @@ enum Write {
 struct Slots {
     slots: Arc<Semaphore>,
     worker: usize,
+    metrics: Arc<ProviderTracker>,
 }
 
 /// A due task waiting for a slot: its provider's slots, and its place among the
@@ -212,6 +214,7 @@ struct Slots {
 struct Due {
     task: Followed,
     slots: Arc<Semaphore>,
+    metrics: Arc<ProviderTracker>,
     held: OwnedSemaphorePermit,
 }
 
@@ -369,11 +372,20 @@ impl Tracker {
                 break;
             };
             let task = first.remove();
-            let Slots { slots, worker } = self.slots(&task.provider);
+            let Slots {
+                slots,
+                worker,
+                metrics,
+            } = self.slots(&task.provider);
             if shares.len() <= worker {
                 shares.resize_with(worker + 1, Vec::new);
             }
-            shares[worker].push(Due { task, slots, held });
+            shares[worker].push(Due {
+                task,
+                slots,
+                metrics,
+                held,
+            });
         }
         for (worker, share) in shares.into_iter().enumerate() {
             self.send(worker, share);
@@ -394,6 +406,7 @@ impl Tracker {
         let slots = Slots {
             slots: Arc::new(Semaphore::new(limit)),
             worker: self.in_flight.len() % self.workers.len().max(1),
+            metrics: Arc::new(self.gateway.metrics.tracker.of_provider(provider)),
         };
         self.in_flight.insert(provider.to_string(), slots.clone());
         slots
@@ -421,7 +434,7 @@ impl Tracker {
                 }
                 let (gateway, answered) = (gateway.clone(), answered.clone());
                 tokio::spawn(async move {
-                    let task = poll(&gateway, due.task).await;
+                    let task = poll(&gateway, &due.metrics, due.task).await;
                     // The slot is the provider's: the tracker's round does not hold it.
                     drop(slot);
                     lock(&answered).push(Answered { generation, task });
@@ -501,7 +514,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// Ask about one followed task: the task back with its next status request, and
 /// whether that is to be written; `None` when it ended.
-async fn poll(gateway: &Gateway, mut task: Followed) -> Option<(Followed, Write)> {
+async fn poll(
+    gateway: &Gateway,
+    metrics: &ProviderTracker,
+    mut task: Followed,
+) -> Option<(Followed, Write)> {
     let snapshot = gateway.snapshot();
     let max_age = Duration::from_secs(snapshot.tracker.max_age_hours.saturating_mul(3600));
     let of = TaskRef {
@@ -519,19 +536,18 @@ async fn poll(gateway: &Gateway, mut task: Followed) -> Option<(Followed, Write)
         task.due_ms = now_ms() + snapshot.tracker.max_interval_ms as i64;
         return Some((task, Write::No));
     };
-    let metrics = &gateway.metrics.tracker;
     let sent = now_ms();
     let due = task.due_ms;
-    metrics.poll_sent(&task.provider, millis(sent - due));
+    metrics.poll_sent(millis(sent - due));
     let (status, write) = match gateway.tasks.poll(&snapshot, of).await {
         Ok(found) => {
             let status = found.state.status;
             // Answered by the results cache: no status request was made.
             if found.upstream_time.is_some() {
-                metrics.status_request(&task.provider, outcome(status));
+                metrics.status_request(outcome(status));
                 if status.is_terminal() {
                     let gap = now_ms() - task.known_ms;
-                    metrics.seen_finished(&task.provider, millis(gap));
+                    metrics.seen_finished(millis(gap));
                 }
             }
             if status.is_terminal() {
@@ -545,7 +561,7 @@ async fn poll(gateway: &Gateway, mut task: Followed) -> Option<(Followed, Write)
             (status, write)
         }
         Err(e) => {
-            metrics.status_request(&task.provider, "error");
+            metrics.status_request("error");
             tracing::debug!(provider = %task.provider, code = e.code, "tracker: status request failed");
             // Nothing learned: the task was last known unfinished when it was before.
             let known = task.known_ms;
