@@ -476,6 +476,80 @@ async fn a_killed_replica_s_tasks_are_followed_by_the_other_once_its_heartbeat_e
     assert!(first.iter().all(|f| f == &first[0]), "{first:?}");
 }
 
+/// A replica paused for longer than its heartbeat holds (a stalled process) finds on
+/// waking that the other follows its tasks now: it leaves them to it, and they end as
+/// usual.
+#[tokio::test]
+async fn a_replica_paused_past_its_heartbeat_leaves_its_tasks_to_the_other() {
+    let pg = Postgres::start();
+    let url = pg.database("paused");
+    let fake = Fake::start().await;
+    let ids = ["p0", "p1"];
+    let status = |id: &str, s: &str| {
+        Answer::json(
+            200,
+            json!({"id": id, "status": s, "urls": ["https://cdn.example/x.mp4"]}),
+        )
+    };
+    let routes = Routes::upstream(&fake.url(), "poll_interval_ms = 200")
+        .top(&format!("[ledger]\nurl = {url:?}"))
+        .top("[tracker]\nlease_ms = 1000")
+        .render();
+    let secret = "a-task-secret-shared-by-both-replicas-0123456789";
+    let dir = || crate::support::ConfigDir::new(&routes).with("task-secret", secret);
+    let a = Proc::start_in(dir(), &[], &[]).await;
+    for id in ids {
+        fake.on("POST /v2/model-center/tasks", Answer::queued(id));
+        fake.on(
+            &format!("GET /v2/model-center/tasks/{id}"),
+            status(id, "queued"),
+        );
+        let task = json!({"model": "m1", "prompt": id});
+        a.client().submit(MODEL_CENTER, DEMO, &task).await;
+    }
+    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+    let followers = async || -> Vec<Option<String>> {
+        sqlx::query_scalar("SELECT lease_owner FROM tasks ORDER BY id")
+            .fetch_all(&pool)
+            .await
+            .unwrap()
+    };
+    eventually("the only replica follows every task", async || {
+        followers().await.iter().all(Option::is_some)
+    })
+    .await;
+    let first = followers().await[0].clone();
+    let b = Proc::start_in(dir(), &[], &[]).await;
+    a.pause(true);
+    eventually("the other replica follows them", async || {
+        followers().await.iter().all(|f| f.is_some() && f != &first)
+    })
+    .await;
+    let second = followers().await;
+    a.pause(false);
+    a.wait_for_log("heartbeat had expired", 1).await;
+    // Its next look claims nothing the other follows.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(followers().await, second);
+    for id in ids {
+        fake.on(
+            &format!("GET /v2/model-center/tasks/{id}"),
+            status(id, "completed"),
+        );
+    }
+    let states = async || -> Vec<String> {
+        sqlx::query_scalar("SELECT state FROM tasks")
+            .fetch_all(&pool)
+            .await
+            .unwrap()
+    };
+    eventually("both tasks end", async || {
+        states().await == ["completed"; 2]
+    })
+    .await;
+    assert!(b.count_in_log("heartbeat had expired") == 0, "{}", b.log());
+}
+
 /// A gateway restarted on its SQLite ledger (the one before killed with SIGKILL)
 /// follows the tasks the one before followed at once: the file is one process's,
 /// so the old heartbeat (`lease_ms`, 30 s, longer than this test waits for anything)
