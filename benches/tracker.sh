@@ -137,8 +137,7 @@ per() { awk -v a="$1" -v b="$2" -v f="${3:-1}" -v d="${4:-1}" 'BEGIN { if (b > 0
 REQS='mediagate_tracker_status_requests_total{provider="fast"'
 TRACKED='mediagate_tracker_tasks{provider="fast"}'
 BEHIND='mediagate_tracker_behind_seconds{provider="fast"}'
-STATEMENTS_LEASE='mediagate_tracker_ledger_statements_total{statement="lease"}'
-STATEMENTS_POLLED='mediagate_tracker_ledger_statements_total{statement="polled"}'
+STATEMENTS='mediagate_tracker_ledger_statements_total{'
 DELAY_SUM='mediagate_tracker_poll_delay_seconds_sum{provider="fast"}'
 DELAY_COUNT='mediagate_tracker_poll_delay_seconds_count{provider="fast"}'
 GAP_SUM='mediagate_tracker_finish_gap_seconds_sum{provider="fast"}'
@@ -226,7 +225,7 @@ for N in $SIZES; do
   UP_RATE=$(per $(( q1 - q0 )) "$MEASURE" 1 0)
   POLL_CPU=$(per $(( c1 - c0 )) "$SENT" "$(( 1000000 / CLK_TCK ))")
   CORES=$(per $(( c1 - c0 )) $(( MEASURE * CLK_TCK )) 1 2)
-  STATEMENTS=$(per "$(awk -v a="$(d "$STATEMENTS_LEASE")" -v b="$(d "$STATEMENTS_POLLED")" 'BEGIN { print a + b }')" "$SENT" 1 3)
+  STATEMENTS_PER=$(per "$(d "$STATEMENTS")" "$SENT" 1 4)
   DELAY_MS=$(per "$(d "$DELAY_SUM")" "$(d "$DELAY_COUNT")" 1000 1)
   RSS_PER=$(per $(( (RSS1 - RSS0) * 1024 )) "$N" 1 0)
   RSS_AT+=("$N $RSS1")
@@ -254,7 +253,7 @@ for N in $SIZES; do
       (SELECT lag FROM l ORDER BY lag LIMIT 1 OFFSET (SELECT COUNT(*) * 99 / 100 FROM l)),
       MAX(lag), MIN(lag) FROM l")
   read -r LAG_N LAG_P50 LAG_P99 LAG_MAX LAG_MIN <<<"$LAGS"
-  ROWS+=("| $N | $ALLOWED | $RATE ($UP_RATE upstream) | $(per "$RATE" "$ALLOWED" 1 2) | $CORES | $POLL_CPU | $FW_CPU / $FW8_CPU ($(( FW_FAILED + FW8_FAILED )) failed) | $(per "$POLL_CPU" "$FW_CPU" 1 2) / $(per "$POLL_CPU" "$FW8_CPU" 1 2) | $LAG_P50 / $LAG_P99 / $LAG_MAX ($LAG_N of $N, $LEARNT) | $GAP_MS | $DELAY_MS | $BEHIND_MAX | $RSS_PER | $DB_PER | $STATEMENTS |")
+  ROWS+=("| $N | $ALLOWED | $RATE ($UP_RATE upstream) | $(per "$RATE" "$ALLOWED" 1 2) | $CORES | $POLL_CPU | $FW_CPU / $FW8_CPU ($(( FW_FAILED + FW8_FAILED )) failed) | $(per "$POLL_CPU" "$FW_CPU" 1 2) / $(per "$POLL_CPU" "$FW8_CPU" 1 2) | $LAG_P50 / $LAG_P99 / $LAG_MAX ($LAG_N of $N, $LEARNT) | $GAP_MS | $DELAY_MS | $BEHIND_MAX | $RSS_PER | $DB_PER | $STATEMENTS_PER |")
   log "$N: ${ROWS[-1]}"
   [[ $LAG_MIN -ge 0 ]] || log "a negative lag ($LAG_MIN ms): the ledger and the upstream disagree"
 done
@@ -266,7 +265,7 @@ done
   echo "Versions: mediagate $(git rev-parse --short HEAD 2>/dev/null || echo "?") ($MEDIAGATE), $(rustc --version)."
   echo "Command: \`benches/tracker.sh\` (SIZES=\"$SIZES\" INTERVAL_MS=$INTERVAL_MS MEASURE=$MEASURE FORWARD_SECONDS=$FORWARD_SECONDS SUBMIT_RATE=$SUBMIT_RATE)"
   echo
-  echo "Allowed: tasks per interval ($INTERVAL_MS ms). CPU in µs per request (user + system, the whole gateway); a forwarded query's at the allowed rate, poll cache off, from 64 / 8 connections; the ratio is the status request's to each. Lag: the ledger's \`finished_ms\` minus the upstream's completion, ms. Gap: \`mediagate_tracker_finish_gap_seconds\`, mean. Delay: \`mediagate_tracker_poll_delay_seconds\`, mean. Behind: the largest \`mediagate_tracker_behind_seconds\` seen. RSS and ledger file growth per task from before the submits to the end of the measure. Statements: the tracker's (\`lease\` + \`polled\`) per status request."
+  echo "Allowed: tasks per interval ($INTERVAL_MS ms). CPU in µs per request (user + system, the whole gateway); a forwarded query's at the allowed rate, poll cache off, from 64 / 8 connections; the ratio is the status request's to each. Lag: the ledger's \`finished_ms\` minus the upstream's completion, ms. Gap: \`mediagate_tracker_finish_gap_seconds\`, mean. Delay: \`mediagate_tracker_poll_delay_seconds\`, mean. Behind: the largest \`mediagate_tracker_behind_seconds\` seen. RSS and ledger file growth per task from before the submits to the end of the measure. Statements: the tracker's, every kind (\`mediagate_tracker_ledger_statements_total\`), per status request."
   echo
   echo "| tasks | allowed req/s | status req/s | achieved / allowed | gateway cores | CPU µs per status request | CPU µs per forwarded query | ratio | lag p50 / p99 / max ms | gap ms | delay ms | behind s | RSS B per task | ledger B per task | statements per poll |"
   echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"

@@ -95,9 +95,11 @@ struct StatementLabels {
     statement: &'static str,
 }
 
-/// The tracker's ledger statements: `lease` (tasks due, leased), `polled` (what its
-/// status requests learned, written back), `count` (the tracked tasks counted).
-pub const TRACKER_STATEMENTS: [&str; 3] = ["lease", "polled", "count"];
+/// The tracker's ledger statements: `lease` (tasks to follow claimed), `polled` (the
+/// changes its status requests learned, written back), `count` (the tracked tasks
+/// counted), `heartbeat` (this replica alive; dead ones forgotten), `give_back` (the
+/// tasks followed given back at a stop).
+pub const TRACKER_STATEMENTS: [&str; 5] = ["lease", "polled", "count", "heartbeat", "give_back"];
 
 /// The background tracker's metrics: what it follows, what it asks, how late.
 #[derive(Clone)]
@@ -139,30 +141,27 @@ impl TrackerMetrics {
         self.behind.get_or_create(&labels).set(behind.as_secs_f64());
     }
 
-    /// A status request about to be sent `late` after the task was due.
-    pub fn poll_sent(&self, provider: &str, late: Duration) {
-        self.poll_delay
-            .get_or_create(&provider_labels(provider))
-            .observe(late.as_secs_f64());
-    }
-
-    /// A status request's outcome: `unfinished`, `completed` or `failed` (the
-    /// provider's answer), `error` (no usable answer).
-    pub fn status_request(&self, provider: &str, outcome: &'static str) {
-        self.status_requests
-            .get_or_create(&StatusRequestLabels {
-                provider: provider.to_owned(),
-                outcome,
-            })
-            .inc();
-    }
-
-    /// A task seen finished `gap` after it was last known unfinished (its previous
-    /// status request, or its submit): the longest its end can have gone unseen.
-    pub fn seen_finished(&self, provider: &str, gap: Duration) {
-        self.finish_gap
-            .get_or_create(&provider_labels(provider))
-            .observe(gap.as_secs_f64());
+    /// The series of `provider`'s status requests, looked up once: each request then
+    /// records without building and looking up its labels (an allocation and a lock
+    /// each, at 20,000 requests a second).
+    pub fn of_provider(&self, provider: &str) -> ProviderTracker {
+        let labels = provider_labels(provider);
+        let requests = |outcome| {
+            self.status_requests
+                .get_or_create(&StatusRequestLabels {
+                    provider: provider.to_owned(),
+                    outcome,
+                })
+                .clone()
+        };
+        ProviderTracker {
+            poll_delay: self.poll_delay.get_or_create(&labels).clone(),
+            finish_gap: self.finish_gap.get_or_create(&labels).clone(),
+            unfinished: requests("unfinished"),
+            completed: requests("completed"),
+            failed: requests("failed"),
+            error: requests("error"),
+        }
     }
 
     /// One ledger statement of the tracker, one of [`TRACKER_STATEMENTS`].
@@ -170,6 +169,42 @@ impl TrackerMetrics {
         self.statements
             .get_or_create(&StatementLabels { statement })
             .inc();
+    }
+}
+
+/// One provider's tracker series ([`TrackerMetrics::of_provider`]).
+#[derive(Clone)]
+pub struct ProviderTracker {
+    poll_delay: Histogram,
+    finish_gap: Histogram,
+    unfinished: Counter,
+    completed: Counter,
+    failed: Counter,
+    error: Counter,
+}
+
+impl ProviderTracker {
+    /// A status request about to be sent `late` after the task was due.
+    pub fn poll_sent(&self, late: Duration) {
+        self.poll_delay.observe(late.as_secs_f64());
+    }
+
+    /// A status request's outcome: `unfinished`, `completed` or `failed` (the
+    /// provider's answer), `error` (no usable answer).
+    pub fn status_request(&self, outcome: &'static str) {
+        match outcome {
+            "unfinished" => &self.unfinished,
+            "completed" => &self.completed,
+            "failed" => &self.failed,
+            _ => &self.error,
+        }
+        .inc();
+    }
+
+    /// A task seen finished `gap` after it was last known unfinished (its previous
+    /// status request, or its submit): the longest its end can have gone unseen.
+    pub fn seen_finished(&self, gap: Duration) {
+        self.finish_gap.observe(gap.as_secs_f64());
     }
 }
 

@@ -15,6 +15,9 @@ use crate::gateway::Gateway;
 use crate::snapshot::SIMULATOR_URL;
 use crate::workers::Workers;
 
+/// How long a stop waits for the tracker to give its tasks back.
+const GIVE_BACK_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Why the gateway did not start.
 #[derive(Debug)]
 pub enum StartError {
@@ -49,6 +52,9 @@ pub struct Running {
     gateway: Arc<Gateway>,
     stop: Option<oneshot::Sender<()>>,
     served: JoinHandle<std::io::Result<()>>,
+    /// The tracker: once it has given its tasks back, the other replicas (or the next
+    /// process) follow them at once rather than after its heartbeat expires.
+    tracker: Option<JoinHandle<()>>,
     /// The threads connections are served on; they stop when this is dropped, after
     /// the drain and the submits in flight.
     _workers: Arc<Workers>,
@@ -85,7 +91,7 @@ pub async fn start(config: &Path) -> Result<Running, StartError> {
         n => n,
     };
     let workers = Arc::new(Workers::start(workers).map_err(StartError::Workers)?);
-    start_background(&gateway, &workers);
+    let tracker = start_background(&gateway, &workers);
     let local = |l: &tokio::net::TcpListener| l.local_addr().ok();
     let (addr, tls_addr, admin_addr) = (
         local(&listeners.plain).unwrap_or(snapshot.server.listen),
@@ -127,18 +133,19 @@ pub async fn start(config: &Path) -> Result<Running, StartError> {
         gateway,
         stop: Some(stop),
         served,
+        tracker: Some(tracker),
         _workers: workers,
     })
 }
 
 /// The loops that run beside the requests, on this runtime; the tracker hands its
-/// status requests to the `workers`.
-fn start_background(gateway: &Arc<Gateway>, workers: &Workers) {
+/// status requests to the `workers` (its handle: it is waited for at a stop).
+fn start_background(gateway: &Arc<Gateway>, workers: &Workers) -> JoinHandle<()> {
     tokio::spawn(crate::gateway::reload::watch_files(gateway.clone()));
     tokio::spawn(crate::gateway::sweep::run(gateway.clone()));
     tokio::spawn(crate::gateway::retention::run(gateway.clone()));
     let handles = workers.handles().to_vec();
-    tokio::spawn(crate::gateway::tracker::run(gateway.clone(), handles));
+    let tracker = tokio::spawn(crate::gateway::tracker::run(gateway.clone(), handles));
     tokio::spawn(crate::gateway::deliveries::run(gateway.clone()));
     tokio::spawn(crate::gateway::copies::run(gateway.clone()));
     let looking = gateway.clone();
@@ -151,6 +158,7 @@ fn start_background(gateway: &Arc<Gateway>, workers: &Workers) {
         // Not stopped by a drain: requests still in progress keep their leases.
         tokio::spawn(shared.clone().keep_leases());
     }
+    tracker
 }
 
 impl Running {
@@ -169,6 +177,10 @@ impl Running {
             .await
             .unwrap_or_else(|e| Err(std::io::Error::other(e)));
         self.finish_submits().await;
+        if let Some(tracker) = self.tracker.take() {
+            // Bounded: a ledger out of reach leaves the tasks to the heartbeat's expiry.
+            let _ = tokio::time::timeout(GIVE_BACK_WAIT, tracker).await;
+        }
         served
     }
 

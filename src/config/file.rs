@@ -478,8 +478,8 @@ pub struct TrackerConfig {
     pub max_interval_ms: u64,
     /// A task unfinished after this long is given up: `failed`, `tracking_expired`.
     pub max_age_hours: u64,
-    /// How long a replica holds the tasks it polls; a replica that dies leaves
-    /// them to others after this.
+    /// How long a replica's heartbeat holds the tasks it follows (written every
+    /// quarter of this); a replica that dies leaves them to others after this.
     pub lease_ms: u64,
 }
 

@@ -9,50 +9,63 @@
 //! delay does not stretch every interval. It looks a task up through the task service
 //! ([`crate::lifecycle::TaskService::poll`]): a task a client asked about within the
 //! poll cache interval is not asked about again, and what it learns wakes waiting
-//! clients and announces finished tasks. Replicas sharing a PostgreSQL ledger lease
-//! the tasks they poll (`FOR UPDATE SKIP LOCKED`); a replica that dies leaves its
-//! leases to expire.
+//! clients and announces finished tasks.
 //!
-//! What it costs at 100,000 tasks (BENCHMARKS.md, "the tracker at 10,000 and 100,000
-//! tasks") shaped the rest:
-//! - what the unfinished answers teach (status, next request, the lease given back)
-//!   is written back at the next round, one statement for all of them, not one per
-//!   status request; a provider's slot is not held through that write;
-//! - the next batch is leased while the last one is being sent, so that slots never
-//!   wait for the ledger;
-//! - a provider's status requests are sent from one of the serving threads (given to
-//!   providers in turn), where a request runs as a forwarded query does, on one thread
-//!   with that thread's upstream connections; on the gateway's own runtime, each woke
-//!   another of its threads several times.
+//! Replicas share the tasks by following them (BENCHMARKS.md, "a replica's tasks
+//! followed in memory"): a task's row names the replica that follows it
+//! (`lease_owner`), and that replica keeps the task's schedule (due time, interval,
+//! last status) in memory, so that an unchanged answer writes nothing; a changed
+//! status or a failed request is written back at the next round, one statement for
+//! all of them, and a task's end is the task service's one statement. A replica
+//! proves it is alive by a heartbeat row, refreshed every quarter of `[tracker]
+//! lease_ms`; it claims in batches the unfinished tasks nobody follows (new submits,
+//! tasks given back) and those of a replica whose heartbeat expired (one killed), and
+//! gives its own back, schedules and all, when it stops. A replica that finds its own
+//! heartbeat expired (the ledger out of its reach for longer than `lease_ms`) forgets
+//! its tasks, whose rows may be another's now, and starts again under a new name.
+//!
+//! A provider's status requests are sent from one of the serving threads (given to
+//! providers in turn), where a request runs as a forwarded query does, on one thread
+//! with that thread's upstream connections; on the gateway's own runtime, each woke
+//! another of its threads several times.
 
-use std::collections::HashMap;
+use std::cmp::{Ordering as Order, Reverse};
+use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::runtime::Handle;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
 
 use super::Gateway;
-use super::rounds::Rounds;
+use super::rounds::TICK;
 use crate::lifecycle::TaskRef;
+use crate::metrics::ProviderTracker;
 use crate::tasks::ledger::{Ledger, Polled, TaskRecord, now_ms};
-use crate::tasks::{TaskError, TaskState, TaskStatus};
+use crate::tasks::{MediaKind, TaskError, TaskState, TaskStatus};
 
-/// Rows leased at once; when there were as many, the next batch follows at once.
-const BATCH: i64 = 64;
-/// Rows leased and not yet sent at most: the batch being sent and the next one.
-const AHEAD: usize = 2 * BATCH as usize;
-/// Tasks written back by one statement at most (its JSON text: about 40 bytes each).
-const WRITE_BACK: usize = 512;
+/// Tasks claimed by one statement at most; when there were as many, the next
+/// statement follows at the next round.
+const CLAIM: i64 = 512;
+/// Due tasks handed to the workers by one round at most.
+const BATCH: usize = 256;
+/// Tasks handed to the workers and not yet sent at most.
+const AHEAD: usize = 4 * BATCH;
+/// The shortest pause between two rounds: at 20,000 status requests a second, a
+/// round hands out about 200.
+const PAUSE: Duration = Duration::from_millis(10);
 /// How often the tracked tasks are counted for the metrics.
 const COUNT_EVERY: Duration = Duration::from_secs(5);
 
 /// Follow unfinished tasks until the gateway stops, sending the status requests on
-/// the `workers` (or here, when there are none).
+/// the `workers` (or here, when there are none); then give them back.
 pub async fn run(gateway: Arc<Gateway>, workers: Vec<Handle>) {
     let Some(ledger) = gateway.tasks.ledger().cloned() else {
         return;
     };
+    let now = Instant::now();
     let mut tracker = Tracker {
         me: gateway.replica.clone(),
         gateway: gateway.clone(),
@@ -60,72 +73,161 @@ pub async fn run(gateway: Arc<Gateway>, workers: Vec<Handle>) {
         workers,
         ahead: Arc::new(Semaphore::new(AHEAD)),
         in_flight: HashMap::new(),
-        count_due: tokio::time::Instant::now(),
+        schedule: BinaryHeap::new(),
+        names: HashMap::new(),
+        generation: Arc::new(AtomicU64::new(0)),
+        alive: false,
+        beat_due: now,
+        look_due: now,
+        orphans: true,
+        more: false,
+        changed: Vec::new(),
+        count_due: now,
         counted: Vec::new(),
         answered: Arc::default(),
     };
-    super::rounds::until_stopped(&gateway, None, &mut tracker).await;
-    // Leases not given back would hold their tasks until they expire.
-    tracker.write_back().await;
+    while !gateway.is_draining() {
+        let pause = tracker.round().await;
+        tokio::select! {
+            () = tokio::time::sleep(pause) => {}
+            () = gateway.stopped() => {}
+        }
+    }
+    tracker.give_back().await;
 }
 
-/// The tracker's state: its lease name, where status requests are sent from, the
-/// rows leased ahead of them, and the status requests in flight per provider.
+/// A task this replica follows: what a status request needs, and its schedule. Kept
+/// small (about 90 bytes and its upstream id): 100,000 of them are held at once.
+struct Followed {
+    row: i64,
+    /// Shared by every task of the provider, and of the model.
+    provider: Arc<str>,
+    model: Arc<str>,
+    upstream_id: Box<str>,
+    kind: MediaKind,
+    created_ms: i64,
+    /// The status last known (written in the ledger).
+    status: TaskStatus,
+    /// When it is asked about next, and the interval that made it (0: none yet).
+    due_ms: i64,
+    interval_ms: i64,
+    /// When it was last known unfinished: the last answer, or its submit.
+    known_ms: i64,
+}
+
+impl Followed {
+    /// A claimed row, with the schedule stored in it; `names` holds one copy of each
+    /// provider's and model's name for all their tasks.
+    fn of(row: TaskRecord, names: &mut HashMap<String, Arc<str>>) -> Option<Self> {
+        let (Some(provider), Some(upstream_id)) = (row.provider, row.upstream_id) else {
+            return None;
+        };
+        let mut name = |name: String| {
+            names
+                .entry(name)
+                .or_insert_with_key(|name| Arc::from(name.as_str()))
+                .clone()
+        };
+        Some(Self {
+            row: row.id,
+            provider: name(provider),
+            model: name(row.model),
+            upstream_id: upstream_id.into_boxed_str(),
+            kind: row.kind,
+            created_ms: row.created_ms,
+            status: last_status(row.status),
+            due_ms: row.next_poll_ms.unwrap_or_else(now_ms),
+            interval_ms: row.poll_interval_ms.unwrap_or(0),
+            known_ms: row.updated_ms,
+        })
+    }
+
+    /// Its schedule and status, as the ledger keeps them.
+    fn polled(&self) -> Polled {
+        Polled {
+            row: self.row,
+            status: self.status,
+            next_ms: self.due_ms,
+            interval_ms: self.interval_ms,
+            answered_ms: self.known_ms,
+        }
+    }
+}
+
+/// The schedule's order: the earliest due first (then by row, so that no two are
+/// equal).
+impl Ord for Followed {
+    fn cmp(&self, other: &Self) -> Order {
+        (self.due_ms, self.row).cmp(&(other.due_ms, other.row))
+    }
+}
+
+impl PartialOrd for Followed {
+    fn partial_cmp(&self, other: &Self) -> Option<Order> {
+        Some(self.cmp(other))
+    }
+}
+
+impl PartialEq for Followed {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Order::Equal
+    }
+}
+
+impl Eq for Followed {}
+
+/// The tracker's state: its name on the ledger, where status requests are sent
+/// from, the schedule of the tasks it follows, and what their answers taught.
 struct Tracker {
     gateway: Arc<Gateway>,
     ledger: Arc<Ledger>,
+    /// This replica's name as a follower: the gateway's, and a new one each time its
+    /// heartbeat was found expired.
     me: String,
     workers: Vec<Handle>,
     ahead: Arc<Semaphore>,
     in_flight: HashMap<String, Slots>,
+    /// The tasks followed and not being asked about now, the earliest due on top (a
+    /// heap: one array, where a tree's nodes cost twice the tasks' own size).
+    schedule: BinaryHeap<Reverse<Followed>>,
+    /// Providers' and models' names, one copy each.
+    names: HashMap<String, Arc<str>>,
+    /// Bumped when the tasks followed are forgotten: answers of an older one are
+    /// dropped.
+    generation: Arc<AtomicU64>,
+    /// Whether `me`'s heartbeat is in the ledger and holds.
+    alive: bool,
+    /// When the heartbeat is written next, and when the ledger is looked at next for
+    /// new tasks (and written what changed).
+    beat_due: Instant,
+    look_due: Instant,
+    /// Whether to look for a dead replica's tasks (after each heartbeat, and while
+    /// claims of them come full), and whether the last claim came full.
+    orphans: bool,
+    more: bool,
+    /// What the answers taught that is to be written back.
+    changed: Vec<Polled>,
     /// When the tracked tasks are counted next, and the providers counted last.
-    count_due: tokio::time::Instant,
+    count_due: Instant,
     counted: Vec<String>,
-    /// What the polls since the last round learned, to be written back.
-    answered: Arc<Mutex<Vec<Polled>>>,
+    /// The tasks asked about since the last round, back from the workers: `None`
+    /// when a task ended (or was given up).
+    answered: Arc<Mutex<Vec<Answered>>>,
 }
 
-impl Rounds for Tracker {
-    /// Once there is room for a whole batch ahead of the status requests: write back
-    /// what the last ones learned, lease the tasks due, and hand them to a worker.
-    async fn round(&mut self) -> bool {
-        let settings = self.gateway.snapshot().tracker.clone();
-        if !settings.enabled {
-            return false;
-        }
-        self.count().await;
-        let Ok(mut room) = self.ahead.clone().acquire_many_owned(BATCH as u32).await else {
-            return false;
-        };
-        let lease = Duration::from_millis(settings.lease_ms);
-        self.gateway.metrics.tracker.statement("lease");
-        // Both to the ledger's writer at once: on SQLite, one transaction.
-        let ((), leased) = tokio::join!(
-            self.write_back(),
-            self.ledger.claim_due(&self.me, lease, BATCH)
-        );
-        let due = leased.unwrap_or_else(|e| {
-            self.gateway.metrics.ledger_errors.inc();
-            tracing::warn!(error = %e, "tracker: the ledger cannot be read");
-            Vec::new()
-        });
-        let full = due.len() as i64 == BATCH;
-        // Each worker's share, in the order leased.
-        let mut shares: Vec<Vec<Due>> = Vec::new();
-        for row in due {
-            // No more rows than permits were leased.
-            let Some(held) = room.split(1) else { break };
-            let Slots { slots, worker } = self.slots(&row);
-            if shares.len() <= worker {
-                shares.resize_with(worker + 1, Vec::new);
-            }
-            shares[worker].push(Due { row, slots, held });
-        }
-        for (worker, share) in shares.into_iter().enumerate() {
-            self.send(worker, share);
-        }
-        full
-    }
+/// A task back from its status request, with the generation it was sent in.
+struct Answered {
+    generation: u64,
+    task: Option<(Followed, Write)>,
+}
+
+/// Whether what a status request taught is written back.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Write {
+    /// Unchanged: kept in memory alone.
+    No,
+    /// The status changed, or the request failed.
+    Yes,
 }
 
 /// A provider's `poll_max_in_flight`, and the worker its status requests are sent
@@ -135,21 +237,197 @@ impl Rounds for Tracker {
 struct Slots {
     slots: Arc<Semaphore>,
     worker: usize,
+    metrics: Arc<ProviderTracker>,
 }
 
-/// A leased task waiting for a slot: its provider's slots, and its place among the
-/// rows leased ahead.
+/// A due task waiting for a slot: its provider's slots, and its place among the
+/// tasks handed out ahead.
 struct Due {
-    row: TaskRecord,
+    task: Followed,
     slots: Arc<Semaphore>,
+    metrics: Arc<ProviderTracker>,
     held: OwnedSemaphorePermit,
 }
 
 impl Tracker {
-    /// The slots of `row`'s provider, and its worker: providers are given the
-    /// workers in turn, as they are first seen.
-    fn slots(&mut self, row: &TaskRecord) -> Slots {
-        let provider = row.provider.as_deref().unwrap_or_default();
+    /// One round: the heartbeat when due; the answers back into the schedule; every
+    /// [`TICK`] (or at once after a full claim), what changed written back and new
+    /// tasks claimed; the due tasks handed to the workers. The pause until the next.
+    async fn round(&mut self) -> Duration {
+        let settings = self.gateway.snapshot().tracker.clone();
+        if !settings.enabled {
+            return TICK;
+        }
+        let lease = Duration::from_millis(settings.lease_ms);
+        let now = Instant::now();
+        if now >= self.beat_due {
+            self.beat_due = now + (lease / 4).max(PAUSE);
+            self.beat(lease).await;
+        }
+        self.take_answers();
+        if self.alive && (now >= self.look_due || self.more) {
+            self.look_due = now + TICK;
+            self.look().await;
+        }
+        self.count().await;
+        self.hand_out();
+        if self.more {
+            return Duration::ZERO;
+        }
+        let next = self
+            .schedule
+            .peek()
+            .map_or(i64::MAX, |first| first.0.due_ms);
+        let wait =
+            Duration::from_millis((next - now_ms()).clamp(0, TICK.as_millis() as i64) as u64);
+        wait.max(PAUSE)
+    }
+
+    /// The heartbeat: `me` alive for `lease` more. When it had expired, the tasks
+    /// followed may be another replica's already: forgotten, and `me` starts again
+    /// under a new name.
+    async fn beat(&mut self, lease: Duration) {
+        let metrics = &self.gateway.metrics.tracker;
+        metrics.statement("heartbeat");
+        if self.alive {
+            match self.ledger.heartbeat(&self.me, lease).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    tracing::warn!(replica = %self.me, tasks = self.schedule.len(), "tracker: this replica's heartbeat had expired; its tasks are left to the others");
+                    let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
+                    self.me = format!("{}.{generation}", self.gateway.replica);
+                    self.schedule.clear();
+                    self.changed.clear();
+                    self.alive = false;
+                }
+                Err(e) => {
+                    self.gateway.metrics.ledger_errors.inc();
+                    tracing::warn!(error = %e, "tracker: the heartbeat cannot be written");
+                }
+            }
+        }
+        if !self.alive {
+            match self.ledger.register(&self.me, lease).await {
+                Ok(()) => self.alive = true,
+                Err(e) => {
+                    self.gateway.metrics.ledger_errors.inc();
+                    tracing::warn!(error = %e, "tracker: the heartbeat cannot be written");
+                }
+            }
+        }
+        self.orphans = true;
+    }
+
+    /// The answers back from the workers: each task back in the schedule, what is to
+    /// be written noted; a task that ended leaves.
+    fn take_answers(&mut self) {
+        let answered = std::mem::take(&mut *lock(&self.answered));
+        let generation = self.generation.load(Ordering::Relaxed);
+        for a in answered {
+            let Some((task, write)) = a.task else {
+                continue;
+            };
+            if a.generation != generation {
+                continue;
+            }
+            if write == Write::Yes {
+                self.changed.push(task.polled());
+            }
+            self.schedule.push(Reverse(task));
+        }
+    }
+
+    /// What changed written back, and tasks claimed: a dead replica's first (after a
+    /// heartbeat), then new ones. On SQLite, both reach the writer at once: one
+    /// transaction.
+    async fn look(&mut self) {
+        let changed = std::mem::take(&mut self.changed);
+        let (ledger, me) = (self.ledger.clone(), self.me.clone());
+        let orphans = self.orphans;
+        let metrics = &self.gateway.metrics.tracker;
+        let write_back = async {
+            for chunk in changed.chunks(CLAIM as usize) {
+                metrics.statement("polled");
+                if let Err(e) = ledger.polled(&me, chunk).await {
+                    self.gateway.metrics.ledger_errors.inc();
+                    tracing::warn!(tasks = chunk.len(), error = %e, "tracker: the ledger cannot be written");
+                }
+            }
+        };
+        let claim = async {
+            metrics.statement("lease");
+            let claimed = match orphans {
+                true => ledger.follow_orphans(&me, CLAIM).await,
+                false => ledger.follow_new(&me, CLAIM).await,
+            };
+            claimed.unwrap_or_else(|e| {
+                self.gateway.metrics.ledger_errors.inc();
+                tracing::warn!(error = %e, "tracker: the ledger cannot be read");
+                Vec::new()
+            })
+        };
+        let ((), claimed) = tokio::join!(write_back, claim);
+        let full = claimed.len() as i64 == CLAIM;
+        if orphans && !full {
+            // Every dead replica's tasks have a follower: its heartbeat goes.
+            self.orphans = false;
+            metrics.statement("heartbeat");
+            if let Err(e) = self.ledger.forget_dead().await {
+                self.gateway.metrics.ledger_errors.inc();
+                tracing::warn!(error = %e, "tracker: the ledger cannot be written");
+            }
+        }
+        // Looking for orphans first, new tasks at once after.
+        self.more = full || orphans;
+        for row in claimed {
+            if let Some(task) = Followed::of(row, &mut self.names) {
+                self.schedule.push(Reverse(task));
+            }
+        }
+    }
+
+    /// Hand the due tasks to the workers, as many as there is room for ahead of the
+    /// status requests, in the order due.
+    fn hand_out(&mut self) {
+        let now = now_ms();
+        let mut shares: Vec<Vec<Due>> = Vec::new();
+        for _ in 0..BATCH {
+            if self
+                .schedule
+                .peek()
+                .is_none_or(|first| first.0.due_ms > now)
+            {
+                break;
+            }
+            let Ok(held) = self.ahead.clone().try_acquire_owned() else {
+                break;
+            };
+            let Some(Reverse(task)) = self.schedule.pop() else {
+                break;
+            };
+            let Slots {
+                slots,
+                worker,
+                metrics,
+            } = self.slots(&task.provider);
+            if shares.len() <= worker {
+                shares.resize_with(worker + 1, Vec::new);
+            }
+            shares[worker].push(Due {
+                task,
+                slots,
+                metrics,
+                held,
+            });
+        }
+        for (worker, share) in shares.into_iter().enumerate() {
+            self.send(worker, share);
+        }
+    }
+
+    /// The slots of `provider`, and its worker: providers are given the workers in
+    /// turn, as they are first seen.
+    fn slots(&mut self, provider: &str) -> Slots {
         if let Some(slots) = self.in_flight.get(provider) {
             return slots.clone();
         }
@@ -161,41 +439,38 @@ impl Tracker {
         let slots = Slots {
             slots: Arc::new(Semaphore::new(limit)),
             worker: self.in_flight.len() % self.workers.len().max(1),
+            metrics: Arc::new(self.gateway.metrics.tracker.of_provider(provider)),
         };
         self.in_flight.insert(provider.to_string(), slots.clone());
         slots
     }
 
     /// Hand `batch` to `worker`: it sends each status request once its provider has
-    /// a slot free, in the order leased.
+    /// a slot free, in the order due.
     fn send(&self, worker: usize, batch: Vec<Due>) {
         if batch.is_empty() {
             return;
         }
         let (gateway, answered) = (self.gateway.clone(), self.answered.clone());
+        let current = self.generation.clone();
+        let generation = current.load(Ordering::Relaxed);
         let sending = async move {
             for due in batch {
                 let Ok(slot) = due.slots.acquire_owned().await else {
                     continue;
                 };
                 drop(due.held);
-                // A lease that ran out while its row waited (a provider answering
-                // slowly) is no longer ours: another look at the ledger may lease it.
-                if due
-                    .row
-                    .lease_until_ms
-                    .is_some_and(|until| now_ms() >= until)
-                {
+                // Tasks forgotten while this one waited (the heartbeat had expired)
+                // may be another replica's now.
+                if current.load(Ordering::Relaxed) != generation {
                     continue;
                 }
                 let (gateway, answered) = (gateway.clone(), answered.clone());
                 tokio::spawn(async move {
-                    let polled = poll(&gateway, due.row).await;
-                    // The slot is the provider's: the write-back does not hold it.
+                    let task = poll(&gateway, &due.metrics, due.task).await;
+                    // The slot is the provider's: the tracker's round does not hold it.
                     drop(slot);
-                    if let Some(polled) = polled {
-                        lock(&answered).push(polled);
-                    }
+                    lock(&answered).push(Answered { generation, task });
                 });
             }
         };
@@ -205,27 +480,34 @@ impl Tracker {
         }
     }
 
-    /// Write back what the polls since the last round learned, in statements of at
-    /// most [`WRITE_BACK`] tasks.
-    async fn write_back(&self) {
-        let answered = std::mem::take(&mut *lock(&self.answered));
-        for chunk in answered.chunks(WRITE_BACK) {
-            self.gateway.metrics.tracker.statement("polled");
-            if let Err(e) = self.ledger.polled(&self.me, chunk).await {
-                self.gateway.metrics.ledger_errors.inc();
-                tracing::warn!(tasks = chunk.len(), error = %e, "tracker: the ledger cannot be written");
-            }
+    /// The gateway stops: every task followed given back with its schedule, so that
+    /// another replica (or the next process) goes on with it at once.
+    async fn give_back(&mut self) {
+        if !self.alive {
+            return;
+        }
+        self.take_answers();
+        let mut tasks: Vec<Polled> = self.schedule.iter().map(|t| t.0.polled()).collect();
+        // What changed and was not written yet, of tasks being asked about now.
+        let scheduled: HashSet<i64> = self.schedule.iter().map(|t| t.0.row).collect();
+        let changed = std::mem::take(&mut self.changed);
+        tasks.extend(changed.into_iter().filter(|p| !scheduled.contains(&p.row)));
+        self.gateway.metrics.tracker.statement("give_back");
+        if let Err(e) = self.ledger.give_back(&self.me, &tasks).await {
+            self.gateway.metrics.ledger_errors.inc();
+            tracing::warn!(tasks = tasks.len(), error = %e, "tracker: the tasks followed cannot be given back; they are followed again once this replica's heartbeat expires");
         }
     }
 
-    /// Every few seconds: the unfinished tasks per provider and how late their most
-    /// overdue poll is, for the metrics. A provider counted before and not now has
+    /// Every few seconds: the unfinished tasks per provider (the ledger's, whoever
+    /// follows them) and how late the most overdue status request of those this
+    /// replica follows is, for the metrics. A provider counted before and not now has
     /// none left.
     async fn count(&mut self) {
-        if tokio::time::Instant::now() < self.count_due {
+        if Instant::now() < self.count_due {
             return;
         }
-        self.count_due = tokio::time::Instant::now() + COUNT_EVERY;
+        self.count_due = Instant::now() + COUNT_EVERY;
         let metrics = &self.gateway.metrics.tracker;
         metrics.statement("count");
         let tracked = match self.ledger.tracked().await {
@@ -237,9 +519,19 @@ impl Tracker {
             }
         };
         let now = now_ms();
+        // Each provider's most overdue task: a look at every task followed, every
+        // few seconds.
+        let mut late: HashMap<&str, i64> = HashMap::new();
+        for Reverse(task) in &self.schedule {
+            let by = now - task.due_ms;
+            if by > 0 {
+                let most = late.entry(&task.provider).or_insert(by);
+                *most = (*most).max(by);
+            }
+        }
         for t in &tracked {
-            let late = t.oldest_due_ms.map_or(0, |due| (now - due).max(0));
-            metrics.tracked(&t.provider, t.tasks, Duration::from_millis(late as u64));
+            let late = late.get(t.provider.as_str()).copied().unwrap_or(0);
+            metrics.tracked(&t.provider, t.tasks, millis(late));
         }
         for gone in &self.counted {
             if !tracked.iter().any(|t| &t.provider == gone) {
@@ -254,87 +546,93 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// Ask about one leased task; what is to be written back when it is not finished.
-async fn poll(gateway: &Gateway, row: TaskRecord) -> Option<Polled> {
-    let (Some(provider_name), Some(upstream_id)) = (&row.provider, &row.upstream_id) else {
-        return None;
-    };
+/// Ask about one followed task: the task back with its next status request, and
+/// whether that is to be written; `None` when it ended.
+async fn poll(
+    gateway: &Gateway,
+    metrics: &ProviderTracker,
+    mut task: Followed,
+) -> Option<(Followed, Write)> {
     let snapshot = gateway.snapshot();
     let max_age = Duration::from_secs(snapshot.tracker.max_age_hours.saturating_mul(3600));
-    let task = TaskRef {
-        provider: provider_name,
-        upstream_id,
-        model: &row.model,
-        kind: row.kind,
+    let of = TaskRef {
+        provider: &task.provider,
+        upstream_id: &task.upstream_id,
+        model: &task.model,
+        kind: task.kind,
     };
-    if now_ms() - row.created_ms > max_age.as_millis() as i64 {
-        gateway.tasks.give_up(&snapshot, task, expired()).await;
+    if now_ms() - task.created_ms > max_age.as_millis() as i64 {
+        gateway.tasks.give_up(&snapshot, of, expired()).await;
         return None;
     }
-    let Some(provider) = snapshot.providers.get(provider_name) else {
+    let Some(provider) = snapshot.providers.get(&*task.provider) else {
         // The provider left the configuration; look again later, it may come back.
-        let later = Duration::from_millis(snapshot.tracker.max_interval_ms);
-        let polled = Polled::answered(row.id, last_status(&row), now_ms(), later);
-        return Some(Polled {
-            answered_ms: row.updated_ms,
-            ..polled
-        });
+        task.due_ms = now_ms() + snapshot.tracker.max_interval_ms as i64;
+        return Some((task, Write::No));
     };
-    let metrics = &gateway.metrics.tracker;
     let sent = now_ms();
-    let due = row.next_poll_ms.unwrap_or(sent);
-    metrics.poll_sent(provider_name, millis(sent - due));
-    let status = match gateway.tasks.poll(&snapshot, task).await {
+    let due = task.due_ms;
+    metrics.poll_sent(millis(sent - due));
+    let (status, write) = match gateway.tasks.poll(&snapshot, of).await {
         Ok(found) => {
             let status = found.state.status;
             // Answered by the results cache: no status request was made.
             if found.upstream_time.is_some() {
-                metrics.status_request(provider_name, outcome(status));
+                metrics.status_request(outcome(status));
                 if status.is_terminal() {
-                    // Last known unfinished when the previous answer came (written
-                    // back with it), or at its submit.
-                    let gap = now_ms() - row.updated_ms;
-                    metrics.seen_finished(provider_name, millis(gap));
+                    let gap = now_ms() - task.known_ms;
+                    metrics.seen_finished(millis(gap));
                 }
             }
             if status.is_terminal() {
                 return None;
             }
-            status
+            let write = if status == task.status {
+                Write::No
+            } else {
+                Write::Yes
+            };
+            (status, write)
         }
         Err(e) => {
-            metrics.status_request(provider_name, "error");
-            tracing::debug!(provider = %provider_name, code = e.code, "tracker: status request failed");
+            metrics.status_request("error");
+            tracing::debug!(provider = %task.provider, code = e.code, "tracker: status request failed");
+            // Nothing learned: the task was last known unfinished when it was before.
+            let known = task.known_ms;
             let interval = next_interval(
-                &row,
-                last_status(&row),
+                &task,
+                task.status,
                 provider.poll_interval(),
                 &snapshot.tracker,
             );
-            // Nothing learned: the task was last known unfinished when it was before.
-            let polled = Polled::answered(row.id, last_status(&row), due, interval);
-            return Some(Polled {
-                answered_ms: row.updated_ms,
-                ..polled
-            });
+            let next = Polled::answered(task.row, task.status, due, interval);
+            task.due_ms = next.next_ms;
+            task.interval_ms = next.interval_ms;
+            task.known_ms = known;
+            return Some((task, Write::Yes));
         }
     };
-    let interval = next_interval(&row, status, provider.poll_interval(), &snapshot.tracker);
-    Some(Polled::answered(row.id, status, due, interval))
+    let interval = next_interval(&task, status, provider.poll_interval(), &snapshot.tracker);
+    let next = Polled::answered(task.row, status, due, interval);
+    task.status = status;
+    task.due_ms = next.next_ms;
+    task.interval_ms = next.interval_ms;
+    task.known_ms = next.answered_ms;
+    Some((task, write))
 }
 
 /// The provider's interval again after a change; otherwise half as long again, up to
 /// the configured maximum.
 fn next_interval(
-    row: &TaskRecord,
+    task: &Followed,
     status: TaskStatus,
     base: Duration,
     settings: &crate::config::TrackerConfig,
 ) -> Duration {
     let max = Duration::from_millis(settings.max_interval_ms).max(base);
-    let unchanged = row.status == Some(status);
-    match row.poll_interval_ms {
-        Some(ms) if unchanged => (Duration::from_millis(ms as u64) * 3 / 2).clamp(base, max),
+    let unchanged = task.status == status;
+    match task.interval_ms {
+        ms if ms > 0 && unchanged => (Duration::from_millis(ms as u64) * 3 / 2).clamp(base, max),
         _ => base,
     }
 }
@@ -353,8 +651,8 @@ fn millis(ms: i64) -> Duration {
     Duration::from_millis(ms.max(0) as u64)
 }
 
-fn last_status(row: &TaskRecord) -> TaskStatus {
-    match row.status {
+fn last_status(status: Option<TaskStatus>) -> TaskStatus {
+    match status {
         Some(TaskStatus::Processing) => TaskStatus::Processing,
         _ => TaskStatus::Queued,
     }

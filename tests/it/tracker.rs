@@ -229,9 +229,10 @@ async fn tracker_metrics(ledger: Option<&str>) {
     let gw = Gateway::start(routes).await;
     for id in ids {
         fake.on("POST /v2/model-center/tasks", Answer::queued(id));
+        // Submitted `queued`, then `processing`: a change, written back.
         fake.on(
             &format!("GET /v2/model-center/tasks/{id}"),
-            status(id, "queued"),
+            status(id, "processing"),
         );
         gw.client()
             .submit(MODEL_CENTER, DEMO, &json!({"model": "m1", "prompt": id}))
@@ -342,4 +343,286 @@ async fn clients_waiting_on_a_shared_ledger_add_no_statement_each() {
             "unchanged when its wait is over"
         );
     }
+}
+
+/// An answer that says what the ledger knows already is written nowhere: the
+/// tracker keeps its tasks' schedules in memory and writes back only a change.
+#[tokio::test]
+async fn an_unchanged_answer_adds_no_ledger_statement() {
+    let fake = Fake::start().await;
+    let ids = ["u0", "u1", "u2"];
+    let status = |id: &str, s: &str| Answer::json(200, json!({"id": id, "status": s}));
+    let routes = Routes::upstream(&fake.url(), "poll_interval_ms = 100")
+        .server("metrics_listen = \"127.0.0.1:0\"")
+        .top("[tracker]\nmax_interval_ms = 100");
+    let gw = Gateway::start(routes).await;
+    for id in ids {
+        fake.on("POST /v2/model-center/tasks", Answer::queued(id));
+        fake.on(
+            &format!("GET /v2/model-center/tasks/{id}"),
+            status(id, "queued"),
+        );
+        gw.client()
+            .submit(MODEL_CENTER, DEMO, &json!({"model": "m1", "prompt": id}))
+            .await;
+    }
+    let admin = gw.admin();
+    let unfinished =
+        r#"mediagate_tracker_status_requests_total{provider="up",outcome="unfinished"}"#;
+    let polled = r#"mediagate_tracker_ledger_statements_total{statement="polled"}"#;
+    eventually("every task asked about ten times", async || {
+        admin.metrics().await.sum(&[unfinished]) >= 30.0
+    })
+    .await;
+    let m = admin.metrics().await;
+    assert_eq!(m.sum(&[polled]), 0.0, "unchanged answers wrote nothing");
+    // A change is written, once.
+    fake.on("GET /v2/model-center/tasks/u1", status("u1", "processing"));
+    let asked = m.sum(&[unfinished]);
+    eventually("the change written back", async || {
+        admin.metrics().await.sum(&[polled]) >= 1.0
+    })
+    .await;
+    eventually("every task asked about ten times more", async || {
+        admin.metrics().await.sum(&[unfinished]) >= asked + 30.0
+    })
+    .await;
+    let m = admin.metrics().await;
+    assert_eq!(m.sum(&[polled]), 1.0, "one change, one statement");
+    assert_eq!(m.sum(&["mediagate_ledger_errors_total"]), 0.0);
+    let listed = gw.client().get(MODEL_CENTER, DEMO).await.json();
+    let statuses: Vec<_> = listed["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["status"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(statuses.iter().filter(|s| *s == "processing").count(), 1);
+}
+
+/// A replica killed with SIGKILL says nothing to anybody: once its heartbeat expires
+/// (`lease_ms`), the other replica follows its unfinished tasks, and a client waiting
+/// there hears how they ended.
+#[tokio::test]
+async fn a_killed_replica_s_tasks_are_followed_by_the_other_once_its_heartbeat_expires() {
+    let pg = Postgres::start();
+    let url = pg.database("killed");
+    let fake = Fake::start().await;
+    let ids = ["k0", "k1", "k2"];
+    let status = |id: &str, s: &str| {
+        Answer::json(
+            200,
+            json!({"id": id, "status": s, "urls": ["https://cdn.example/x.mp4"]}),
+        )
+    };
+    let routes = Routes::upstream(&fake.url(), "poll_interval_ms = 200")
+        .top(&format!("[ledger]\nurl = {url:?}"))
+        .top("[tracker]\nlease_ms = 1000")
+        .render();
+    let secret = "a-task-secret-shared-by-both-replicas-0123456789";
+    let dir = || crate::support::ConfigDir::new(&routes).with("task-secret", secret);
+    let mut a = Proc::start_in(dir(), &[], &[]).await;
+    let mut tasks = Vec::new();
+    for id in ids {
+        fake.on("POST /v2/model-center/tasks", Answer::queued(id));
+        fake.on(
+            &format!("GET /v2/model-center/tasks/{id}"),
+            status(id, "queued"),
+        );
+        let task = json!({"model": "m1", "prompt": id});
+        tasks.push(a.client().submit_id(MODEL_CENTER, DEMO, &task).await);
+    }
+    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+    let followers = async || -> Vec<Option<String>> {
+        sqlx::query_scalar("SELECT lease_owner FROM tasks ORDER BY id")
+            .fetch_all(&pool)
+            .await
+            .unwrap()
+    };
+    eventually("the only replica follows every task", async || {
+        followers().await.iter().all(Option::is_some)
+    })
+    .await;
+    let first = followers().await;
+    let b = Proc::start_in(dir(), &[], &[]).await;
+    a.kill();
+    // Clients wait on the survivor (each wait asks once, and hears `queued`); then
+    // the tasks end upstream, and only a tracker can tell the waiting clients.
+    let waits: Vec<_> = tasks
+        .iter()
+        .map(|id| {
+            let (http, path) = (
+                b.client(),
+                format!("{MODEL_CENTER}/{id}?wait=20&status=queued"),
+            );
+            tokio::spawn(async move { http.get(&path, DEMO).await.json()["status"].clone() })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for id in ids {
+        fake.on(
+            &format!("GET /v2/model-center/tasks/{id}"),
+            status(id, "completed"),
+        );
+    }
+    for wait in waits {
+        assert_eq!(wait.await.unwrap(), "completed", "woken, not timed out");
+    }
+    let states: Vec<String> = sqlx::query_scalar("SELECT state FROM tasks")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    assert_eq!(states, ["completed"; 3]);
+    assert!(first.iter().all(|f| f == &first[0]), "{first:?}");
+}
+
+/// A replica paused for longer than its heartbeat holds (a stalled process) finds on
+/// waking that the other follows its tasks now: it leaves them to it, and they end as
+/// usual.
+#[tokio::test]
+async fn a_replica_paused_past_its_heartbeat_leaves_its_tasks_to_the_other() {
+    let pg = Postgres::start();
+    let url = pg.database("paused");
+    let fake = Fake::start().await;
+    let ids = ["p0", "p1"];
+    let status = |id: &str, s: &str| {
+        Answer::json(
+            200,
+            json!({"id": id, "status": s, "urls": ["https://cdn.example/x.mp4"]}),
+        )
+    };
+    let routes = Routes::upstream(&fake.url(), "poll_interval_ms = 200")
+        .top(&format!("[ledger]\nurl = {url:?}"))
+        .top("[tracker]\nlease_ms = 1000")
+        .render();
+    let secret = "a-task-secret-shared-by-both-replicas-0123456789";
+    let dir = || crate::support::ConfigDir::new(&routes).with("task-secret", secret);
+    let a = Proc::start_in(dir(), &[], &[]).await;
+    for id in ids {
+        fake.on("POST /v2/model-center/tasks", Answer::queued(id));
+        fake.on(
+            &format!("GET /v2/model-center/tasks/{id}"),
+            status(id, "queued"),
+        );
+        let task = json!({"model": "m1", "prompt": id});
+        a.client().submit(MODEL_CENTER, DEMO, &task).await;
+    }
+    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+    let followers = async || -> Vec<Option<String>> {
+        sqlx::query_scalar("SELECT lease_owner FROM tasks ORDER BY id")
+            .fetch_all(&pool)
+            .await
+            .unwrap()
+    };
+    eventually("the only replica follows every task", async || {
+        followers().await.iter().all(Option::is_some)
+    })
+    .await;
+    let first = followers().await[0].clone();
+    let b = Proc::start_in(dir(), &[], &[]).await;
+    a.pause(true);
+    eventually("the other replica follows them", async || {
+        followers().await.iter().all(|f| f.is_some() && f != &first)
+    })
+    .await;
+    let second = followers().await;
+    a.pause(false);
+    a.wait_for_log("heartbeat had expired", 1).await;
+    // Its next look claims nothing the other follows.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(followers().await, second);
+    for id in ids {
+        fake.on(
+            &format!("GET /v2/model-center/tasks/{id}"),
+            status(id, "completed"),
+        );
+    }
+    let states = async || -> Vec<String> {
+        sqlx::query_scalar("SELECT state FROM tasks")
+            .fetch_all(&pool)
+            .await
+            .unwrap()
+    };
+    eventually("both tasks end", async || {
+        states().await == ["completed"; 2]
+    })
+    .await;
+    assert!(b.count_in_log("heartbeat had expired") == 0, "{}", b.log());
+}
+
+/// A gateway restarted on its SQLite ledger (the one before killed with SIGKILL)
+/// follows the tasks the one before followed at once: the file is one process's,
+/// so the old heartbeat (`lease_ms`, 30 s, longer than this test waits for anything)
+/// need not expire first. Stopped cleanly, it gives them back for the next one.
+#[tokio::test]
+async fn a_gateway_restarted_on_its_sqlite_ledger_follows_the_tasks_of_the_one_before() {
+    let fake = Fake::start().await;
+    let ids = ["r0", "r1"];
+    let status = |id: &str, s: &str| {
+        Answer::json(
+            200,
+            json!({"id": id, "status": s, "urls": ["https://cdn.example/x.mp4"]}),
+        )
+    };
+    let routes = Routes::upstream(&fake.url(), "poll_interval_ms = 200").render();
+    let mut gw = Proc::start(&routes).await;
+    let mut tasks = Vec::new();
+    for id in ids {
+        fake.on("POST /v2/model-center/tasks", Answer::queued(id));
+        fake.on(
+            &format!("GET /v2/model-center/tasks/{id}"),
+            status(id, "queued"),
+        );
+        let task = json!({"model": "m1", "prompt": id});
+        tasks.push(gw.client().submit_id(MODEL_CENTER, DEMO, &task).await);
+    }
+    let mut asked = Vec::new();
+    eventually("both tasks followed", async || {
+        asked.extend(fake.take().into_iter().filter(|s| s.method == "GET"));
+        ids.iter()
+            .all(|id| asked.iter().any(|s| s.path.ends_with(id)))
+    })
+    .await;
+    gw.restart().await;
+    fake.on("GET /v2/model-center/tasks/r0", status("r0", "completed"));
+    // Nobody queries the tasks: the ledger learns how the first ended.
+    eventually("the restarted gateway follows the tasks", async || {
+        ended(&gw.client(), &tasks).await == ["completed", "queued"]
+    })
+    .await;
+    gw.signal("TERM").await;
+    gw.wait_exit(Duration::from_secs(20)).await;
+    let db = gw.dir().path().join(".mediagate/ledger.db");
+    let conn = rusqlite::Connection::open(db).unwrap();
+    let followers: Vec<Option<String>> = conn
+        .prepare("SELECT lease_owner FROM tasks WHERE state = 'submitted'")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(followers, [None], "given back at the stop");
+    fake.on("GET /v2/model-center/tasks/r1", status("r1", "completed"));
+    gw.restart().await;
+    eventually("the next gateway follows the task given back", async || {
+        ended(&gw.client(), &tasks).await == ["completed", "completed"]
+    })
+    .await;
+}
+
+/// The statuses the listing (the ledger) gives `tasks`, in order.
+async fn ended(http: &crate::support::Http, tasks: &[String]) -> Vec<String> {
+    let listed = http.get(MODEL_CENTER, DEMO).await.json();
+    let items = listed["data"].as_array().cloned().unwrap_or_default();
+    tasks
+        .iter()
+        .map(|id| {
+            items
+                .iter()
+                .find(|t| t["id"] == id.as_str())
+                .and_then(|t| t["status"].as_str())
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect()
 }

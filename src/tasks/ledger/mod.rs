@@ -104,6 +104,9 @@ impl LedgerUrl {
 /// suffice; past them the submit is refused as the ledger being unavailable.
 const ADMIT_ATTEMPTS: usize = 3;
 
+/// Tasks given back by one statement at most (its JSON text: about 40 bytes each).
+const GIVEN_BACK_AT_ONCE: usize = 512;
+
 /// The open ledger.
 pub struct Ledger {
     /// A trait object rather than an enum of the two stores: every call through it
@@ -352,39 +355,110 @@ impl Ledger {
         Ok(changed == 1)
     }
 
-    /// Lease up to `limit` tasks due for a status request to `owner` (this replica)
-    /// for `lease`; rows another replica holds are left to it.
-    pub async fn claim_due(
-        &self,
-        owner: &str,
-        lease: Duration,
-        limit: i64,
-    ) -> Result<Vec<TaskRecord>, LedgerError> {
+    /// `me` (this replica) is alive for `alive`: its first heartbeat. On SQLite, whose
+    /// file is one process's, every other replica is dead from now: their tasks are
+    /// followed at once.
+    pub async fn register(&self, me: &str, alive: Duration) -> Result<(), LedgerError> {
         let now = now_ms();
-        let until = now + lease.as_millis() as i64;
-        let claim = PerEngine {
-            sqlite: record::CLAIM_SQLITE,
-            postgres: record::CLAIM_POSTGRES,
-        };
-        let args = params![owner, until, now, limit];
-        self.store.write_tasks(claim, args).await
+        if !self.shared() {
+            self.store.execute(record::OTHERS_DEAD, params![me]).await?;
+        }
+        let until = now + alive.as_millis() as i64;
+        self.store
+            .execute(record::REGISTER, params![me, until])
+            .await?;
+        Ok(())
     }
 
-    /// The tracker asked about tasks `owner` leased and they are not finished: each
-    /// one's status and next request written, and its lease given back, by one
-    /// statement. The rows changed (a lease lost meanwhile is left alone).
-    pub async fn polled(&self, owner: &str, polled: &[Polled]) -> Result<usize, LedgerError> {
+    /// `me` is alive for `alive` more; false when it was not alive any more (its
+    /// heartbeat expired: its tasks may be followed by another replica already).
+    pub async fn heartbeat(&self, me: &str, alive: Duration) -> Result<bool, LedgerError> {
+        let now = now_ms();
+        let until = now + alive.as_millis() as i64;
+        let args = params![me, until, now];
+        Ok(self.store.execute(record::HEARTBEAT, args).await? == 1)
+    }
+
+    /// Up to `limit` unfinished tasks nobody follows (new submits, tasks given back),
+    /// followed by `me` from now; none when `me`'s heartbeat expired.
+    pub async fn follow_new(&self, me: &str, limit: i64) -> Result<Vec<TaskRecord>, LedgerError> {
+        let claim = PerEngine {
+            sqlite: record::FOLLOW_NEW_SQLITE,
+            postgres: record::FOLLOW_NEW_POSTGRES,
+        };
+        self.store
+            .write_tasks(claim, params![me, now_ms(), limit])
+            .await
+    }
+
+    /// Up to `limit` unfinished tasks of the replica whose heartbeat expired longest
+    /// ago, followed by `me` from now; none when `me`'s heartbeat expired.
+    pub async fn follow_orphans(
+        &self,
+        me: &str,
+        limit: i64,
+    ) -> Result<Vec<TaskRecord>, LedgerError> {
+        let claim = PerEngine {
+            sqlite: record::FOLLOW_ORPHANS_SQLITE,
+            postgres: record::FOLLOW_ORPHANS_POSTGRES,
+        };
+        self.store
+            .write_tasks(claim, params![me, now_ms(), limit])
+            .await
+    }
+
+    /// Dead replicas whose tasks are all followed by others now, forgotten.
+    pub async fn forget_dead(&self) -> Result<usize, LedgerError> {
+        self.store
+            .execute(record::FORGET_DEAD, params![now_ms()])
+            .await
+    }
+
+    /// The tracker asked about tasks `me` follows and they are not finished: each
+    /// one's status and schedule written by one statement (a task another replica
+    /// follows now is left alone). The rows changed.
+    pub async fn polled(&self, me: &str, polled: &[Polled]) -> Result<usize, LedgerError> {
+        self.write_polled(me, polled, false).await
+    }
+
+    /// `me` stops: the tasks it follows given back with their schedule (`polled`,
+    /// one statement), then any other it still follows, then its heartbeat.
+    pub async fn give_back(&self, me: &str, polled: &[Polled]) -> Result<usize, LedgerError> {
+        let mut given = 0;
+        for chunk in polled.chunks(GIVEN_BACK_AT_ONCE) {
+            given += self.write_polled(me, chunk, true).await?;
+        }
+        given += self
+            .store
+            .execute(record::GIVE_BACK_REST, params![me])
+            .await?;
+        self.store.execute(record::LEAVE, params![me]).await?;
+        Ok(given)
+    }
+
+    async fn write_polled(
+        &self,
+        me: &str,
+        polled: &[Polled],
+        give_back: bool,
+    ) -> Result<usize, LedgerError> {
         if polled.is_empty() {
             return Ok(0);
         }
         let list = record::polled_json(polled);
         let sql = PerEngine {
-            sqlite: record::SET_POLLED_SQLITE,
+            sqlite: if give_back {
+                record::SET_GIVEN_BACK_SQLITE
+            } else {
+                record::SET_POLLED_SQLITE
+            },
             postgres: record::SET_POLLED_POSTGRES,
         };
-        self.store
-            .execute_in(sql, params![owner, list.as_str()])
-            .await
+        let args = match self.shared() {
+            true => params![me, list.as_str(), i64::from(give_back)],
+            false => params![me, list.as_str()],
+        };
+        self.store.execute_in(sql, args).await
     }
 
     /// A page of an owner's tasks on one endpoint, newest first. `after` is the
@@ -515,11 +589,9 @@ impl Ledger {
         Ok(count.unwrap_or(0))
     }
 
-    /// The unfinished tasks per provider, with the earliest due poll of those no
-    /// replica is asking about now.
+    /// The unfinished tasks per provider, whoever follows them.
     pub async fn tracked(&self) -> Result<Vec<Tracked>, LedgerError> {
-        let args = params![now_ms()];
-        self.store.reads().tracked(record::TRACKED, args).await
+        self.store.reads().tracked(record::TRACKED, params![]).await
     }
 
     /// Usage per key, model and UTC day since `since_ms`, for operators.
@@ -678,10 +750,12 @@ mod tests {
         assert!(other.unwrap().is_empty(), "another provider's");
     }
 
-    /// The tracker's write-back: one statement for every task it asked about, each
-    /// with its own status and next request, only where its lease is still held.
+    /// The tracker's ledger side: a replica follows the unfinished tasks nobody
+    /// follows, writes back what its status requests taught by one statement, only
+    /// of tasks it still follows, and gives them back with their schedule when it
+    /// stops; a dead replica's tasks are followed by another, in batches.
     #[tokio::test]
-    async fn polled_tasks_are_written_back_by_one_statement_under_their_leases() {
+    async fn followed_tasks_are_written_back_by_one_statement_and_given_back() {
         let dir = tempfile::tempdir().unwrap();
         let l = ledger(&dir).await;
         let mut rows = Vec::new();
@@ -702,11 +776,14 @@ mod tests {
             l.created(row, &c).await.unwrap();
             rows.push(row);
         }
-        let claimed = l
-            .claim_due("me", Duration::from_secs(30), 10)
-            .await
-            .unwrap();
+        let alive = Duration::from_secs(30);
+        // No heartbeat, no task.
+        assert!(l.follow_new("me", 10).await.unwrap().is_empty());
+        l.register("me", alive).await.unwrap();
+        let claimed = l.follow_new("me", 10).await.unwrap();
         assert_eq!(claimed.len(), 3);
+        assert!(l.follow_new("me", 10).await.unwrap().is_empty(), "followed");
+        assert!(l.heartbeat("me", alive).await.unwrap());
         let before = batches(&l);
         let due = claimed[0].next_poll_ms.unwrap();
         let polled = [
@@ -725,7 +802,7 @@ mod tests {
         assert!(late.next_ms >= late.answered_ms + 5000, "{late:?}");
         assert_eq!(l.polled("me", &polled).await.unwrap(), 2);
         assert_eq!(batches(&l), before + 1, "one statement, one batch");
-        // Another replica's write-back of a lease it does not hold changes nothing.
+        // Another replica's write-back of a task it does not follow changes nothing.
         let other = [Polled::answered(
             rows[2],
             TaskStatus::Processing,
@@ -738,18 +815,49 @@ mod tests {
             assert_eq!(r.status, Some(p.status));
             assert_eq!(r.poll_interval_ms, Some(p.interval_ms));
             assert_eq!(r.next_poll_ms, Some(p.next_ms));
-            assert_eq!((r.lease_owner, r.updated_ms), (None, p.answered_ms));
+            assert_eq!(r.updated_ms, p.answered_ms);
+            assert_eq!(r.lease_owner.as_deref(), Some("me"), "still followed");
         }
         let held = l.row(rows[2]).await.unwrap().unwrap();
         assert_eq!(
             (held.status, held.lease_owner.as_deref()),
             (Some(TaskStatus::Queued), Some("me"))
         );
-        // Counted: three unfinished tasks; the earliest due poll of those not leased.
         let tracked = l.tracked().await.unwrap();
         assert_eq!(tracked.len(), 1);
         assert_eq!((tracked[0].provider.as_str(), tracked[0].tasks), ("p", 3));
-        assert_eq!(tracked[0].oldest_due_ms, Some(polled[1].next_ms));
+
+        // Stopping: the schedules given, and every task followed given back.
+        let given = [Polled::answered(
+            rows[2],
+            TaskStatus::Queued,
+            due,
+            Duration::from_secs(9),
+        )];
+        assert_eq!(l.give_back("me", &given).await.unwrap(), 3);
+        let r = l.row(rows[2]).await.unwrap().unwrap();
+        assert_eq!(
+            (r.lease_owner, r.next_poll_ms),
+            (None, Some(given[0].next_ms))
+        );
+        assert!(!l.heartbeat("me", alive).await.unwrap(), "gone");
+
+        // Another follows them; it dies (on SQLite, a replica registering makes every
+        // other one dead): a third follows its tasks, in batches.
+        l.register("other", alive).await.unwrap();
+        assert_eq!(l.follow_new("other", 10).await.unwrap().len(), 3);
+        l.register("third", alive).await.unwrap();
+        assert!(!l.heartbeat("other", alive).await.unwrap());
+        assert!(l.follow_new("other", 10).await.unwrap().is_empty(), "dead");
+        assert!(l.follow_new("third", 10).await.unwrap().is_empty());
+        assert_eq!(l.follow_orphans("third", 2).await.unwrap().len(), 2);
+        assert_eq!(l.forget_dead().await.unwrap(), 0, "it still has a task");
+        assert_eq!(l.follow_orphans("third", 2).await.unwrap().len(), 1);
+        assert_eq!(l.forget_dead().await.unwrap(), 1);
+        for row in &rows {
+            let r = l.row(*row).await.unwrap().unwrap();
+            assert_eq!(r.lease_owner.as_deref(), Some("third"));
+        }
     }
 
     /// The operator resolved a task of unknown outcome; the provider's answer to its
@@ -1590,7 +1698,8 @@ mod tests {
             corrupt(l.row(row).await.unwrap_err()),
             ("kind", "audio".into())
         );
-        let claimed = l.claim_due("me", Duration::from_secs(30), 10).await;
+        l.register("me", Duration::from_secs(30)).await.unwrap();
+        let claimed = l.follow_new("me", 10).await;
         assert_eq!(corrupt(claimed.unwrap_err()).0, "kind");
         let again = l.admit(&new("a", Some("k"), "fp")).await;
         assert_eq!(corrupt(again.unwrap_err()).0, "kind");

@@ -391,8 +391,6 @@ pub struct UsageRow {
 pub struct Tracked {
     pub provider: String,
     pub tasks: i64,
-    /// The earliest due time of a status request of one no replica holds.
-    pub oldest_due_ms: Option<i64>,
 }
 
 /// Where a listing's page starts: after this task, which the previous page ended with.
@@ -559,27 +557,59 @@ pub(super) const SPENT_SINCE: &str = "SELECT CAST(COALESCE(SUM(micros), 0) AS BI
 /// in batches: `postgres_submits.rs`.)
 pub(super) const INSERT_SQLITE: &str = "INSERT INTO tasks (owner, endpoint, model, kind, fingerprint, idempotency_key, video_seconds, state, provider, created_ms, updated_ms, callback_url, keep_days, cost_estimate, price_params) VALUES ($1, $2, $3, $4, $5, $6, $7, 'submitting', $9, $8, $8, $10, $11, $12, $13) ON CONFLICT (owner, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING";
 pub(super) const SET_CREATED: &str = "UPDATE tasks SET state = 'submitted', provider = $2, upstream_id = $3, task_id = $4, status = $5, answer_status = $6, answer_body = $7, updated_ms = $8, next_poll_ms = $8 + $9, poll_interval_ms = $9 WHERE id = $1 AND finished_ms IS NULL";
-/// Due tasks no other replica holds, leased to `$1` until `$2`. SQLite has one
-/// writer at a time, so the statement itself is the lock.
-pub(super) const CLAIM_SQLITE: &str = concat!(
-    "UPDATE tasks SET lease_owner = $1, lease_until_ms = $2 WHERE id IN (SELECT id FROM tasks WHERE state = 'submitted' AND next_poll_ms <= $3 AND (lease_until_ms IS NULL OR lease_until_ms < $3) ORDER BY next_poll_ms LIMIT $4) RETURNING ",
+/// Unfinished tasks nobody follows (new submits, tasks given back), up to `$3`, now
+/// followed by `$1`, provided its heartbeat holds at `$2`: a replica that lost its
+/// heartbeat claims nothing under its name. SQLite has one writer at a time, so the
+/// statement itself is the lock. Found through `tasks_due (state, lease_owner)`.
+pub(super) const FOLLOW_NEW_SQLITE: &str = concat!(
+    "UPDATE tasks SET lease_owner = $1, lease_until_ms = NULL WHERE id IN (SELECT id FROM tasks WHERE state = 'submitted' AND lease_owner IS NULL LIMIT $3) AND EXISTS (SELECT 1 FROM replicas WHERE name = $1 AND alive_until_ms >= $2) RETURNING ",
     columns!()
 );
 /// The same on PostgreSQL: rows another replica is claiming right now are skipped,
 /// never waited for.
-pub(super) const CLAIM_POSTGRES: &str = concat!(
-    "UPDATE tasks SET lease_owner = $1, lease_until_ms = $2 WHERE id IN (SELECT id FROM tasks WHERE state = 'submitted' AND next_poll_ms <= $3 AND (lease_until_ms IS NULL OR lease_until_ms < $3) ORDER BY next_poll_ms LIMIT $4 FOR UPDATE SKIP LOCKED) RETURNING ",
+pub(super) const FOLLOW_NEW_POSTGRES: &str = concat!(
+    "UPDATE tasks SET lease_owner = $1, lease_until_ms = NULL WHERE id IN (SELECT id FROM tasks WHERE state = 'submitted' AND lease_owner IS NULL LIMIT $3 FOR UPDATE SKIP LOCKED) AND EXISTS (SELECT 1 FROM replicas WHERE name = $1 AND alive_until_ms >= $2) RETURNING ",
     columns!()
 );
-/// What status requests of tasks leased to `$1` learned, `$2` a JSON list of
+/// Unfinished tasks of the replica whose heartbeat expired longest ago (before `$2`),
+/// up to `$3`, now followed by `$1` (its own heartbeat holding).
+pub(super) const FOLLOW_ORPHANS_SQLITE: &str = concat!(
+    "UPDATE tasks SET lease_owner = $1, lease_until_ms = NULL WHERE id IN (SELECT id FROM tasks WHERE state = 'submitted' AND lease_owner = (SELECT name FROM replicas WHERE alive_until_ms < $2 ORDER BY alive_until_ms LIMIT 1) LIMIT $3) AND EXISTS (SELECT 1 FROM replicas WHERE name = $1 AND alive_until_ms >= $2) RETURNING ",
+    columns!()
+);
+pub(super) const FOLLOW_ORPHANS_POSTGRES: &str = concat!(
+    "UPDATE tasks SET lease_owner = $1, lease_until_ms = NULL WHERE id IN (SELECT id FROM tasks WHERE state = 'submitted' AND lease_owner = (SELECT name FROM replicas WHERE alive_until_ms < $2 ORDER BY alive_until_ms LIMIT 1) LIMIT $3 FOR UPDATE SKIP LOCKED) AND EXISTS (SELECT 1 FROM replicas WHERE name = $1 AND alive_until_ms >= $2) RETURNING ",
+    columns!()
+);
+/// A replica `$1` alive until `$2`, whether it was known or not.
+pub(super) const REGISTER: &str = "INSERT INTO replicas (name, alive_until_ms) VALUES ($1, $2) ON CONFLICT (name) DO UPDATE SET alive_until_ms = excluded.alive_until_ms";
+/// On SQLite, whose file is one process's: every other replica is dead, so that a
+/// restarted gateway follows its predecessor's tasks at once.
+pub(super) const OTHERS_DEAD: &str =
+    "UPDATE replicas SET alive_until_ms = 0 WHERE name <> $1 AND alive_until_ms > 0";
+/// The heartbeat of `$1`, alive until `$2`; nothing when it was not alive at `$3`
+/// (its tasks may be another's already).
+pub(super) const HEARTBEAT: &str =
+    "UPDATE replicas SET alive_until_ms = $2 WHERE name = $1 AND alive_until_ms >= $3";
+/// Dead replicas (at `$1`) that follow no task any more.
+pub(super) const FORGET_DEAD: &str = "DELETE FROM replicas WHERE alive_until_ms < $1 AND NOT EXISTS (SELECT 1 FROM tasks WHERE state = 'submitted' AND lease_owner = replicas.name)";
+/// A replica stopping: the tasks it still follows given back, then its heartbeat.
+pub(super) const GIVE_BACK_REST: &str =
+    "UPDATE tasks SET lease_owner = NULL WHERE state = 'submitted' AND lease_owner = $1";
+pub(super) const LEAVE: &str = "DELETE FROM replicas WHERE name = $1";
+/// What status requests of tasks `$1` follows learned, `$2` a JSON list of
 /// `[row, status, next_poll_ms, interval_ms, answered_ms]` ([`polled_json`]): the
-/// status, the next request, the lease given back.
-pub(super) const SET_POLLED_SQLITE: &str = "UPDATE tasks SET status = p.value ->> 1, next_poll_ms = p.value ->> 2, poll_interval_ms = p.value ->> 3, lease_owner = NULL, lease_until_ms = NULL, updated_ms = p.value ->> 4 FROM json_each($2) AS p WHERE tasks.id = p.value ->> 0 AND tasks.lease_owner = $1";
-/// [`SET_POLLED_SQLITE`] on PostgreSQL, row by row (PostgreSQL migration 0008: a join's plan,
-/// kept by the connection, could scan the whole table each time); a row per row changed.
-pub(super) const SET_POLLED_POSTGRES: &str = "SELECT mediagate_polled($1, $2::jsonb)";
+/// status and the schedule, written when the status changed or the request failed.
+pub(super) const SET_POLLED_SQLITE: &str = "UPDATE tasks SET status = p.value ->> 1, next_poll_ms = p.value ->> 2, poll_interval_ms = p.value ->> 3, updated_ms = p.value ->> 4 FROM json_each($2) AS p WHERE tasks.id = p.value ->> 0 AND tasks.lease_owner = $1 AND tasks.state = 'submitted'";
+/// [`SET_POLLED_SQLITE`] of a replica stopping: every task it follows given back with
+/// its schedule, for the next follower to go on with.
+pub(super) const SET_GIVEN_BACK_SQLITE: &str = "UPDATE tasks SET status = p.value ->> 1, next_poll_ms = p.value ->> 2, poll_interval_ms = p.value ->> 3, updated_ms = p.value ->> 4, lease_owner = NULL FROM json_each($2) AS p WHERE tasks.id = p.value ->> 0 AND tasks.lease_owner = $1 AND tasks.state = 'submitted'";
+/// Both on PostgreSQL, row by row (PostgreSQL migrations 0008 and 0011: a join's plan,
+/// kept by the connection, could scan the whole table each time); a row per row
+/// changed. `$3`: 1 to give the tasks back.
+pub(super) const SET_POLLED_POSTGRES: &str = "SELECT mediagate_followed($1, $2::jsonb, $3 = 1)";
 
-/// What a status request of a leased, unfinished task learned.
+/// What a status request of a followed, unfinished task learned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Polled {
     pub row: i64,
@@ -665,9 +695,8 @@ pub(super) const EXPIRE_SUBMITTING: &str = concat!(
 );
 pub(super) const FORGET_KEYS: &str =
     "UPDATE tasks SET idempotency_key = NULL WHERE idempotency_key IS NOT NULL AND created_ms < $1";
-/// The unfinished tasks per provider, and the earliest due poll of those not leased at
-/// `$1` (a leased one is being asked about).
-pub(super) const TRACKED: &str = "SELECT COALESCE(provider, '') AS provider, COUNT(*) AS tasks, MIN(CASE WHEN lease_until_ms IS NULL OR lease_until_ms < $1 THEN next_poll_ms END) AS oldest_due_ms FROM tasks WHERE state = 'submitted' GROUP BY provider";
+/// The unfinished tasks per provider (whoever follows them).
+pub(super) const TRACKED: &str = "SELECT COALESCE(provider, '') AS provider, COUNT(*) AS tasks FROM tasks WHERE state = 'submitted' GROUP BY provider";
 pub(super) const COUNT_STATE: &str = "SELECT COUNT(*) FROM tasks WHERE state = $1";
 /// Usage per key, model and UTC day, of the rows created from `$2` to before `$3`
 /// whose owner is `$1` (the filter given), plus what pruned rows of the same days
@@ -874,8 +903,10 @@ mod tests {
         for sql in [
             SELECT_BY_ROW,
             EXPIRE_SUBMITTING,
-            CLAIM_SQLITE,
-            CLAIM_POSTGRES,
+            FOLLOW_NEW_SQLITE,
+            FOLLOW_NEW_POSTGRES,
+            FOLLOW_ORPHANS_SQLITE,
+            FOLLOW_ORPHANS_POSTGRES,
         ] {
             assert!(sql.contains(columns!()), "{sql}");
         }

@@ -142,7 +142,6 @@ impl Reader for SqliteReads {
             Ok(Tracked {
                 provider: row.get(0)?,
                 tasks: row.get(1)?,
-                oldest_due_ms: row.get(2)?,
             })
         })
     }

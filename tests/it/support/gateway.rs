@@ -337,6 +337,20 @@ impl Proc {
         assert!(ok, "kill -{sig} {pid}");
     }
 
+    /// Pause (SIGSTOP) or resume (SIGCONT) the process: a stall no handler sees, as
+    /// of a process swapped out or a machine suspended.
+    pub fn pause(&self, paused: bool) {
+        let pid = self.child.as_ref().expect("running").id();
+        let sig = if paused { "-STOP" } else { "-CONT" };
+        let ok = Command::new("kill")
+            .arg(sig)
+            .arg(pid.to_string())
+            .status()
+            .expect("kill runs")
+            .success();
+        assert!(ok, "kill {sig} {pid}");
+    }
+
     /// Rewrite the routes file, send SIGHUP, and wait for the outcome to be logged.
     /// True when the new file was taken.
     pub async fn reload_with(&self, routes: &str) -> bool {

@@ -1,0 +1,41 @@
+-- Replicas follow tasks rather than lease a row per status request (issue #34): a
+-- task's `lease_owner` names the replica that follows it, for as long as that replica
+-- is alive, and the replica keeps the task's schedule in memory; only what changes is
+-- written back. A replica proves it is alive by its row here, refreshed every quarter
+-- of `[tracker] lease_ms`; the tasks of a replica whose row expired are claimed by
+-- the others.
+CREATE TABLE replicas (
+    name TEXT PRIMARY KEY,
+    alive_until_ms BIGINT NOT NULL
+);
+-- The leases of the per-poll scheme hold nothing now: every unfinished task is
+-- claimed afresh.
+UPDATE tasks SET lease_owner = NULL, lease_until_ms = NULL WHERE state = 'submitted' AND lease_owner IS NOT NULL;
+-- Unfinished tasks are now found by their follower (none: new submits, tasks given
+-- back; a dead replica's), no longer by their next poll, which the follower keeps.
+-- Still the index of states for every query by state.
+DROP INDEX tasks_due;
+CREATE INDEX tasks_due ON tasks (state, lease_owner);
+
+-- The tracker's write-back (`record::SET_POLLED_SQLITE`'s list: `[id, status, next
+-- poll, interval, answered]` per task) of tasks `p_owner` follows, row by row (see
+-- 0008); `p_give_back`: the tasks are given back (no follower) as well. The ids of
+-- the rows changed, one row each.
+CREATE FUNCTION mediagate_followed(p_owner TEXT, p JSONB, p_give_back BOOLEAN)
+RETURNS SETOF BIGINT LANGUAGE plpgsql AS $$
+DECLARE
+    e JSONB;
+    changed BIGINT;
+BEGIN
+    FOR e IN SELECT value FROM jsonb_array_elements(p) LOOP
+        UPDATE tasks SET status = e ->> 1, next_poll_ms = (e ->> 2)::BIGINT,
+            poll_interval_ms = (e ->> 3)::BIGINT, updated_ms = (e ->> 4)::BIGINT,
+            lease_owner = CASE WHEN p_give_back THEN NULL ELSE lease_owner END
+        WHERE id = (e ->> 0)::BIGINT AND lease_owner = p_owner AND state = 'submitted'
+        RETURNING id INTO changed;
+        IF FOUND THEN
+            RETURN NEXT changed;
+        END IF;
+    END LOOP;
+END
+$$;
