@@ -470,7 +470,8 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for FirstByte<I> {
     }
 }
 
-/// HTTP/1.1 and HTTP/2 with the current header read timeout.
+/// HTTP/2, or either protocol for a connection whose first bytes did not tell, with
+/// the current header read timeout.
 fn http_builder(header_read_timeout: Duration) -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
@@ -569,6 +570,8 @@ impl Conn {
         }
     }
 
+    /// Drive `conn` until it ends, closing it gracefully on the gateway's stop or
+    /// once it has been idle for the idle timeout.
     async fn drive<C: Graceful>(&self, conn: C, activity: &Activity) {
         tokio::pin!(conn);
         let idle = activity.idle_for(self.idle);

@@ -604,7 +604,7 @@ pub(super) const SET_POLLED_SQLITE: &str = "UPDATE tasks SET status = p.value ->
 /// [`SET_POLLED_SQLITE`] of a replica stopping: every task it follows given back with
 /// its schedule, for the next follower to go on with.
 pub(super) const SET_GIVEN_BACK_SQLITE: &str = "UPDATE tasks SET status = p.value ->> 1, next_poll_ms = p.value ->> 2, poll_interval_ms = p.value ->> 3, updated_ms = p.value ->> 4, lease_owner = NULL FROM json_each($2) AS p WHERE tasks.id = p.value ->> 0 AND tasks.lease_owner = $1 AND tasks.state = 'submitted'";
-/// Both on PostgreSQL, row by row (PostgreSQL migrations 0008 and 0011: a join's plan,
+/// Both on PostgreSQL, row by row (PostgreSQL migrations 0008 and 0013: a join's plan,
 /// kept by the connection, could scan the whole table each time); a row per row
 /// changed. `$3`: 1 to give the tasks back.
 pub(super) const SET_POLLED_POSTGRES: &str = "SELECT mediagate_followed($1, $2::jsonb, $3 = 1)";
