@@ -255,7 +255,7 @@ fn spawn_connection<H: Host, S: HttpService, A: HttpService>(
     };
     let settings = host.settings();
     let conn = Conn {
-        header_read_timeout: settings.header_read_timeout,
+        builder: http_builder(settings.header_read_timeout),
         first_byte: settings.header_read_timeout,
         idle: settings.idle_timeout,
         stop: shared.stop.clone(),
@@ -470,8 +470,7 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for FirstByte<I> {
     }
 }
 
-/// HTTP/2, or either protocol for a connection whose first bytes did not tell, with
-/// the current header read timeout.
+/// HTTP/1.1 and HTTP/2 with the current header read timeout.
 fn http_builder(header_read_timeout: Duration) -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
@@ -512,7 +511,7 @@ async fn handshake(
 
 /// One connection's settings, taken when it was accepted.
 struct Conn {
-    header_read_timeout: Duration,
+    builder: auto::Builder<TokioExecutor>,
     first_byte: Duration,
     idle: Duration,
     stop: CancellationToken,
@@ -544,35 +543,15 @@ impl Conn {
         S: HttpService,
     {
         let activity = svc.activity.clone();
-        let io = TokioIo::new(FirstByte::new(io, self.first_byte));
-        let svc = TowerToHyperService::new(svc);
-        match protocol {
-            // HTTP/1 as hyper's own connection: hyper-util's (either protocol) holds
-            // room for an HTTP/2 connection's state in every connection's task too,
-            // about 2 KiB more for each client, idle or waiting on a long-poll.
-            Protocol::Http1 => {
-                let mut http1 = hyper::server::conn::http1::Builder::new();
-                http1
-                    .timer(TokioTimer::new())
-                    .header_read_timeout(self.header_read_timeout);
-                let conn = http1.serve_connection(io, svc);
-                self.drive(conn, &activity).await;
-            }
-            Protocol::Http2 | Protocol::Unknown => {
-                let builder = http_builder(self.header_read_timeout);
-                let builder = match protocol {
-                    Protocol::Http2 => builder.http2_only(),
-                    _ => builder,
-                };
-                let conn = builder.serve_connection(io, svc).into_owned();
-                self.drive(conn, &activity).await;
-            }
-        }
-    }
-
-    /// Drive `conn` until it ends, closing it gracefully on the gateway's stop or
-    /// once it has been idle for the idle timeout.
-    async fn drive<C: Graceful>(&self, conn: C, activity: &Activity) {
+        let io = FirstByte::new(io, self.first_byte);
+        let builder = match protocol {
+            Protocol::Http1 => self.builder.http1_only(),
+            Protocol::Http2 => self.builder.http2_only(),
+            Protocol::Unknown => self.builder,
+        };
+        let conn = builder
+            .serve_connection(TokioIo::new(io), TowerToHyperService::new(svc))
+            .into_owned();
         tokio::pin!(conn);
         let idle = activity.idle_for(self.idle);
         tokio::pin!(idle);
@@ -586,41 +565,11 @@ impl Conn {
                 }
             }
             closing = true;
-            conn.as_mut().shut_down();
+            conn.as_mut().graceful_shutdown();
         };
         if let Err(e) = ended {
             tracing::debug!(peer = %self.peer, error = %e, "connection ended with an error");
         }
-    }
-}
-
-/// A served connection that can be closed gracefully (requests in progress finish).
-trait Graceful: Future<Output = Result<(), Self::Error>> {
-    type Error: std::fmt::Display;
-    fn shut_down(self: Pin<&mut Self>);
-}
-
-impl<I, S> Graceful for hyper::server::conn::http1::Connection<I, TowerToHyperService<S>>
-where
-    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
-    S: HttpService,
-{
-    type Error = hyper::Error;
-
-    fn shut_down(self: Pin<&mut Self>) {
-        self.graceful_shutdown();
-    }
-}
-
-impl<I, S> Graceful for auto::Connection<'_, I, TowerToHyperService<S>, TokioExecutor>
-where
-    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
-    S: HttpService,
-{
-    type Error = Box<dyn std::error::Error + Send + Sync>;
-
-    fn shut_down(self: Pin<&mut Self>) {
-        self.graceful_shutdown();
     }
 }
 
