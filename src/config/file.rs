@@ -366,7 +366,7 @@ impl Default for LedgerConfig {
             idempotency_wait_ms: 10_000,
             max_connections: 8,
             keep_days: 90,
-            prune_batch: 100,
+            prune_batch: 25,
         }
     }
 }
