@@ -213,14 +213,6 @@ async fn the_tracker_s_metrics_count_its_tasks_requests_and_finishes_on_postgres
 async fn tracker_metrics(ledger: Option<&str>) {
     let fake = Fake::start().await;
     let ids = ["m0", "m1", "m2", "m3", "m4"];
-    let status = |id: &str, s: &str| {
-        let urls = if s == "completed" {
-            json!(["https://cdn.example/x.mp4"])
-        } else {
-            json!([])
-        };
-        Answer::json(200, json!({"id": id, "status": s, "urls": urls}))
-    };
     let mut routes = Routes::upstream(&fake.url(), "poll_interval_ms = 100")
         .server("metrics_listen = \"127.0.0.1:0\"");
     if let Some(url) = ledger {
@@ -228,12 +220,8 @@ async fn tracker_metrics(ledger: Option<&str>) {
     }
     let gw = Gateway::start(routes).await;
     for id in ids {
-        fake.on("POST /v2/model-center/tasks", Answer::queued(id));
         // Submitted `queued`, then `processing`: a change, written back.
-        fake.on(
-            &format!("GET /v2/model-center/tasks/{id}"),
-            status(id, "processing"),
-        );
+        upstream_holds(&fake, id, "processing");
         gw.client()
             .submit(MODEL_CENTER, DEMO, &json!({"model": "m1", "prompt": id}))
             .await;
@@ -351,17 +339,12 @@ async fn clients_waiting_on_a_shared_ledger_add_no_statement_each() {
 async fn an_unchanged_answer_adds_no_ledger_statement() {
     let fake = Fake::start().await;
     let ids = ["u0", "u1", "u2"];
-    let status = |id: &str, s: &str| Answer::json(200, json!({"id": id, "status": s}));
     let routes = Routes::upstream(&fake.url(), "poll_interval_ms = 100")
         .server("metrics_listen = \"127.0.0.1:0\"")
         .top("[tracker]\nmax_interval_ms = 100");
     let gw = Gateway::start(routes).await;
     for id in ids {
-        fake.on("POST /v2/model-center/tasks", Answer::queued(id));
-        fake.on(
-            &format!("GET /v2/model-center/tasks/{id}"),
-            status(id, "queued"),
-        );
+        upstream_holds(&fake, id, "queued");
         gw.client()
             .submit(MODEL_CENTER, DEMO, &json!({"model": "m1", "prompt": id}))
             .await;
@@ -409,12 +392,6 @@ async fn a_killed_replica_s_tasks_are_followed_by_the_other_once_its_heartbeat_e
     let url = pg.database("killed");
     let fake = Fake::start().await;
     let ids = ["k0", "k1", "k2"];
-    let status = |id: &str, s: &str| {
-        Answer::json(
-            200,
-            json!({"id": id, "status": s, "urls": ["https://cdn.example/x.mp4"]}),
-        )
-    };
     let routes = Routes::upstream(&fake.url(), "poll_interval_ms = 200")
         .top(&format!("[ledger]\nurl = {url:?}"))
         .top("[tracker]\nlease_ms = 1000")
@@ -424,11 +401,7 @@ async fn a_killed_replica_s_tasks_are_followed_by_the_other_once_its_heartbeat_e
     let mut a = Proc::start_in(dir(), &[], &[]).await;
     let mut tasks = Vec::new();
     for id in ids {
-        fake.on("POST /v2/model-center/tasks", Answer::queued(id));
-        fake.on(
-            &format!("GET /v2/model-center/tasks/{id}"),
-            status(id, "queued"),
-        );
+        upstream_holds(&fake, id, "queued");
         let task = json!({"model": "m1", "prompt": id});
         tasks.push(a.client().submit_id(MODEL_CENTER, DEMO, &task).await);
     }
@@ -485,12 +458,6 @@ async fn a_replica_paused_past_its_heartbeat_leaves_its_tasks_to_the_other() {
     let url = pg.database("paused");
     let fake = Fake::start().await;
     let ids = ["p0", "p1"];
-    let status = |id: &str, s: &str| {
-        Answer::json(
-            200,
-            json!({"id": id, "status": s, "urls": ["https://cdn.example/x.mp4"]}),
-        )
-    };
     let routes = Routes::upstream(&fake.url(), "poll_interval_ms = 200")
         .top(&format!("[ledger]\nurl = {url:?}"))
         .top("[tracker]\nlease_ms = 1000")
@@ -499,11 +466,7 @@ async fn a_replica_paused_past_its_heartbeat_leaves_its_tasks_to_the_other() {
     let dir = || crate::support::ConfigDir::new(&routes).with("task-secret", secret);
     let a = Proc::start_in(dir(), &[], &[]).await;
     for id in ids {
-        fake.on("POST /v2/model-center/tasks", Answer::queued(id));
-        fake.on(
-            &format!("GET /v2/model-center/tasks/{id}"),
-            status(id, "queued"),
-        );
+        upstream_holds(&fake, id, "queued");
         let task = json!({"model": "m1", "prompt": id});
         a.client().submit(MODEL_CENTER, DEMO, &task).await;
     }
@@ -558,21 +521,11 @@ async fn a_replica_paused_past_its_heartbeat_leaves_its_tasks_to_the_other() {
 async fn a_gateway_restarted_on_its_sqlite_ledger_follows_the_tasks_of_the_one_before() {
     let fake = Fake::start().await;
     let ids = ["r0", "r1"];
-    let status = |id: &str, s: &str| {
-        Answer::json(
-            200,
-            json!({"id": id, "status": s, "urls": ["https://cdn.example/x.mp4"]}),
-        )
-    };
     let routes = Routes::upstream(&fake.url(), "poll_interval_ms = 200").render();
     let mut gw = Proc::start(&routes).await;
     let mut tasks = Vec::new();
     for id in ids {
-        fake.on("POST /v2/model-center/tasks", Answer::queued(id));
-        fake.on(
-            &format!("GET /v2/model-center/tasks/{id}"),
-            status(id, "queued"),
-        );
+        upstream_holds(&fake, id, "queued");
         let task = json!({"model": "m1", "prompt": id});
         tasks.push(gw.client().submit_id(MODEL_CENTER, DEMO, &task).await);
     }
@@ -625,4 +578,20 @@ async fn ended(http: &crate::support::Http, tasks: &[String]) -> Vec<String> {
                 .to_string()
         })
         .collect()
+}
+
+/// The fake upstream's status answer for task `id`: `s`, with a result when completed.
+fn status(id: &str, s: &str) -> Answer {
+    let urls = if s == "completed" {
+        json!(["https://cdn.example/x.mp4"])
+    } else {
+        json!([])
+    };
+    Answer::json(200, json!({"id": id, "status": s, "urls": urls}))
+}
+
+/// The fake upstream creates task `id` (`queued`) and answers its status requests `s`.
+fn upstream_holds(fake: &Fake, id: &str, s: &str) {
+    fake.on("POST /v2/model-center/tasks", Answer::queued(id));
+    fake.on(&format!("GET /v2/model-center/tasks/{id}"), status(id, s));
 }
