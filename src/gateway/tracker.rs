@@ -43,6 +43,7 @@ use super::Gateway;
 use super::rounds::TICK;
 use crate::lifecycle::TaskRef;
 use crate::metrics::ProviderTracker;
+use crate::snapshot::Snapshot;
 use crate::tasks::ledger::{Ledger, Polled, TaskRecord, now_ms};
 use crate::tasks::{MediaKind, TaskError, TaskState, TaskStatus};
 
@@ -215,6 +216,15 @@ struct Tracker {
     answered: Arc<Mutex<Vec<Answered>>>,
 }
 
+/// `provider`'s `poll_max_in_flight` in `snapshot`; 1 for a provider no longer there
+/// (its tasks still followed are asked about one at a time).
+fn max_in_flight(snapshot: &Snapshot, provider: &str) -> usize {
+    snapshot
+        .providers
+        .get(provider)
+        .map_or(1, |p| p.poll_max_in_flight())
+}
+
 /// A task back from its status request, with the generation it was sent in.
 struct Answered {
     generation: u64,
@@ -236,6 +246,8 @@ enum Write {
 #[derive(Clone)]
 struct Slots {
     slots: Arc<Semaphore>,
+    /// The `poll_max_in_flight` the slots stand for (a reload may change it).
+    limit: usize,
     worker: usize,
     metrics: Arc<ProviderTracker>,
 }
@@ -254,10 +266,12 @@ impl Tracker {
     /// [`TICK`] (or at once after a full claim), what changed written back and new
     /// tasks claimed; the due tasks handed to the workers. The pause until the next.
     async fn round(&mut self) -> Duration {
-        let settings = self.gateway.snapshot().tracker.clone();
+        let snapshot = self.gateway.snapshot();
+        let settings = snapshot.tracker.clone();
         if !settings.enabled {
             return TICK;
         }
+        self.follow_limits(&snapshot);
         let lease = Duration::from_millis(settings.lease_ms);
         let now = Instant::now();
         if now >= self.beat_due {
@@ -409,6 +423,7 @@ impl Tracker {
                 slots,
                 worker,
                 metrics,
+                ..
             } = self.slots(&task.provider);
             if shares.len() <= worker {
                 shares.resize_with(worker + 1, Vec::new);
@@ -431,18 +446,36 @@ impl Tracker {
         if let Some(slots) = self.in_flight.get(provider) {
             return slots.clone();
         }
-        let snapshot = self.gateway.snapshot();
-        let limit = snapshot
-            .providers
-            .get(provider)
-            .map_or(1, |p| p.poll_max_in_flight());
+        let limit = max_in_flight(&self.gateway.snapshot(), provider);
         let slots = Slots {
             slots: Arc::new(Semaphore::new(limit)),
+            limit,
             worker: self.in_flight.len() % self.workers.len().max(1),
             metrics: Arc::new(self.gateway.metrics.tracker.of_provider(provider)),
         };
         self.in_flight.insert(provider.to_string(), slots.clone());
         slots
+    }
+
+    /// Each provider's slots to its `poll_max_in_flight` as the routes now say: more
+    /// are free at once; fewer as soon as the requests in flight beyond the new limit
+    /// are answered (the slots taken back are held by a task until then, so that no
+    /// request is cut short).
+    fn follow_limits(&mut self, snapshot: &Snapshot) {
+        for (provider, slots) in &mut self.in_flight {
+            let limit = max_in_flight(snapshot, provider);
+            if limit > slots.limit {
+                slots.slots.add_permits(limit - slots.limit);
+            } else if limit < slots.limit {
+                let (semaphore, fewer) = (slots.slots.clone(), (slots.limit - limit) as u32);
+                tokio::spawn(async move {
+                    if let Ok(taken) = semaphore.acquire_many_owned(fewer).await {
+                        taken.forget();
+                    }
+                });
+            }
+            slots.limit = limit;
+        }
     }
 
     /// Hand `batch` to `worker`: it sends each status request once its provider has

@@ -115,6 +115,43 @@ async fn a_long_poll_answers_the_unchanged_state_when_its_wait_is_over() {
 }
 
 #[tokio::test]
+async fn a_reload_changes_how_many_status_requests_are_in_flight() {
+    let fake = Fake::start().await;
+    fake.on("POST /v2/model-center/tasks", Answer::queued("t-1"));
+    let asked = "GET /v2/model-center/tasks/t-1";
+    let held = fake.hold(asked, status("t-1", "queued"));
+    let routes = |n: usize| {
+        Routes::upstream(
+            &fake.url(),
+            &format!("poll_interval_ms = 100\npoll_max_in_flight = {n}"),
+        )
+        .render()
+    };
+    let gw = Gateway::start(routes(2)).await;
+    let http = gw.client();
+    for _ in 0..6 {
+        http.submit_id(MODEL_CENTER, DEMO, &json!({"model": "m1", "prompt": "x"}))
+            .await;
+    }
+    held.arrived(2).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(held.count(), 2, "two status requests in flight at most");
+
+    // More slots: the tasks waiting for one are asked about at once.
+    gw.reload_with(&routes(5)).await.expect("reloaded");
+    held.arrived(5).await;
+
+    // Fewer: once the requests in flight are answered, one at a time.
+    gw.reload_with(&routes(1)).await.expect("reloaded");
+    let one = fake.hold(asked, status("t-1", "queued"));
+    held.release();
+    one.arrived(1).await;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(one.count(), 1, "one status request in flight at most");
+    one.release();
+}
+
+#[tokio::test]
 async fn replicas_sharing_postgres_poll_each_task_one_at_a_time() {
     let pg = Postgres::start();
     let fake = Fake::start().await;

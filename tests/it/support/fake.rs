@@ -129,6 +129,11 @@ impl Held {
             .expect("the fake is running");
     }
 
+    /// Requests that have reached the held answer so far.
+    pub fn count(&self) -> usize {
+        *self.arrived.borrow()
+    }
+
     /// Let every waiting (and every later) request have its answer.
     pub fn release(&self) {
         let _ = self.release.send(true);
