@@ -25,7 +25,8 @@
 #    the listing's first page (GET /v2/model-center/tasks), a page deep in its history
 #    (`after` = a task near its oldest), its usage for last month (GET /v2/usage), and
 #    an idempotent replay (a submit whose Idempotency-Key exists): p50 and p99.
-# 3. `mediagate tasks --state unknown_outcome` (its wall time, CLI_RUNS runs).
+# 3. `mediagate tasks --state unknown_outcome` and `mediagate tasks show ID` (a task
+#    deep in the key's history, by its sealed id): their wall times, CLI_RUNS runs.
 # 4. Bytes per task: the SQLite file over the rows; PostgreSQL's
 #    pg_total_relation_size('tasks') over the rows.
 #
@@ -224,6 +225,17 @@ measure_build() {
       CLI_MED=$(echo "${CLI_MS[@]}" | median)
       CLI_MAX=$(echo "${CLI_MS[@]}" | largest)
       UNKNOWN=$(sql "SELECT COUNT(*) FROM tasks WHERE state = 'unknown_outcome'")
+      # `mediagate tasks show ID` of a task deep in the key's history, by its sealed id.
+      SHOW_MS=()
+      for _ in $(seq 1 "$CLI_RUNS"); do
+        t0=$(now_ms)
+        MEDIAGATE_TASK_SECRET=$SECRET "$MEDIAGATE" --config "$WORK/gateway.toml" tasks show "$DEEP" >"$WORK/show.txt"
+        SHOW_MS+=($(( $(now_ms) - t0 )))
+      done
+      grep -q "task_id: $DEEP" "$WORK/show.txt" \
+        || { echo "tasks show did not find the task" >&2; exit 1; }
+      SHOW_MED=$(echo "${SHOW_MS[@]}" | median)
+      SHOW_MAX=$(echo "${SHOW_MS[@]}" | largest)
 
       # The plans of the statements behind each operation, with their parameters
       # bound as the gateway binds them (SQLite plans a statement before it sees them).
@@ -260,7 +272,7 @@ measure_build() {
         sqlite) BYTES=$(( $(stat -c %s "$DB") + $(stat -c %s "$DB-wal" 2>/dev/null || echo 0) )) ;;
         postgres) BYTES=$(sql "SELECT pg_total_relation_size('tasks')") ;;
       esac
-      ROW="| $ENGINE | $COUNT | $BUILD | $(( BYTES / COUNT )) | $KEY_ROWS | $FIRST_P50 / $FIRST_P99 | $DEEP_P50 / $DEEP_P99 | $USAGE_P50 / $USAGE_P99 | $REPLAY_P50 / $REPLAY_P99 | $CLI_MED / $CLI_MAX ($UNKNOWN) | ${STARTS_MS[0]} / $START_MED ($EMPTY_START) | $SWEEP_MS | $GEN_S |"
+      ROW="| $ENGINE | $COUNT | $BUILD | $(( BYTES / COUNT )) | $KEY_ROWS | $FIRST_P50 / $FIRST_P99 | $DEEP_P50 / $DEEP_P99 | $USAGE_P50 / $USAGE_P99 | $REPLAY_P50 / $REPLAY_P99 | $CLI_MED / $CLI_MAX ($UNKNOWN) | $SHOW_MED / $SHOW_MAX | ${STARTS_MS[0]} / $START_MED ($EMPTY_START) | $SWEEP_MS | $GEN_S |"
       REPORT+=("$ROW")
       log "$ROW"
 }
@@ -342,9 +354,9 @@ done
   echo "Versions: mediagate $(git rev-parse --short HEAD 2>/dev/null || echo "?") ($THIS${COMPARE:+; before: $COMPARE}), $(rustc --version)${PG_BIN:+, PostgreSQL $("$PG_BIN/postgres" --version | awk '{print $3}')}."
   echo "Command: \`benches/ledger_rows.sh\` (${COMPARE:+COMPARE=… }ROWS=\"$ROWS\" ENGINES=\"$ENGINES\" OWNERS=$OWNERS DAYS=$DAYS RATE=$RATE MEASURE=$MEASURE KEY=$KEY_NAME)"
   echo
-  echo "Times in ms, p50 / p99 over $(( RATE * MEASURE )) requests at $RATE a second (4 connections) through the gateway, for key $KEY_NAME (its rows: \"key rows\"). Usage: $LAST_MONTH_FROM to $LAST_MONTH_TO. CLI: \`mediagate tasks --state unknown_outcome\`, median / largest of $CLI_RUNS runs (the unknown_outcome rows in brackets). Start-up: launch to /readyz answering, the first (which migrates what the build adds) / the median of $STARTS more (on the empty ledger in brackets). Sweep: its two statements run once on the full ledger (then undone). Bytes per task: the SQLite file, or pg_total_relation_size('tasks'), over the rows."
+  echo "Times in ms, p50 / p99 over $(( RATE * MEASURE )) requests at $RATE a second (4 connections) through the gateway, for key $KEY_NAME (its rows: \"key rows\"). Usage: $LAST_MONTH_FROM to $LAST_MONTH_TO. CLI: \`mediagate tasks --state unknown_outcome\`, median / largest of $CLI_RUNS runs (the unknown_outcome rows in brackets); CLI show: \`mediagate tasks show\` of the deep page's task by its sealed id, the same. Start-up: launch to /readyz answering, the first (which migrates what the build adds) / the median of $STARTS more (on the empty ledger in brackets). Sweep: its two statements run once on the full ledger (then undone). Bytes per task: the SQLite file, or pg_total_relation_size('tasks'), over the rows."
   echo
-  echo "| engine | rows | build | bytes per task | key rows | first page | deep page | usage, a month | idempotent replay | CLI unknown_outcome | start-up: first / median | sweep | rows written in s |"
-  echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+  echo "| engine | rows | build | bytes per task | key rows | first page | deep page | usage, a month | idempotent replay | CLI unknown_outcome | CLI show | start-up: first / median | sweep | rows written in s |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
   printf '%s\n' "${REPORT[@]}"
 } | tee "$OUT/ledger-rows.md"

@@ -144,13 +144,13 @@ fn main() -> ExitCode {
             show: Some(TasksCommand::Resolve { id, completed, .. }),
             ..
         }) => operator(&cli.config, async |ledger| {
-            mediagate::operator::resolve(ledger, &id, completed).await
+            mediagate::operator::resolve(ledger, &cli.config, &id, completed).await
         }),
         Some(Command::Tasks {
             show: Some(TasksCommand::Show { id }),
             ..
         }) => operator(&cli.config, async |ledger| {
-            mediagate::operator::show(ledger, &id).await
+            mediagate::operator::show(ledger, &cli.config, &id).await
         }),
         Some(Command::Tasks {
             show: None,

@@ -8,6 +8,7 @@ use std::path::Path;
 use crate::calendar::{date_of_days, days_from_date};
 use crate::config::{TaskStatus, config_dir, read_routes};
 use crate::money::Micros;
+use crate::snapshot::task_sealer;
 use crate::tasks::ledger::{Ledger, LedgerUrl, State, TaskRecord, UsageRow, now_ms};
 
 const DAY_MS: i64 = 86_400_000;
@@ -123,12 +124,16 @@ fn usage_sums(rows: &[UsageRow], by: UsageBy) -> String {
 /// `mediagate tasks resolve ID --completed|--failed`: an `unknown_outcome` task ended
 /// as the operator found it went at the provider, its reservation settled (completed:
 /// at its estimate, the provider's answer being unknown here; failed: 0).
-pub async fn resolve(ledger: &Ledger, id: &str, completed: bool) -> Result<String, String> {
+pub async fn resolve(
+    ledger: &Ledger,
+    config: &Path,
+    id: &str,
+    completed: bool,
+) -> Result<String, String> {
     let row = match id.parse::<i64>() {
-        Ok(row) => ledger.row(row).await,
-        Err(_) => ledger.find(id).await,
+        Ok(row) => ledger.row(row).await.map_err(|e| e.to_string())?,
+        Err(_) => find(ledger, config, id).await?,
     }
-    .map_err(|e| e.to_string())?
     .ok_or_else(|| format!("no task `{id}` in the ledger"))?;
     if row.state != State::UnknownOutcome {
         return Err(format!(
@@ -190,9 +195,29 @@ pub async fn tasks(
     Ok(out)
 }
 
+/// One task by the id an operator gives: a sealed task id or an upstream id. Found
+/// through the (provider, upstream id) index when the id opens with the task secret
+/// of the routes file at `config` or is the upstream id of one of its providers' tasks;
+/// only then is the whole ledger read for it (gigabytes at 10 M rows).
+async fn find(ledger: &Ledger, config: &Path, id: &str) -> Result<Option<TaskRecord>, String> {
+    let file = read_routes(config).map_err(|e| e.to_string())?;
+    let sealed = task_sealer(&file, config_dir(config)).and_then(|s| s.open(id));
+    let upstream = sealed
+        .iter()
+        .map(|t| (t.provider.as_str(), t.upstream_id.as_str()));
+    let named = file.providers.keys().map(|p| (p.as_str(), id));
+    for (provider, upstream_id) in upstream.chain(named) {
+        let row = ledger.by_upstream(provider, upstream_id).await;
+        if let Some(row) = row.map_err(|e| e.to_string())? {
+            return Ok(Some(row));
+        }
+    }
+    ledger.find(id).await.map_err(|e| e.to_string())
+}
+
 /// `mediagate tasks show ID`: one row, by sealed task id or upstream id.
-pub async fn show(ledger: &Ledger, id: &str) -> Result<String, String> {
-    let row = ledger.find(id).await.map_err(|e| e.to_string())?;
+pub async fn show(ledger: &Ledger, config: &Path, id: &str) -> Result<String, String> {
+    let row = find(ledger, config, id).await?;
     let row = row.ok_or_else(|| format!("no task `{id}` in the ledger"))?;
     let mut text = describe(&row);
     // The webhook owed for it, if any: where it stands.

@@ -161,6 +161,18 @@ pub enum SecretFileMode {
     CheckOnly,
 }
 
+/// The task-id sealer `[tasks]` names, for the operator's commands, which read the
+/// routes file alone: `None` when its secret cannot be read where they run.
+pub fn task_sealer(file: &RoutesFile, dir: &Path) -> Option<TaskSealer> {
+    let mut problems = Problems::default();
+    tasks::compile(
+        &file.tasks,
+        dir,
+        SecretFileMode::MustExist,
+        &mut problems.at("tasks"),
+    )
+}
+
 impl Snapshot {
     /// Read, parse and compile a routes file.
     pub fn load(path: &Path, ctx: &LoadContext) -> Result<Self, LoadError> {

@@ -80,6 +80,25 @@ async fn a_retry_with_the_same_key_gets_the_same_task_also_after_a_restart() {
 }
 
 #[tokio::test]
+async fn tasks_show_finds_a_task_by_its_id_or_its_upstream_id_also_without_the_secret() {
+    let fake = Fake::start().await;
+    fake.on(SUBMIT, Answer::queued("up-7"));
+    let gw = Gateway::start(Routes::upstream(&fake.url(), "")).await;
+    let id = gw.client().submit_id(MODEL_CENTER, DEMO, &body("x")).await;
+    let row = |shown: &str| {
+        assert!(shown.contains("upstream_id: up-7\n"), "{shown}");
+        assert!(shown.contains(&format!("task_id: {id}\n")), "{shown}");
+    };
+    // The sealed id opens with the secret beside routes.toml; the upstream id is asked
+    // of each provider the file names.
+    row(&operator(gw.dir(), &["tasks", "show", &id]));
+    row(&operator(gw.dir(), &["tasks", "show", "up-7"]));
+    // Where the secret cannot be read, the ledger is read through for the id.
+    std::fs::remove_file(gw.dir().path().join("task-secret")).unwrap();
+    row(&operator(gw.dir(), &["tasks", "show", &id]));
+}
+
+#[tokio::test]
 async fn bad_and_required_idempotency_keys_are_refused() {
     let fake = Fake::start().await;
     fake.on(SUBMIT, Answer::queued("up-1"));
