@@ -116,6 +116,16 @@ fn check_retention(ledger: &LedgerConfig, at: &mut Scope) {
     }
 }
 
+/// `[tracker]`: a heartbeat written every quarter of `lease_ms` must come round
+/// between two of the tracker's rounds (a quarter of a second apart at the most) and
+/// a ledger's slow moment, or a replica finds its own heartbeat expired and forgets
+/// its tasks again and again.
+fn check_tracker(t: &TrackerConfig, at: &mut Scope) {
+    if !(1_000..=3_600_000).contains(&t.lease_ms) {
+        at.push("lease_ms", "must be between 1000 and 3600000");
+    }
+}
+
 /// `[telemetry]`, checked here so that `check` reports it; it is read at start
 /// (`telemetry.rs`), not on reload.
 fn check_telemetry(t: &TelemetryConfig, at: &mut Scope) {
@@ -205,6 +215,7 @@ impl Snapshot {
         check_webhook_caps(&file.webhooks, &mut p.at("webhooks"));
         check_telemetry(&file.telemetry, &mut p.at("telemetry"));
         check_retention(&file.ledger, &mut p.at("ledger"));
+        check_tracker(&file.tracker, &mut p.at("tracker"));
         let keys = keys::compile(&file, &models, dir, ledger_on, callbacks.as_ref(), p);
         let sealer = tasks::compile(&file.tasks, dir, ctx.secret_file, &mut p.at("tasks"));
         let edge = server::compile(&file.server, dir, &mut p.at("server"));

@@ -209,3 +209,21 @@ async fn retention_shorter_than_a_remembered_key_is_refused() {
         assert!(!ok.contains("keep_days"), "{fits}: {ok}");
     }
 }
+
+#[tokio::test]
+async fn a_tracker_lease_shorter_than_a_second_is_refused() {
+    let with = |tracker: &str| {
+        Routes::new()
+            .provider(tasks_provider("one", "http://127.0.0.1:9", ""))
+            .family(family("f", &["one"], &["m1"]))
+            .top(&format!("[tracker]\n{tracker}"))
+    };
+    // A heartbeat every few milliseconds would find itself expired at every round,
+    // and its replica forget its tasks each time.
+    for short in ["lease_ms = 0", "lease_ms = 999"] {
+        let e = problems_of(with(short)).await;
+        assert!(e.contains("tracker.lease_ms"), "{short}: {e}");
+    }
+    let ok = problems_of(with("lease_ms = 1000")).await;
+    assert!(!ok.contains("lease_ms"), "{ok}");
+}
