@@ -196,7 +196,9 @@ fn cache(c: &mut Criterion) {
     let key = TaskCache::key("simulator", "sim-1763700000000-vo-0123456789ab");
     runtime.block_on(async {
         cache
-            .get_or_fetch(key.clone(), || async { Ok::<_, String>(completed()) })
+            .get_or_fetch(key.clone(), || async {
+                Ok::<_, String>((completed(), true))
+            })
             .await
             .unwrap()
     });
@@ -204,7 +206,7 @@ fn cache(c: &mut Criterion) {
         b.iter(|| {
             runtime.block_on(async {
                 let key = TaskCache::key("simulator", "sim-1763700000000-vo-0123456789ab");
-                let state: Arc<TaskState> = cache
+                let (state, _): (Arc<TaskState>, bool) = cache
                     .get_or_fetch::<_, _, String>(key, || async { unreachable!("cached") })
                     .await
                     .unwrap();

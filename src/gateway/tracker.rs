@@ -285,7 +285,9 @@ impl Tracker {
         }
         self.count().await;
         self.hand_out();
-        if self.more {
+        // Only a replica alive claims: one whose heartbeat cannot be written waits a
+        // round, rather than asking again at once for what it may not claim.
+        if self.more && self.alive {
             return Duration::ZERO;
         }
         let next = self
@@ -595,8 +597,12 @@ async fn poll(
         kind: task.kind,
     };
     if now_ms() - task.created_ms > max_age.as_millis() as i64 {
-        gateway.tasks.give_up(&snapshot, of, expired()).await;
-        return None;
+        if gateway.tasks.give_up(&snapshot, of, expired()).await {
+            return None;
+        }
+        // The ledger did not take the end: it is tried again later.
+        task.due_ms = now_ms() + snapshot.tracker.max_interval_ms as i64;
+        return Some((task, Write::No));
     }
     let Some(provider) = snapshot.providers.get(&*task.provider) else {
         // The provider left the configuration; look again later, it may come back.
@@ -618,7 +624,13 @@ async fn poll(
                 }
             }
             if status.is_terminal() {
-                return None;
+                if found.recorded {
+                    return None;
+                }
+                // The ledger did not take the end: the task is asked about again
+                // later (the answer was not kept), and its end written again.
+                ask_again(&mut task, due, provider.poll_interval(), &snapshot.tracker);
+                return Some((task, Write::No));
             }
             let write = if status == task.status {
                 Write::No
@@ -630,18 +642,7 @@ async fn poll(
         Err(e) => {
             metrics.status_request("error");
             tracing::debug!(provider = %task.provider, code = e.code, "tracker: status request failed");
-            // Nothing learned: the task was last known unfinished when it was before.
-            let known = task.known_ms;
-            let interval = next_interval(
-                &task,
-                task.status,
-                provider.poll_interval(),
-                &snapshot.tracker,
-            );
-            let next = Polled::answered(task.row, task.status, due, interval);
-            task.due_ms = next.next_ms;
-            task.interval_ms = next.interval_ms;
-            task.known_ms = known;
+            ask_again(&mut task, due, provider.poll_interval(), &snapshot.tracker);
             return Some((task, Write::Yes));
         }
     };
@@ -652,6 +653,21 @@ async fn poll(
     task.interval_ms = next.interval_ms;
     task.known_ms = next.answered_ms;
     Some((task, write))
+}
+
+/// Nothing learned of `task` (its status request failed, or the end it brought was
+/// not recorded): asked about again after its next interval, its status and when it
+/// was last known unfinished as they were.
+fn ask_again(
+    task: &mut Followed,
+    due: i64,
+    base: Duration,
+    settings: &crate::config::TrackerConfig,
+) {
+    let interval = next_interval(task, task.status, base, settings);
+    let next = Polled::answered(task.row, task.status, due, interval);
+    task.due_ms = next.next_ms;
+    task.interval_ms = next.interval_ms;
 }
 
 /// The provider's interval again after a change; otherwise half as long again, up to

@@ -75,8 +75,8 @@ impl TaskService {
             }),
         };
         let key = TaskCache::key(task.provider, task.upstream_id);
-        self.finished(snapshot, task, &key, &canceled, None).await;
-        let state: Arc<TaskState> = self.cache.put(key.clone(), canceled).await;
+        let recorded = self.finished(snapshot, task, &key, &canceled, None).await;
+        let state: Arc<TaskState> = self.cache.put(key.clone(), canceled, recorded).await;
         self.waiters.wake(&key, &state);
         Ok(())
     }

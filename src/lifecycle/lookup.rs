@@ -57,6 +57,9 @@ pub struct Lookup {
     pub state: Arc<TaskState>,
     /// `None` when the state came from the results cache.
     pub upstream_time: Option<Duration>,
+    /// For a finished state, whether the ledger has its end (its write may have
+    /// failed); true for an unfinished one.
+    pub recorded: bool,
 }
 
 impl TaskService {
@@ -71,17 +74,18 @@ impl TaskService {
         let call = task.call(snapshot);
         let key = TaskCache::key(task.provider, task.upstream_id);
         let upstream_time = OnceLock::new();
-        let state = self
+        let (state, recorded) = self
             .cache
             .get_or_fetch(key.clone(), || async {
                 let queried = provider.query(call, task.upstream_id).await?;
                 let _ = upstream_time.set(queried.took);
                 let state = queried.state;
+                let mut recorded = true;
                 if state.status.is_terminal() {
                     let answer = queried.answer.as_ref();
-                    self.finished(snapshot, task, &key, &state, answer).await;
+                    recorded = self.finished(snapshot, task, &key, &state, answer).await;
                 }
-                Ok::<_, UpstreamError>(state)
+                Ok::<_, UpstreamError>((state, recorded))
             })
             .await?;
         let upstream_time = upstream_time.get().copied();
@@ -91,6 +95,7 @@ impl TaskService {
         Ok(Lookup {
             state,
             upstream_time,
+            recorded,
         })
     }
 
@@ -103,10 +108,13 @@ impl TaskService {
     /// one. A finished answer is recorded, announced and kept, as a lookup's is.
     pub async fn poll(&self, snapshot: &Snapshot, task: TaskRef<'_>) -> Result<Lookup, ApiError> {
         let key = TaskCache::key(task.provider, task.upstream_id);
+        // A finished state the ledger lacks is not peeked: asked again, and its end
+        // written again.
         if let Some(state) = self.cache.peek(&key).await {
             return Ok(Lookup {
                 state,
                 upstream_time: None,
+                recorded: true,
             });
         }
         let provider = snapshot
@@ -116,18 +124,21 @@ impl TaskService {
         let queried = provider
             .query(task.call(snapshot), task.upstream_id)
             .await?;
-        let state = if queried.state.status.is_terminal() {
+        let (state, recorded) = if queried.state.status.is_terminal() {
             let answer = queried.answer.as_ref();
-            self.finished(snapshot, task, &key, &queried.state, answer)
+            let recorded = self
+                .finished(snapshot, task, &key, &queried.state, answer)
                 .await;
-            self.cache.put(key.clone(), queried.state).await
+            let state = self.cache.put(key.clone(), queried.state, recorded).await;
+            (state, recorded)
         } else {
-            Arc::new(queried.state.compact())
+            (Arc::new(queried.state.compact()), true)
         };
         self.waiters.wake(&key, &state);
         Ok(Lookup {
             state,
             upstream_time: Some(queried.took),
+            recorded,
         })
     }
 

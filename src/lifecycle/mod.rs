@@ -118,16 +118,20 @@ impl TaskService {
     /// A task the tracker stopped following: it ends `failed` with `state`'s error,
     /// recorded, announced and told to its waiting clients as if its provider had
     /// said so.
-    pub async fn give_up(&self, snapshot: &Snapshot, task: TaskRef<'_>, state: TaskState) {
+    /// Whether the ledger has the end (when not, the tracker tries again later).
+    pub async fn give_up(&self, snapshot: &Snapshot, task: TaskRef<'_>, state: TaskState) -> bool {
         let key = TaskCache::key(task.provider, task.upstream_id);
         let state = Arc::new(state);
-        self.finished(snapshot, task, &key, &state, None).await;
+        let recorded = self.finished(snapshot, task, &key, &state, None).await;
         self.waiters.wake(&key, &state);
+        recorded
     }
 
     /// A terminal state just learned (the provider's final answer `answer` with it):
     /// into the ledger once, settled by the same statement (the ledger ignores a
-    /// second write), and announced and counted by whoever recorded it.
+    /// second write), and announced and counted by whoever recorded it. Whether the
+    /// ledger has it: false when its write failed (logged and counted), so that the
+    /// caller does not take the task for done.
     async fn finished(
         &self,
         snapshot: &Snapshot,
@@ -135,12 +139,12 @@ impl TaskService {
         key: &Arc<str>,
         state: &TaskState,
         answer: Option<&bytes::Bytes>,
-    ) {
+    ) -> bool {
         let (provider, upstream_id) = (task.provider, task.upstream_id);
         let settlement = self.settlement(snapshot, task, state, answer).await;
         let settled = settlement.as_ref().map(|s| s.settled);
-        let first = match &self.ledger {
-            None => true,
+        let written = match &self.ledger {
+            None => Ok(true),
             Some(ledger) => {
                 let span = crate::traces::span(|| {
                     crate::traces::traced!(
@@ -152,11 +156,14 @@ impl TaskService {
                 let write = ledger.finished(provider, upstream_id, state, settled);
                 tracing::Instrument::instrument(write, span).await
             }
-            .unwrap_or_else(|e| {
+        };
+        let (first, recorded) = match written {
+            Ok(first) => (first, true),
+            Err(e) => {
                 self.ledger_errors.inc();
                 tracing::warn!(provider, error = %e, "ledger update of a finished task failed");
-                false
-            }),
+                (false, false)
+            }
         };
         if first {
             if let Some(Settlement {
@@ -175,5 +182,6 @@ impl TaskService {
             // No subscriber is no error: nothing needs to act.
             let _ = self.finished.send(event);
         }
+        recorded
     }
 }

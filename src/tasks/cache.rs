@@ -25,6 +25,10 @@ pub struct CacheStats {
 #[derive(Clone)]
 struct Entry {
     state: Arc<TaskState>,
+    /// A finished state whose end the ledger could not be given (its write failed):
+    /// kept only as long as an unfinished one, so that the next look asks the
+    /// provider again and the end is written again.
+    unrecorded: bool,
 }
 
 struct ByStatus {
@@ -39,7 +43,7 @@ impl Expiry<Arc<str>, Entry> for ByStatus {
         value: &Entry,
         _now: Instant,
     ) -> Option<Duration> {
-        Some(if value.state.status.is_terminal() {
+        Some(if value.state.status.is_terminal() && !value.unrecorded {
             self.terminal
         } else {
             self.unfinished
@@ -121,38 +125,43 @@ impl TaskCache {
         self.cache.invalidate_all();
     }
 
-    /// The cached state, if any; never fetches.
+    /// The cached state, if any, but for a finished one the ledger lacks; never
+    /// fetches.
     pub async fn peek(&self, key: &Arc<str>) -> Option<Arc<TaskState>> {
-        self.cache.get(key).await.map(|e| e.state)
+        let entry = self.cache.get(key).await?;
+        (!entry.unrecorded).then_some(entry.state)
     }
 
     /// Keep `state` for `key`, in place of what was kept (a state the gateway itself
-    /// decided: a task it cancelled).
-    pub async fn put(&self, key: Arc<str>, state: TaskState) -> Arc<TaskState> {
+    /// decided: a task it cancelled; or a finished one a tracker's look found);
+    /// `recorded`: whether the ledger has it, when it is finished.
+    pub async fn put(&self, key: Arc<str>, state: TaskState, recorded: bool) -> Arc<TaskState> {
         let state = Arc::new(state.compact());
         let entry = Entry {
             state: state.clone(),
+            unrecorded: !recorded,
         };
         self.cache.insert(key, entry).await;
         state
     }
 
-    /// The cached state, or the result of `fetch` (run once for concurrent callers).
-    /// Errors are not cached: the next query asks the upstream again. `fetch` makes
-    /// its future only on a miss, so a hit never carries it.
+    /// The cached state, or the result of `fetch` (run once for concurrent callers),
+    /// with whether the ledger has it when it is finished (`fetch` says). Errors are
+    /// not cached: the next query asks the upstream again. `fetch` makes its future
+    /// only on a miss, so a hit never carries it.
     pub async fn get_or_fetch<F, Fut, E>(
         &self,
         key: Arc<str>,
         fetch: F,
-    ) -> Result<Arc<TaskState>, E>
+    ) -> Result<(Arc<TaskState>, bool), E>
     where
         F: FnOnce() -> Fut,
-        Fut: Future<Output = Result<TaskState, E>>,
+        Fut: Future<Output = Result<(TaskState, bool), E>>,
         E: Clone + Send + Sync + 'static,
     {
         if let Some(entry) = self.cache.get(&key).await {
             self.stats.hits.inc();
-            return Ok(entry.state);
+            return Ok((entry.state, !entry.unrecorded));
         }
         let ran = std::sync::atomic::AtomicBool::new(false);
         // Boxed: moka's coalescing future is several KiB, and a hit (above) should
@@ -161,8 +170,9 @@ impl TaskCache {
             ran.store(true, Ordering::Relaxed);
             // Whoever produced the state, the cache keeps its content, not the
             // room it was built in.
-            fetch().await.map(|state| Entry {
+            fetch().await.map(|(state, recorded)| Entry {
                 state: Arc::new(state.compact()),
+                unrecorded: !recorded,
             })
         }))
         .await;
@@ -173,7 +183,9 @@ impl TaskCache {
             &self.stats.hits
         };
         counter.inc();
-        result.map(|e| e.state).map_err(|e| (*e).clone())
+        result
+            .map(|e| (e.state, !e.unrecorded))
+            .map_err(|e| (*e).clone())
     }
 }
 
@@ -209,7 +221,7 @@ mod tests {
         let fetch = || async {
             calls.fetch_add(1, Ordering::SeqCst);
             tokio::time::sleep(Duration::from_millis(50)).await;
-            Ok::<_, String>(state(TaskStatus::Processing))
+            Ok::<_, String>((state(TaskStatus::Processing), true))
         };
         let key = TaskCache::key("p", "1");
         let results =
@@ -218,7 +230,7 @@ mod tests {
         assert!(
             results
                 .iter()
-                .all(|r| r.as_ref().unwrap().status == TaskStatus::Processing)
+                .all(|r| r.as_ref().unwrap().0.status == TaskStatus::Processing)
         );
         assert_eq!(calls.load(Ordering::SeqCst), 1);
         assert_eq!(cache.stats.misses.get(), 1);
@@ -234,7 +246,7 @@ mod tests {
             CacheStats::default(),
         );
         let calls = AtomicUsize::new(0);
-        let get = |key: &'static str, s: TaskStatus| {
+        let get = |key: &'static str, s: TaskStatus, recorded: bool| {
             let key = TaskCache::key("p", key);
             let calls = &calls;
             let cache = &cache;
@@ -242,18 +254,28 @@ mod tests {
                 cache
                     .get_or_fetch(key, || async move {
                         calls.fetch_add(1, Ordering::SeqCst);
-                        Ok::<_, String>(state(s))
+                        Ok::<_, String>((state(s), recorded))
                     })
                     .await
                     .unwrap()
             }
         };
-        get("a", TaskStatus::Queued).await;
-        get("b", TaskStatus::Completed).await;
+        get("a", TaskStatus::Queued, true).await;
+        get("b", TaskStatus::Completed, true).await;
+        // Finished, but the ledger could not be given its end: kept no longer than
+        // an unfinished state, and not shown to a tracker's look at all.
+        get("c", TaskStatus::Failed, false).await;
+        assert!(cache.peek(&TaskCache::key("p", "c")).await.is_none());
         tokio::time::sleep(Duration::from_millis(80)).await;
-        get("a", TaskStatus::Queued).await;
-        get("b", TaskStatus::Completed).await;
-        assert_eq!(calls.load(Ordering::SeqCst), 3, "a fetched twice, b once");
+        get("a", TaskStatus::Queued, true).await;
+        get("b", TaskStatus::Completed, true).await;
+        let (_, recorded) = get("c", TaskStatus::Failed, true).await;
+        assert!(recorded);
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            5,
+            "a and c fetched twice, b once"
+        );
     }
 
     /// An upstream that answers with the largest results allowed cannot make the cache
@@ -281,7 +303,7 @@ mod tests {
             let key = TaskCache::key("p", &format!("id-{n:04}"));
             let state = big.clone();
             cache
-                .get_or_fetch(key, || async { Ok::<_, String>(state) })
+                .get_or_fetch(key, || async { Ok::<_, String>((state, true)) })
                 .await
                 .unwrap();
         }
@@ -298,7 +320,9 @@ mod tests {
         for n in 0..3000 {
             let key = TaskCache::key("p", &format!("{n}"));
             small
-                .get_or_fetch(key, || async { Ok::<_, String>(state(TaskStatus::Failed)) })
+                .get_or_fetch(key, || async {
+                    Ok::<_, String>((state(TaskStatus::Failed), true))
+                })
                 .await
                 .unwrap();
         }
@@ -335,7 +359,7 @@ mod tests {
         assert!(weight("p\0big", &state) > 1 << 20, "the room is weighed");
         let key = TaskCache::key("p", "big");
         cache
-            .get_or_fetch(key.clone(), || async { Ok::<_, String>(state) })
+            .get_or_fetch(key.clone(), || async { Ok::<_, String>((state, true)) })
             .await
             .unwrap();
         let kept = cache.peek(&key).await.expect("kept");
@@ -361,10 +385,10 @@ mod tests {
         assert_eq!(e, "timed out");
         let ok = cache
             .get_or_fetch(key, || async {
-                Ok::<_, String>(state(TaskStatus::Completed))
+                Ok::<_, String>((state(TaskStatus::Completed), true))
             })
             .await
             .unwrap();
-        assert_eq!(ok.status, TaskStatus::Completed);
+        assert_eq!(ok.0.status, TaskStatus::Completed);
     }
 }

@@ -115,6 +115,42 @@ async fn a_long_poll_answers_the_unchanged_state_when_its_wait_is_over() {
 }
 
 #[tokio::test]
+async fn a_task_whose_end_the_ledger_refused_is_followed_until_the_ledger_takes_it() {
+    let fake = Fake::start().await;
+    upstream_holds(&fake, "t-1", "queued");
+    let gw = Gateway::start(Routes::upstream(&fake.url(), "poll_interval_ms = 100")).await;
+    let http = gw.client();
+    let id = http
+        .submit_id(MODEL_CENTER, DEMO, &json!({"model": "m1", "prompt": "x"}))
+        .await;
+    // The ledger refuses every task's end (a full disk, a lost connection).
+    let db = rusqlite::Connection::open(gw.dir().path().join(".mediagate/ledger.db")).unwrap();
+    db.busy_timeout(Duration::from_secs(5)).unwrap();
+    db.execute_batch(
+        "CREATE TRIGGER refuse_ends BEFORE UPDATE OF finished_ms ON tasks \
+         WHEN NEW.finished_ms IS NOT NULL BEGIN SELECT RAISE(ABORT, 'refused'); END;",
+    )
+    .unwrap();
+    fake.take();
+    fake.on("GET /v2/model-center/tasks/t-1", status("t-1", "completed"));
+    // Its end refused, the task is asked about again (and its end written again).
+    let asked = std::sync::atomic::AtomicUsize::new(0);
+    eventually("the finished task is asked about twice", async || {
+        let seen = fake.take().iter().filter(|s| s.method == "GET").count();
+        asked.fetch_add(seen, std::sync::atomic::Ordering::Relaxed) + seen >= 2
+    })
+    .await;
+    assert_eq!(ended(&http, std::slice::from_ref(&id)).await, ["queued"]);
+    // The ledger takes writes again: the tracker, still following the task, writes
+    // its end.
+    db.execute_batch("DROP TRIGGER refuse_ends").unwrap();
+    eventually("the end is written", async || {
+        ended(&http, std::slice::from_ref(&id)).await == ["completed"]
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn a_reload_changes_how_many_status_requests_are_in_flight() {
     let fake = Fake::start().await;
     fake.on("POST /v2/model-center/tasks", Answer::queued("t-1"));
