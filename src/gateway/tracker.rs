@@ -392,6 +392,20 @@ impl Tracker {
                 self.gateway.metrics.ledger_errors.inc();
                 tracing::warn!(error = %e, "tracker: the ledger cannot be written");
             }
+            metrics.statement("heartbeat");
+            match self.ledger.release_unknown().await {
+                Ok(0) => {}
+                Ok(n) => {
+                    tracing::info!(
+                        tasks = n,
+                        "tracker: tasks followed under an unknown name given back"
+                    );
+                }
+                Err(e) => {
+                    self.gateway.metrics.ledger_errors.inc();
+                    tracing::warn!(error = %e, "tracker: the ledger cannot be written");
+                }
+            }
         }
         // Looking for orphans first, new tasks at once after.
         self.more = full || orphans;

@@ -151,6 +151,39 @@ async fn a_task_whose_end_the_ledger_refused_is_followed_until_the_ledger_takes_
 }
 
 #[tokio::test]
+async fn tasks_followed_under_a_name_no_replica_has_are_followed_again() {
+    let fake = Fake::start().await;
+    upstream_holds(&fake, "t-1", "completed");
+    let routes = |tracker: &str| {
+        Routes::upstream(&fake.url(), "poll_interval_ms = 100")
+            .top(&format!("[tracker]\nlease_ms = 1000\n{tracker}"))
+            .render()
+    };
+    let gw = Gateway::start(routes("enabled = false")).await;
+    let http = gw.client();
+    let id = http
+        .submit_id(MODEL_CENTER, DEMO, &json!({"model": "m1", "prompt": "x"}))
+        .await;
+    // A replica of a version before followers leased the task under its name, and
+    // stopped: no heartbeat row has that name.
+    let db = rusqlite::Connection::open(gw.dir().path().join(".mediagate/ledger.db")).unwrap();
+    db.busy_timeout(Duration::from_secs(5)).unwrap();
+    let leased = db
+        .execute(
+            "UPDATE tasks SET lease_owner = 'replica-of-before', lease_until_ms = 1 \
+             WHERE state = 'submitted'",
+            [],
+        )
+        .unwrap();
+    assert_eq!(leased, 1);
+    gw.reload_with(&routes("")).await.expect("reloaded");
+    eventually("the task is followed and its end written", async || {
+        ended(&http, std::slice::from_ref(&id)).await == ["completed"]
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn a_reload_changes_how_many_status_requests_are_in_flight() {
     let fake = Fake::start().await;
     fake.on("POST /v2/model-center/tasks", Answer::queued("t-1"));

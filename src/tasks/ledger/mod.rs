@@ -407,6 +407,30 @@ impl Ledger {
             .await
     }
 
+    /// Tasks followed under a name no heartbeat row knows (see
+    /// [`record::UNKNOWN_FOLLOWER`]), given back for any replica to claim: otherwise
+    /// nobody would ever follow them. A few names per call; the rows given back.
+    pub async fn release_unknown(&self) -> Result<usize, LedgerError> {
+        let mut released = 0;
+        for _ in 0..4 {
+            let name = self
+                .store
+                .reads()
+                .text(record::UNKNOWN_FOLLOWER, Vec::new());
+            let Some(Some(name)) = name.await? else {
+                break;
+            };
+            let args = params![name.as_str(), now_ms()];
+            let n = self.store.execute(record::RELEASE_UNKNOWN, args).await?;
+            released += n;
+            if n == 0 {
+                // Its rows are still leased: looked at again later.
+                break;
+            }
+        }
+        Ok(released)
+    }
+
     /// Dead replicas whose tasks are all followed by others now, forgotten.
     pub async fn forget_dead(&self) -> Result<usize, LedgerError> {
         self.store

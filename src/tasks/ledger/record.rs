@@ -593,6 +593,15 @@ pub(super) const HEARTBEAT: &str =
     "UPDATE replicas SET alive_until_ms = $2 WHERE name = $1 AND alive_until_ms >= $3";
 /// Dead replicas (at `$1`) that follow no task any more.
 pub(super) const FORGET_DEAD: &str = "DELETE FROM replicas WHERE alive_until_ms < $1 AND NOT EXISTS (SELECT 1 FROM tasks WHERE state = 'submitted' AND lease_owner = replicas.name)";
+/// The first name unfinished tasks are followed under that no heartbeat row knows: a
+/// replica of a version before followers (which leased rows under its name), or one
+/// whose row went while it claimed. The names followed are walked one index seek each
+/// (`tasks_due (state, lease_owner)`), as many as there are replicas, never a read of
+/// every task followed.
+pub(super) const UNKNOWN_FOLLOWER: &str = "WITH RECURSIVE named(o) AS (SELECT (SELECT MIN(lease_owner) FROM tasks WHERE state = 'submitted' AND lease_owner IS NOT NULL) UNION ALL SELECT (SELECT MIN(lease_owner) FROM tasks WHERE state = 'submitted' AND lease_owner > named.o) FROM named WHERE named.o IS NOT NULL) SELECT o FROM named WHERE o IS NOT NULL AND NOT EXISTS (SELECT 1 FROM replicas WHERE name = named.o) LIMIT 1";
+/// The tasks followed under `$1` given back, but those whose lease (a version before
+/// followers) runs past `$2`.
+pub(super) const RELEASE_UNKNOWN: &str = "UPDATE tasks SET lease_owner = NULL WHERE state = 'submitted' AND lease_owner = $1 AND (lease_until_ms IS NULL OR lease_until_ms < $2)";
 /// A replica stopping: the tasks it still follows given back, then its heartbeat.
 pub(super) const GIVE_BACK_REST: &str =
     "UPDATE tasks SET lease_owner = NULL WHERE state = 'submitted' AND lease_owner = $1";
