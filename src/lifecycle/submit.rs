@@ -1,7 +1,8 @@
 //! A submit, from admission to its recorded outcome: the ledger's admission
 //! (idempotency key, quota, the write-ahead row) → the model's providers in failover
-//! order → the sealed id → the row completed. Once admitted, it runs to its end
-//! (bounded by the providers' submit timeouts) — in the request's task while the
+//! order → the sealed id → the row completed. From its admission on (a write the
+//! ledger makes whether anyone still waits for it), it runs to its end (bounded by
+//! the providers' submit timeouts) — in the request's task while the
 //! request waits for it, in a task of its own once the request is gone — so the
 //! ledger always learns what the provider answered and paid work is never cancelled
 //! half-way.
@@ -11,6 +12,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use prometheus_client::metrics::counter::Counter;
 use serde_json::Value;
 
 use super::TaskService;
@@ -180,80 +182,92 @@ impl TaskService {
     /// Run a submit (see the module documentation). The answer comes as soon as the
     /// outcome is known; the recording of it goes on if the caller goes away.
     pub async fn submit(&self, order: SubmitOrder) -> (Result<Submitted, ApiError>, Attempted) {
-        let mut reserved = None;
-        let row = match &self.ledger {
-            None => None,
-            Some(ledger) => match self.admit(ledger, &order).await {
+        let Some(ledger) = self.ledger.clone() else {
+            let (outcome, attempted) =
+                RunToEnd::new(self.submits.track_future(run_to_end(order, None, None))).await;
+            return (outcome.map(Submitted::Created), attempted);
+        };
+        // From the admission on, the submit runs to its end whatever its caller does:
+        // an admission is written even when nobody waits for it any more, and its row
+        // with nobody to go on would end `unknown_outcome`, its key taken and its
+        // estimate reserved, though nothing reached a provider.
+        let (errors, spend) = (self.ledger_errors.clone(), self.spend.clone());
+        let admitted = RunToEnd::new(self.submits.track_future(async move {
+            match admit(&ledger, &order, &errors).await {
                 Ok((Admission::Fresh(row), estimate)) => {
-                    if let Some(estimate) = estimate {
-                        self.spend.reserved(&order.owner, &order.model.id, estimate);
-                        reserved = Some((self.spend.clone(), estimate));
-                    }
-                    Some((ledger.clone(), row))
+                    let reserved = estimate.map(|estimate| {
+                        spend.reserved(&order.owner, &order.model.id, estimate);
+                        (spend, estimate)
+                    });
+                    let (outcome, attempted) =
+                        run_to_end(order, Some((ledger, row)), reserved).await;
+                    Ok(Ok((outcome.map(Submitted::Created), attempted)))
                 }
-                Ok((other, _)) => {
-                    return (
-                        admitted_before(ledger, &order, other).await,
-                        Attempted::default(),
-                    );
-                }
-                Err(e) => return (Err(e), Attempted::default()),
-            },
-        };
-        let (outcome, attempted) =
-            RunToEnd::new(self.submits.track_future(run_to_end(order, row, reserved))).await;
-        (outcome.map(Submitted::Created), attempted)
-    }
-
-    /// The ledger's admission: one transaction for the idempotency key, the quota,
-    /// the budget and the write-ahead row; with the estimate it reserves.
-    async fn admit(
-        &self,
-        ledger: &Ledger,
-        order: &SubmitOrder,
-    ) -> Result<(Admission, Option<Micros>), ApiError> {
-        let callback = order
-            .callback_url
-            .as_deref()
-            .filter(|_| order.callback_in_request);
-        let cost_estimate = estimate(order)?;
-        let price_params = order
-            .model
-            .price
-            .as_ref()
-            .filter(|p| p.settles())
-            .map(|_| order.params.to_string());
-        let new = NewTask {
-            cost_estimate,
-            budget: order.budget,
-            price_params,
-            owner: &order.owner,
-            endpoint: order.endpoint,
-            model: &order.model.id,
-            kind: order.model.kind,
-            fingerprint: fingerprint(
-                order.endpoint,
-                &order.model.id,
-                order.same_request.as_ref().unwrap_or(&order.params),
-                callback,
+                Ok((other, _)) => Ok(Err((ledger, order, other))),
+                Err(e) => Err(e),
+            }
+        }));
+        match admitted.await {
+            Ok(Ok(ran)) => ran,
+            // An earlier submit with the key: answered from it, waited for here (a
+            // caller gone no longer waits).
+            Ok(Err((ledger, order, other))) => (
+                admitted_before(&ledger, &order, other).await,
+                Attempted::default(),
             ),
-            idempotency_key: order.idempotency_key.as_deref(),
-            video_seconds: order.video_seconds,
-            quota: order.quota,
-            provider: order.model.providers.first().map(|p| p.name.as_str()),
-            callback_url: order.callback_url.as_deref(),
-            keep_days: order.model.results.keep_days.map(i64::from),
-        };
-        let span =
-            crate::traces::span(|| crate::traces::traced!("ledger.admit", otel.kind = "internal"));
-        let admitted = tracing::Instrument::instrument(ledger.admit(&new), span).await;
-        let admission = admitted.map_err(|e| {
-            self.ledger_errors.inc();
-            tracing::error!(error = %e, "ledger write failed; submit refused before the provider");
-            ApiError::ledger_unavailable()
-        })?;
-        Ok((admission, cost_estimate))
+            Err(e) => (Err(e), Attempted::default()),
+        }
     }
+}
+
+/// The ledger's admission: one transaction for the idempotency key, the quota, the
+/// budget and the write-ahead row; with the estimate it reserves.
+async fn admit(
+    ledger: &Ledger,
+    order: &SubmitOrder,
+    ledger_errors: &Counter,
+) -> Result<(Admission, Option<Micros>), ApiError> {
+    let callback = order
+        .callback_url
+        .as_deref()
+        .filter(|_| order.callback_in_request);
+    let cost_estimate = estimate(order)?;
+    let price_params = order
+        .model
+        .price
+        .as_ref()
+        .filter(|p| p.settles())
+        .map(|_| order.params.to_string());
+    let new = NewTask {
+        cost_estimate,
+        budget: order.budget,
+        price_params,
+        owner: &order.owner,
+        endpoint: order.endpoint,
+        model: &order.model.id,
+        kind: order.model.kind,
+        fingerprint: fingerprint(
+            order.endpoint,
+            &order.model.id,
+            order.same_request.as_ref().unwrap_or(&order.params),
+            callback,
+        ),
+        idempotency_key: order.idempotency_key.as_deref(),
+        video_seconds: order.video_seconds,
+        quota: order.quota,
+        provider: order.model.providers.first().map(|p| p.name.as_str()),
+        callback_url: order.callback_url.as_deref(),
+        keep_days: order.model.results.keep_days.map(i64::from),
+    };
+    let span =
+        crate::traces::span(|| crate::traces::traced!("ledger.admit", otel.kind = "internal"));
+    let admitted = tracing::Instrument::instrument(ledger.admit(&new), span).await;
+    let admission = admitted.map_err(|e| {
+        ledger_errors.inc();
+        tracing::error!(error = %e, "ledger write failed; submit refused before the provider");
+        ApiError::ledger_unavailable()
+    })?;
+    Ok((admission, cost_estimate))
 }
 
 /// What an admission that is not a fresh row means for the request.

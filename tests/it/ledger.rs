@@ -99,6 +99,41 @@ async fn tasks_show_finds_a_task_by_its_id_or_its_upstream_id_also_without_the_s
 }
 
 #[tokio::test]
+async fn a_submit_whose_request_ends_during_its_admission_still_reaches_the_provider() {
+    let fake = Fake::start().await;
+    fake.on(SUBMIT, Answer::queued("up-9"));
+    let routes = Routes::upstream(
+        &fake.url(),
+        "connect_timeout_ms = 50\nsubmit_timeout_ms = 100",
+    )
+    .server("request_timeout_ms = 300\nbody_read_timeout_ms = 100");
+    let gw = Gateway::start(routes).await;
+    let http = gw.client();
+    // Another writer holds the ledger past the request's timeout: the admission
+    // waits, and is written once it is let go, with nobody waiting for it.
+    let db = rusqlite::Connection::open(gw.dir().path().join(".mediagate/ledger.db")).unwrap();
+    db.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let r = submit_keyed(&http, DEMO, "k-1", &body("x")).await;
+    assert_eq!(r.status, 504, "{}", r.text());
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    db.execute_batch("COMMIT").unwrap();
+    // The submit goes on: the provider is asked once, the row records its task, and
+    // a retry with the key gets that task.
+    eventually("the provider is asked", async || {
+        fake.take().iter().any(|s| s.method == "POST")
+    })
+    .await;
+    eventually("the retry gets the task", async || {
+        let r = submit_keyed(&http, DEMO, "k-1", &body("x")).await;
+        r.status == 200 && r.json()["id"].as_str().is_some()
+    })
+    .await;
+    let shown = operator(gw.dir(), &["tasks", "show", "up-9"]);
+    assert!(shown.contains("state: submitted\n"), "{shown}");
+    assert!(fake.take().iter().all(|s| s.method != "POST"), "asked once");
+}
+
+#[tokio::test]
 async fn bad_and_required_idempotency_keys_are_refused() {
     let fake = Fake::start().await;
     fake.on(SUBMIT, Answer::queued("up-1"));
