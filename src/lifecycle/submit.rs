@@ -365,57 +365,139 @@ async fn run_to_end(
     row: Option<(Arc<Ledger>, i64)>,
     reserved: Option<(SpendMetrics, Micros)>,
 ) -> (Result<SealedTask, ApiError>, Attempted) {
-    let ledger = row.as_ref().map(|(l, row)| (&**l, *row));
     let mut attempted = Attempted::default();
+    let ledger = row.as_ref().map(|(l, row)| (&**l, *row));
     let outcome = forward(&order, ledger, &mut attempted).await;
-    if let Some((ledger, row)) = ledger
-        && record(ledger, row, &outcome).await
-        && let Some((spend, estimate)) = reserved
-    {
-        spend.settled(&order.owner, &order.model.id, estimate, Micros::ZERO);
+    if let Some((ledger, row)) = row {
+        let written = Written::of(&outcome);
+        let settle = reserved.map(|(spend, estimate)| {
+            move || spend.settled(&order.owner, &order.model.id, estimate, Micros::ZERO)
+        });
+        record(ledger, row, written, settle).await;
     }
     (outcome.map_err(Failure::into_error), attempted)
 }
 
-/// The outcome on the submit's row; whether it ended the task there (a refusal).
-async fn record(ledger: &Ledger, row: i64, outcome: &Result<SealedTask, Failure>) -> bool {
+/// Waits before each new try of a submit's outcome whose write failed: about 20 s in
+/// all, well within the minute after which the sweep takes a row left `submitting`
+/// for a crashed submit's.
+const RECORD_RETRIES: [Duration; 4] = [
+    Duration::from_millis(250),
+    Duration::from_secs(1),
+    Duration::from_secs(4),
+    Duration::from_secs(15),
+];
+
+/// The outcome on the submit's row; a refusal that ended it settles its reservation
+/// (`settle`). A write that fails is tried again a few times, in a task of its own
+/// (the client has its answer meanwhile): the provider may have the task, and a row
+/// left `submitting` would end `unknown_outcome`, its reservation held.
+async fn record(
+    ledger: Arc<Ledger>,
+    row: i64,
+    outcome: Written,
+    settle: Option<impl FnOnce() + Send + 'static>,
+) {
     let span =
         crate::traces::span(|| crate::traces::traced!("ledger.record", otel.kind = "internal"));
-    let written = tracing::Instrument::instrument(write_outcome(ledger, row, outcome), span).await;
-    if let Err(e) = &written {
-        let upstream_id = outcome.as_ref().ok().map(|c| c.task.upstream_id.as_str());
-        tracing::error!(row, upstream_id, error = %e, "ledger update failed after the submit");
+    let first = tracing::Instrument::instrument(outcome.write(&ledger, row), span).await;
+    let ended = match first {
+        Ok(ended) => ended,
+        Err(e) => {
+            tracing::warn!(row, upstream_id = outcome.upstream_id(), error = %e, "ledger update failed after the submit; trying again");
+            tokio::spawn(async move {
+                let mut last = None;
+                for wait in RECORD_RETRIES {
+                    tokio::time::sleep(wait).await;
+                    match outcome.write(&ledger, row).await {
+                        Ok(ended) => {
+                            if ended && let Some(settle) = settle {
+                                settle();
+                            }
+                            return;
+                        }
+                        Err(e) => last = Some(e),
+                    }
+                }
+                if let Some(e) = last {
+                    tracing::error!(row, upstream_id = outcome.upstream_id(), error = %e, "ledger update failed after the submit");
+                }
+            });
+            return;
+        }
+    };
+    if ended && let Some(settle) = settle {
+        settle();
     }
-    // `true` only from a refusal's statement that ended the row.
-    written.unwrap_or(false)
 }
 
-/// The statement that records a submit's outcome on its row; whether it ended the
-/// task there (a refusal that found the row unended).
-async fn write_outcome(
-    ledger: &Ledger,
-    row: i64,
-    outcome: &Result<SealedTask, Failure>,
-) -> Result<bool, ledger::LedgerError> {
-    match outcome {
-        Ok(created) => {
-            let answer = created.answer();
-            let done = ledger::Created {
-                provider: &created.task.provider,
-                upstream_id: &created.task.upstream_id,
-                task_id: &created.id,
+/// A submit's outcome as its row records it, owned: written again when the first
+/// write failed.
+enum Written {
+    Created {
+        provider: String,
+        upstream_id: String,
+        task_id: String,
+        status: TaskStatus,
+        answer: Answer,
+        first_poll: Duration,
+    },
+    /// Every provider declined (no answer kept), or the request was refused (its
+    /// answer kept for a retry with the key).
+    Refused(Option<Answer>),
+    /// It may exist at the named provider.
+    Unknown(String),
+}
+
+impl Written {
+    fn of(outcome: &Result<SealedTask, Failure>) -> Self {
+        match outcome {
+            Ok(created) => Self::Created {
+                provider: created.task.provider.clone(),
+                upstream_id: created.task.upstream_id.clone(),
+                task_id: created.id.clone(),
                 status: created.status,
-                answer: &answer,
+                answer: created.answer(),
                 first_poll: created.first_poll,
-            };
-            ledger.created(row, &done).await.map(|()| false)
+            },
+            Err(Failure::Refused(_)) => Self::Refused(None),
+            Err(Failure::Rejected(e)) => Self::Refused(Some(error_answer(e))),
+            Err(Failure::Unknown(unknown)) => Self::Unknown(unknown.1.clone()),
         }
-        Err(Failure::Refused(_)) => ledger.refused(row, None).await,
-        Err(Failure::Rejected(e)) => ledger.refused(row, Some(&error_answer(e))).await,
-        Err(Failure::Unknown(unknown)) => ledger
-            .outcome_unknown(row, &unknown.1)
-            .await
-            .map(|()| false),
+    }
+
+    fn upstream_id(&self) -> Option<&str> {
+        match self {
+            Self::Created { upstream_id, .. } => Some(upstream_id),
+            _ => None,
+        }
+    }
+
+    /// The statement that records it on row `row`; whether it ended the task there
+    /// (a refusal that found the row unended).
+    async fn write(&self, ledger: &Ledger, row: i64) -> Result<bool, ledger::LedgerError> {
+        match self {
+            Self::Created {
+                provider,
+                upstream_id,
+                task_id,
+                status,
+                answer,
+                first_poll,
+            } => {
+                let done = ledger::Created {
+                    provider,
+                    upstream_id,
+                    task_id,
+                    status: *status,
+                    answer,
+                    first_poll: *first_poll,
+                };
+                ledger.created(row, &done).await.map(|()| false)
+            }
+            Self::Refused(answer) => ledger.refused(row, answer.as_ref()).await,
+            Self::Unknown(provider) => ledger.outcome_unknown(row, provider).await.map(|()| false),
+        }
     }
 }
 

@@ -134,6 +134,39 @@ async fn a_submit_whose_request_ends_during_its_admission_still_reaches_the_prov
 }
 
 #[tokio::test]
+async fn a_created_task_whose_row_could_not_be_completed_is_written_again() {
+    let fake = Fake::start().await;
+    fake.on(SUBMIT, Answer::queued("up-5"));
+    let gw = Gateway::start(Routes::upstream(&fake.url(), "")).await;
+    let http = gw.client();
+    // The ledger refuses to complete rows for a moment (a full disk, a lost
+    // connection): the task exists at the provider, and the client gets its id.
+    let db = rusqlite::Connection::open(gw.dir().path().join(".mediagate/ledger.db")).unwrap();
+    db.busy_timeout(std::time::Duration::from_secs(5)).unwrap();
+    db.execute_batch(
+        "CREATE TRIGGER refuse_created BEFORE UPDATE OF upstream_id ON tasks \
+         WHEN NEW.upstream_id IS NOT NULL BEGIN SELECT RAISE(ABORT, 'refused'); END;",
+    )
+    .unwrap();
+    let id = http.submit_id(MODEL_CENTER, DEMO, &body("x")).await;
+    let rows = |db: &rusqlite::Connection| -> (String, Option<String>) {
+        db.query_row("SELECT state, upstream_id FROM tasks", [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .unwrap()
+    };
+    assert_eq!(rows(&db), ("submitting".to_string(), None));
+    db.execute_batch("DROP TRIGGER refuse_created").unwrap();
+    // Written again: the listing finds the task, under the id the client has.
+    eventually("the row is completed", async || {
+        rows(&db) == ("submitted".to_string(), Some("up-5".to_string()))
+    })
+    .await;
+    let listed = http.get(MODEL_CENTER, DEMO).await.json();
+    assert_eq!(listed["data"][0]["id"], id.as_str(), "{listed}");
+}
+
+#[tokio::test]
 async fn bad_and_required_idempotency_keys_are_refused() {
     let fake = Fake::start().await;
     fake.on(SUBMIT, Answer::queued("up-1"));
