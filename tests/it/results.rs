@@ -421,6 +421,41 @@ async fn deleting_a_finished_task_removes_its_results_and_its_listing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_that_ends_after_its_task_was_deleted_keeps_nothing() {
+    let fake = completed_with(&[]).await;
+    let urls = json!([format!("{}/media/a.mp4", fake.url())]);
+    fake.on(
+        "GET /v2/model-center/tasks/r-1",
+        Answer::json(
+            200,
+            json!({"id": "r-1", "status": "completed", "urls": urls}),
+        ),
+    );
+    let held = fake.hold(
+        "GET /media/a.mp4",
+        Answer::raw(200, "video/mp4", media(40_000)),
+    );
+    let gw = Gateway::start(Routes::upstream(&fake.url(), "").storage(FILES)).await;
+    let (http, id) = submitted(&gw).await;
+    let link = path_of(
+        http.query(MODEL_CENTER, DEMO, &id).await["video_url"]
+            .as_str()
+            .unwrap(),
+    );
+    // The copy is under way when its owner deletes the task.
+    held.arrived(1).await;
+    let r = delete(&http, DEMO, &id).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    held.release();
+    copy_ends(&gw, "stored").await;
+    // What the copy wrote is not served, and is removed.
+    assert_error(&http.get_bare(&link).await, 410, "result_expired", None);
+    let kept = gw.dir().path().join(".mediagate/media/results/1/0");
+    eventually("the copied object is deleted", async || !kept.exists()).await;
+    assert_error(&http.get_bare(&link).await, 410, "result_expired", None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_an_unfinished_task_cancels_it_at_its_provider_once() {
     let fake = Fake::start().await;
     fake.on("POST /v2/model-center/tasks", Answer::queued("r-1"));
