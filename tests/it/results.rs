@@ -422,19 +422,7 @@ async fn deleting_a_finished_task_removes_its_results_and_its_listing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_copy_that_ends_after_its_task_was_deleted_keeps_nothing() {
-    let fake = completed_with(&[]).await;
-    let urls = json!([format!("{}/media/a.mp4", fake.url())]);
-    fake.on(
-        "GET /v2/model-center/tasks/r-1",
-        Answer::json(
-            200,
-            json!({"id": "r-1", "status": "completed", "urls": urls}),
-        ),
-    );
-    let held = fake.hold(
-        "GET /media/a.mp4",
-        Answer::raw(200, "video/mp4", media(40_000)),
-    );
+    let (fake, held) = a_held_result().await;
     let gw = Gateway::start(Routes::upstream(&fake.url(), "").storage(FILES)).await;
     let (http, id) = submitted(&gw).await;
     let link = path_of(
@@ -714,13 +702,8 @@ first_retry_ms = 100
 max_retry_interval_ms = 200
 "#;
 
-/// A gateway keeping results in files, the demo key signing webhooks, `[storage]`
-/// given `storage_line`; a task of `m1` whose one result's download is held, submitted
-/// with a callback to `receiver` and completed by a query. The held download.
-async fn completed_with_a_held_copy(
-    receiver: &Fake,
-    storage_line: &str,
-) -> (Fake, Gateway, crate::support::Held) {
+/// An upstream whose task `r-1` is completed with one result, its download held.
+async fn a_held_result() -> (Fake, crate::support::Held) {
     let fake = completed_with(&[]).await;
     let urls = json!([format!("{}/media/a.mp4", fake.url())]);
     fake.on(
@@ -734,6 +717,17 @@ async fn completed_with_a_held_copy(
         "GET /media/a.mp4",
         Answer::raw(200, "video/mp4", media(40_000)),
     );
+    (fake, held)
+}
+
+/// A gateway keeping results in files, the demo key signing webhooks, `[storage]`
+/// given `storage_line`; a task of `m1` whose one result's download is held, submitted
+/// with a callback to `receiver` and completed by a query. The held download.
+async fn completed_with_a_held_copy(
+    receiver: &Fake,
+    storage_line: &str,
+) -> (Fake, Gateway, crate::support::Held) {
+    let (fake, held) = a_held_result().await;
     let routes = Routes::upstream(&fake.url(), "")
         .top(WEBHOOKS)
         .demo_key("webhook_secret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"")
