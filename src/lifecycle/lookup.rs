@@ -9,7 +9,7 @@ use crate::error::ApiError;
 use crate::providers::{Call, UpstreamError};
 use crate::snapshot::Snapshot;
 use crate::tasks::ledger::StoredResult;
-use crate::tasks::{MediaKind, TaskCache, TaskId, TaskState};
+use crate::tasks::{MediaKind, TaskCache, TaskId, TaskState, recorded_state};
 
 /// What a lookup needs of a task: where it lives upstream, and the model and kind its
 /// provider's programs see.
@@ -77,7 +77,17 @@ impl TaskService {
         let (state, recorded) = self
             .cache
             .get_or_fetch(key.clone(), || async {
-                let queried = provider.query(call, task.upstream_id).await?;
+                let queried = match provider.query(call, task.upstream_id).await {
+                    // The provider forgot the task (providers keep them for a while
+                    // only): the end the ledger recorded is still the task's answer.
+                    Err(UpstreamError::TaskGone) => {
+                        return match self.recorded_end(task).await {
+                            Some(state) => Ok((state, true)),
+                            None => Err(UpstreamError::TaskGone),
+                        };
+                    }
+                    queried => queried?,
+                };
                 let _ = upstream_time.set(queried.took);
                 let state = queried.state;
                 let mut recorded = true;
@@ -156,6 +166,21 @@ impl TaskService {
                 tracing::warn!(error = %e, "ledger read failed: the stored results of a task");
                 ApiError::ledger_unavailable()
             })
+    }
+
+    /// The end the ledger recorded for `task`, if it has one.
+    async fn recorded_end(&self, task: TaskRef<'_>) -> Option<TaskState> {
+        let ledger = self.ledger.as_ref()?;
+        let row = match ledger.by_upstream(task.provider, task.upstream_id).await {
+            Ok(row) => row?,
+            Err(e) => {
+                self.ledger_errors.inc();
+                tracing::warn!(error = %e, "ledger read failed; the task's end is not known");
+                return None;
+            }
+        };
+        row.finished_ms?;
+        recorded_state(&row).filter(|state| state.status.is_terminal())
     }
 
     /// The state the results cache holds of a task, without asking anybody.

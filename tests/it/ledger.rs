@@ -167,6 +167,39 @@ async fn a_created_task_whose_row_could_not_be_completed_is_written_again() {
 }
 
 #[tokio::test]
+async fn a_finished_task_the_provider_forgot_answers_as_the_ledger_recorded_it() {
+    let fake = Fake::start().await;
+    fake.on(SUBMIT, Answer::queued("up-3"));
+    let done = json!({"id": "up-3", "status": "completed", "urls": ["https://cdn.example/3.mp4"]});
+    fake.on("GET /v2/model-center/tasks/up-3", Answer::json(200, done));
+    let gw = Gateway::start(Routes::upstream(&fake.url(), "")).await;
+    let id = gw.client().submit_id(MODEL_CENTER, DEMO, &body("x")).await;
+    let first = gw.client().query(MODEL_CENTER, DEMO, &id).await;
+    assert_eq!(first["status"], "completed", "{first}");
+    // A restart empties the results cache; the provider has forgotten the task.
+    let gw = Gateway::start_in(gw.stop().await).await;
+    let gone = json!({"error": "task not found"});
+    fake.on("GET /v2/model-center/tasks/up-3", Answer::json(404, gone));
+    let again = gw.client().query(MODEL_CENTER, DEMO, &id).await;
+    assert_eq!(again["status"], "completed", "{again}");
+    assert_eq!(again["video_url"], first["video_url"], "{again}");
+    // Its owner can still delete it.
+    let r = gw
+        .client()
+        .delete(&format!("{MODEL_CENTER}/{id}"), DEMO)
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    // A task the ledger has no end for is still unknown.
+    fake.on(SUBMIT, Answer::queued("up-4"));
+    let other = gw.client().submit_id(MODEL_CENTER, DEMO, &body("y")).await;
+    let r = gw
+        .client()
+        .get(&format!("{MODEL_CENTER}/{other}"), DEMO)
+        .await;
+    assert_error(&r, 404, "task_not_found", Some("id"));
+}
+
+#[tokio::test]
 async fn bad_and_required_idempotency_keys_are_refused() {
     let fake = Fake::start().await;
     fake.on(SUBMIT, Answer::queued("up-1"));
