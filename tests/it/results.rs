@@ -22,6 +22,15 @@ async fn submitted(gw: &Gateway) -> (crate::support::Http, String) {
     (http, id)
 }
 
+/// The path of the demo key's task `id`'s (first) result link, as its query gives it.
+async fn link_of(http: &crate::support::Http, id: &str) -> String {
+    path_of(
+        http.query(MODEL_CENTER, DEMO, id).await["video_url"]
+            .as_str()
+            .unwrap(),
+    )
+}
+
 /// Wait until the copy of the task in ledger row 1 ends `state`; the ledger's path.
 async fn copy_ends(gw: &Gateway, state: &str) -> std::path::PathBuf {
     let ledger = gw.dir().path().join(".mediagate/ledger.db");
@@ -292,11 +301,7 @@ async fn a_signed_link_is_refused_when_tampered_with_used_elsewhere_or_expired()
     let other = http
         .submit_id(MODEL_CENTER, DEMO2, &json!({"model": "m1", "prompt": "q"}))
         .await;
-    let link = path_of(
-        http.query(MODEL_CENTER, DEMO, &id).await["video_url"]
-            .as_str()
-            .unwrap(),
-    );
+    let link = link_of(&http, &id).await;
     assert_eq!(http.get_bare(&link).await.status, 200);
     let signature = link.split("signature=").nth(1).unwrap().to_string();
     let expires = link
@@ -346,11 +351,7 @@ async fn a_result_past_keep_days_is_deleted_and_its_link_answers_410() {
         .server("metrics_listen = \"127.0.0.1:0\"");
     let gw = Gateway::start(routes).await;
     let (http, id) = submitted(&gw).await;
-    let link = path_of(
-        http.query(MODEL_CENTER, DEMO, &id).await["video_url"]
-            .as_str()
-            .unwrap(),
-    );
+    let link = link_of(&http, &id).await;
     let dir = gw.dir().path().to_path_buf();
     let deleted = || {
         rusqlite::Connection::open(dir.join(".mediagate/ledger.db"))
@@ -392,11 +393,7 @@ async fn deleting_a_finished_task_removes_its_results_and_its_listing() {
     let fake = completed_with(&[("/media/a.mp4", b"to be deleted".to_vec())]).await;
     let gw = Gateway::start(Routes::upstream(&fake.url(), "").storage(FILES)).await;
     let (http, id) = submitted(&gw).await;
-    let link = path_of(
-        http.query(MODEL_CENTER, DEMO, &id).await["video_url"]
-            .as_str()
-            .unwrap(),
-    );
+    let link = link_of(&http, &id).await;
     copy_ends(&gw, "stored").await;
     assert_eq!(listed(&http).await, std::slice::from_ref(&id));
     // Another key's DELETE finds nothing, as its query would.
@@ -425,11 +422,7 @@ async fn a_copy_that_ends_after_its_task_was_deleted_keeps_nothing() {
     let (fake, held) = a_held_result().await;
     let gw = Gateway::start(Routes::upstream(&fake.url(), "").storage(FILES)).await;
     let (http, id) = submitted(&gw).await;
-    let link = path_of(
-        http.query(MODEL_CENTER, DEMO, &id).await["video_url"]
-            .as_str()
-            .unwrap(),
-    );
+    let link = link_of(&http, &id).await;
     // The copy is under way when its owner deletes the task.
     held.arrived(1).await;
     let r = delete(&http, DEMO, &id).await;
