@@ -483,7 +483,8 @@ impl Tracker {
             if limit > slots.limit {
                 slots.slots.add_permits(limit - slots.limit);
             } else if limit < slots.limit {
-                let (semaphore, fewer) = (slots.slots.clone(), (slots.limit - limit) as u32);
+                let fewer = u32::try_from(slots.limit - limit).unwrap_or(u32::MAX);
+                let semaphore = slots.slots.clone();
                 tokio::spawn(async move {
                     if let Ok(taken) = semaphore.acquire_many_owned(fewer).await {
                         taken.forget();
