@@ -124,8 +124,7 @@ async fn a_task_whose_end_the_ledger_refused_is_followed_until_the_ledger_takes_
         .submit_id(MODEL_CENTER, DEMO, &json!({"model": "m1", "prompt": "x"}))
         .await;
     // The ledger refuses every task's end (a full disk, a lost connection).
-    let db = rusqlite::Connection::open(gw.dir().path().join(".mediagate/ledger.db")).unwrap();
-    db.busy_timeout(Duration::from_secs(5)).unwrap();
+    let db = sqlite_ledger(&gw);
     db.execute_batch(
         "CREATE TRIGGER refuse_ends BEFORE UPDATE OF finished_ms ON tasks \
          WHEN NEW.finished_ms IS NOT NULL BEGIN SELECT RAISE(ABORT, 'refused'); END;",
@@ -144,10 +143,7 @@ async fn a_task_whose_end_the_ledger_refused_is_followed_until_the_ledger_takes_
     // The ledger takes writes again: the tracker, still following the task, writes
     // its end.
     db.execute_batch("DROP TRIGGER refuse_ends").unwrap();
-    eventually("the end is written", async || {
-        ended(&http, std::slice::from_ref(&id)).await == ["completed"]
-    })
-    .await;
+    listed_as(&http, &id, "completed").await;
 }
 
 #[tokio::test]
@@ -166,8 +162,7 @@ async fn tasks_followed_under_a_name_no_replica_has_are_followed_again() {
         .await;
     // A replica of a version before followers leased the task under its name, and
     // stopped: no heartbeat row has that name.
-    let db = rusqlite::Connection::open(gw.dir().path().join(".mediagate/ledger.db")).unwrap();
-    db.busy_timeout(Duration::from_secs(5)).unwrap();
+    let db = sqlite_ledger(&gw);
     let leased = db
         .execute(
             "UPDATE tasks SET lease_owner = 'replica-of-before', lease_until_ms = 1 \
@@ -177,10 +172,7 @@ async fn tasks_followed_under_a_name_no_replica_has_are_followed_again() {
         .unwrap();
     assert_eq!(leased, 1);
     gw.reload_with(&routes("")).await.expect("reloaded");
-    eventually("the task is followed and its end written", async || {
-        ended(&http, std::slice::from_ref(&id)).await == ["completed"]
-    })
-    .await;
+    listed_as(&http, &id, "completed").await;
 }
 
 #[tokio::test]
@@ -665,6 +657,21 @@ async fn a_gateway_restarted_on_its_sqlite_ledger_follows_the_tasks_of_the_one_b
     gw.restart().await;
     eventually("the next gateway follows the task given back", async || {
         ended(&gw.client(), &tasks).await == ["completed", "completed"]
+    })
+    .await;
+}
+
+/// The gateway's SQLite ledger, opened beside it (to change what a test needs).
+fn sqlite_ledger(gw: &Gateway) -> rusqlite::Connection {
+    let db = rusqlite::Connection::open(gw.dir().path().join(".mediagate/ledger.db")).unwrap();
+    db.busy_timeout(Duration::from_secs(5)).unwrap();
+    db
+}
+
+/// Wait until the listing (the ledger) gives task `id` the status `status`.
+async fn listed_as(http: &crate::support::Http, id: &str, status: &str) {
+    eventually(&format!("the ledger has the task {status}"), async || {
+        ended(http, &[id.to_string()]).await == [status]
     })
     .await;
 }
