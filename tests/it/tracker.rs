@@ -202,8 +202,10 @@ async fn a_reload_changes_how_many_status_requests_are_in_flight() {
     gw.reload_with(&routes(5)).await.expect("reloaded");
     held.arrived(5).await;
 
-    // Fewer: once the requests in flight are answered, one at a time.
+    // Fewer: once the requests in flight are answered, one at a time. The tracker
+    // takes a new limit at its next round (every 250 ms at the most).
     gw.reload_with(&routes(1)).await.expect("reloaded");
+    tokio::time::sleep(Duration::from_millis(1000)).await;
     let one = fake.hold(asked, status("t-1", "queued"));
     held.release();
     one.arrived(1).await;
