@@ -16,8 +16,17 @@ use crate::tasks::{TaskCache, TaskError, TaskState, TaskStatus};
 impl TaskService {
     /// Delete `task` (its owner was checked by the caller).
     pub async fn delete(&self, snapshot: &Snapshot, task: TaskRef<'_>) -> Result<(), ApiError> {
-        let state = self.lookup(snapshot, task).await?.state;
-        if !state.status.is_terminal() {
+        let mut looked = self.lookup(snapshot, task).await?;
+        if !looked.state.status.is_terminal() && looked.upstream_time.is_none() {
+            // A cancel is decided on what the provider says now, not on a state
+            // cached up to a poll interval ago: a task that completed since is not
+            // cancelled (a provider may accept that) and settled at nothing.
+            self.cache
+                .forget(&TaskCache::key(task.provider, task.upstream_id))
+                .await;
+            looked = self.lookup(snapshot, task).await?;
+        }
+        if !looked.state.status.is_terminal() {
             self.cancel(snapshot, task).await?;
         }
         let Some(ledger) = &self.ledger else {
@@ -75,8 +84,9 @@ impl TaskService {
             }),
         };
         let key = TaskCache::key(task.provider, task.upstream_id);
-        let recorded = self.finished(snapshot, task, &key, &canceled, None).await;
-        let state: Arc<TaskState> = self.cache.put(key.clone(), canceled, recorded).await;
+        let ended = self.finished(snapshot, task, &key, &canceled, None).await;
+        let state = ended.earlier.unwrap_or(canceled);
+        let state: Arc<TaskState> = self.cache.put(key.clone(), state, ended.recorded).await;
         self.waiters.wake(&key, &state);
         Ok(())
     }

@@ -89,11 +89,13 @@ impl TaskService {
                     queried => queried?,
                 };
                 let _ = upstream_time.set(queried.took);
-                let state = queried.state;
+                let mut state = queried.state;
                 let mut recorded = true;
                 if state.status.is_terminal() {
                     let answer = queried.answer.as_ref();
-                    recorded = self.finished(snapshot, task, &key, &state, answer).await;
+                    let ended = self.finished(snapshot, task, &key, &state, answer).await;
+                    recorded = ended.recorded;
+                    state = ended.earlier.unwrap_or(state);
                 }
                 Ok::<_, UpstreamError>((state, recorded))
             })
@@ -136,11 +138,12 @@ impl TaskService {
             .await?;
         let (state, recorded) = if queried.state.status.is_terminal() {
             let answer = queried.answer.as_ref();
-            let recorded = self
+            let ended = self
                 .finished(snapshot, task, &key, &queried.state, answer)
                 .await;
-            let state = self.cache.put(key.clone(), queried.state, recorded).await;
-            (state, recorded)
+            let state = ended.earlier.unwrap_or(queried.state);
+            let state = self.cache.put(key.clone(), state, ended.recorded).await;
+            (state, ended.recorded)
         } else {
             (Arc::new(queried.state.compact()), true)
         };
@@ -169,7 +172,7 @@ impl TaskService {
     }
 
     /// The end the ledger recorded for `task`, if it has one.
-    async fn recorded_end(&self, task: TaskRef<'_>) -> Option<TaskState> {
+    pub(super) async fn recorded_end(&self, task: TaskRef<'_>) -> Option<TaskState> {
         let ledger = self.ledger.as_ref()?;
         let row = match ledger.by_upstream(task.provider, task.upstream_id).await {
             Ok(row) => row?,

@@ -121,17 +121,17 @@ impl TaskService {
     /// Whether the ledger has the end (when not, the tracker tries again later).
     pub async fn give_up(&self, snapshot: &Snapshot, task: TaskRef<'_>, state: TaskState) -> bool {
         let key = TaskCache::key(task.provider, task.upstream_id);
-        let state = Arc::new(state);
-        let recorded = self.finished(snapshot, task, &key, &state, None).await;
+        let ended = self.finished(snapshot, task, &key, &state, None).await;
+        let state = Arc::new(ended.earlier.unwrap_or(state));
         self.waiters.wake(&key, &state);
-        recorded
+        ended.recorded
     }
 
     /// A terminal state just learned (the provider's final answer `answer` with it):
     /// into the ledger once, settled by the same statement (the ledger ignores a
-    /// second write), and announced and counted by whoever recorded it. Whether the
-    /// ledger has it: false when its write failed (logged and counted), so that the
-    /// caller does not take the task for done.
+    /// second write), and announced and counted by whoever recorded it. Says whether
+    /// the ledger has an end (not when its write failed, logged and counted, so that
+    /// the caller does not take the task for done) and which end the task has.
     async fn finished(
         &self,
         snapshot: &Snapshot,
@@ -139,7 +139,7 @@ impl TaskService {
         key: &Arc<str>,
         state: &TaskState,
         answer: Option<&bytes::Bytes>,
-    ) -> bool {
+    ) -> Ended {
         let (provider, upstream_id) = (task.provider, task.upstream_id);
         let settlement = self.settlement(snapshot, task, state, answer).await;
         let settled = settlement.as_ref().map(|s| s.settled);
@@ -182,6 +182,27 @@ impl TaskService {
             // No subscriber is no error: nothing needs to act.
             let _ = self.finished.send(event);
         }
-        recorded
+        // Written before (by this replica or another, or by the operator): the ledger's
+        // end is the task's, whatever the provider says of it now.
+        let earlier = if recorded && !first {
+            self.recorded_end(task).await.filter(|end| {
+                !(end.status == TaskStatus::Completed && state.status == TaskStatus::Completed)
+            })
+        } else {
+            None
+        };
+        Ended { recorded, earlier }
     }
+}
+
+/// How a finished state seen of a task stands in the ledger.
+struct Ended {
+    /// Whether the ledger has an end for the task (false when its write failed).
+    recorded: bool,
+    /// The end the ledger recorded earlier, when the task is answered with it rather
+    /// than with the state seen: a provider that later answers `failed` or `expired`
+    /// for a task recorded `completed` (or `completed` for one the owner cancelled)
+    /// does not change it. Both completed, the state seen is kept: its links are the
+    /// provider's current ones.
+    earlier: Option<TaskState>,
 }

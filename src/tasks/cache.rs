@@ -132,6 +132,11 @@ impl TaskCache {
         (!entry.unrecorded).then_some(entry.state)
     }
 
+    /// Forget what is kept for `key`: the next look asks the provider.
+    pub async fn forget(&self, key: &Arc<str>) {
+        self.cache.invalidate(key).await;
+    }
+
     /// Keep `state` for `key`, in place of what was kept (a state the gateway itself
     /// decided: a task it cancelled; or a finished one a tracker's look found);
     /// `recorded`: whether the ledger has it, when it is finished.

@@ -200,6 +200,35 @@ async fn a_finished_task_the_provider_forgot_answers_as_the_ledger_recorded_it()
 }
 
 #[tokio::test]
+async fn a_finished_task_keeps_the_end_the_ledger_recorded_when_its_provider_later_says_otherwise()
+{
+    let fake = Fake::start().await;
+    fake.on(SUBMIT, Answer::queued("up-3"));
+    let done = json!({"id": "up-3", "status": "completed", "urls": ["https://cdn.example/3.mp4"]});
+    fake.on("GET /v2/model-center/tasks/up-3", Answer::json(200, done));
+    let gw = Gateway::start(Routes::upstream(&fake.url(), "")).await;
+    let id = gw.client().submit_id(MODEL_CENTER, DEMO, &body("x")).await;
+    let first = gw.client().query(MODEL_CENTER, DEMO, &id).await;
+    assert_eq!(first["status"], "completed", "{first}");
+    // A restart empties the results cache; the provider now calls the old task
+    // expired (as some do once its files are gone).
+    let gw = Gateway::start_in(gw.stop().await).await;
+    let expired =
+        json!({"id": "up-3", "status": "failed", "error": {"code": "expired", "message": "gone"}});
+    fake.on(
+        "GET /v2/model-center/tasks/up-3",
+        Answer::json(200, expired),
+    );
+    let again = gw.client().query(MODEL_CENTER, DEMO, &id).await;
+    assert_eq!(again["status"], "completed", "{again}");
+    assert_eq!(again["video_url"], first["video_url"], "{again}");
+    let listed = gw.client().get(MODEL_CENTER, DEMO).await.json();
+    assert_eq!(listed["data"][0]["status"], "completed", "{listed}");
+    let shown = operator(gw.dir(), &["tasks", "show", "up-3"]);
+    assert!(shown.contains("state: completed\n"), "{shown}");
+}
+
+#[tokio::test]
 async fn bad_and_required_idempotency_keys_are_refused() {
     let fake = Fake::start().await;
     fake.on(SUBMIT, Answer::queued("up-1"));

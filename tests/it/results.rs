@@ -475,6 +475,43 @@ async fn deleting_an_unfinished_task_cancels_it_at_its_provider_once() {
     assert_eq!(listed(&http).await, Vec::<String>::new());
 }
 
+/// A DELETE decides on a cancel by what the provider says at that moment: a task
+/// a client saw queued a moment ago (the results cache still holds that) and that
+/// completed since is deleted as completed, not cancelled, even by a provider that
+/// would accept the cancel.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_that_completed_since_its_last_query_is_not_cancelled_by_a_delete() {
+    let fake = Fake::start().await;
+    fake.on("POST /v2/model-center/tasks", Answer::queued("r-1"));
+    fake.on("GET /v2/model-center/tasks/r-1", Answer::queued("r-1"));
+    fake.on(
+        "POST /v2/model-center/tasks/r-1/cancel",
+        Answer::json(200, json!({})),
+    );
+    let cancel = "\n[providers.up.cancel]\npath = '\"/v2/model-center/tasks/\\($id)/cancel\"'\n";
+    let routes = Routes::new()
+        .provider(model_center_provider("up", &fake.url(), "") + cancel)
+        .family(family("test", &["up"], &["m1"]))
+        .poll_cache_ttl_ms(60_000);
+    let gw = Gateway::start(routes).await;
+    let (http, id) = submitted(&gw).await;
+    assert_eq!(
+        http.query(MODEL_CENTER, DEMO, &id).await["status"],
+        "queued"
+    );
+    let done = json!({"id": "r-1", "status": "completed", "urls": ["https://cdn.example/r-1.mp4"]});
+    fake.on("GET /v2/model-center/tasks/r-1", Answer::json(200, done));
+    let _ = fake.take();
+    let r = delete(&http, DEMO, &id).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(
+        fake.take().iter().all(|s| !s.line().contains("/cancel")),
+        "a completed task is not cancelled"
+    );
+    let shown = operator(gw.dir(), &["tasks", "show", "r-1"]);
+    assert!(shown.contains("state: completed\n"), "{shown}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unfinished_task_without_a_cancel_step_is_not_deleted() {
     let fake = Fake::start().await;

@@ -70,6 +70,7 @@ pub struct Routes {
     families: Vec<String>,
     storage: Option<String>,
     storage_settings: Vec<String>,
+    poll_cache_ttl_ms: u64,
 }
 
 impl Routes {
@@ -128,6 +129,13 @@ impl Routes {
         self
     }
 
+    /// `[tasks] poll_cache_ttl_ms`: how long an unfinished state is reused (0 unless
+    /// set here, so that each query asks the provider).
+    pub fn poll_cache_ttl_ms(mut self, ms: u64) -> Self {
+        self.poll_cache_ttl_ms = ms;
+        self
+    }
+
     /// Lines added to the `demo` key (sk-demo), e.g. its own `limits`.
     pub fn demo_key(mut self, lines: &str) -> Self {
         self.demo_key.push(lines.to_string());
@@ -171,7 +179,7 @@ secret_env = "{NEVER_SET}"
 previous_secrets_env = "{NEVER_SET}"
 secret_file = "task-secret"
 create_secret_file = true
-poll_cache_ttl_ms = 0
+poll_cache_ttl_ms = {poll_cache_ttl_ms}
 
 [simulator]
 queued_ms = 100
@@ -199,6 +207,7 @@ sha256 = "{demo2}"
 "#,
             server = self.server.join("\n"),
             top = self.top.join("\n"),
+            poll_cache_ttl_ms = self.poll_cache_ttl_ms,
             storage = self.storage.as_deref().unwrap_or("none"),
             storage_settings = self.storage_settings.join("\n"),
             demo = sha256_hex(DEMO),
