@@ -109,6 +109,35 @@ pub struct Read {
     pub body: futures_util::stream::BoxStream<'static, Result<Bytes, StorageError>>,
 }
 
+/// An upload not yet finished nor aborted: dropped so (a copy cut short by its
+/// timeout, or by the gateway stopping), it is aborted in a task of its own, so that
+/// its parts are not left at S3.
+struct Unfinished(Option<WriteMultipart>);
+
+impl Unfinished {
+    fn writer(&mut self) -> &mut WriteMultipart {
+        self.0.as_mut().expect("not taken yet")
+    }
+
+    /// The upload, to be finished or aborted by the caller.
+    fn take(mut self) -> WriteMultipart {
+        self.0.take().expect("taken once")
+    }
+}
+
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        if let (Some(writer), Ok(runtime)) = (self.0.take(), tokio::runtime::Handle::try_current())
+        {
+            runtime.spawn(async move {
+                if let Err(e) = writer.abort().await {
+                    tracing::warn!(error = %e, "storage: an upload cut short cannot be aborted");
+                }
+            });
+        }
+    }
+}
+
 /// Parts of a multipart upload in flight at once (each `object_store`'s 5 MiB
 /// chunk at least): what bounds the memory a copy holds.
 const PARTS_IN_FLIGHT: usize = 2;
@@ -209,7 +238,7 @@ impl Storage {
             options.attributes = Attributes::from_iter([(Attribute::ContentType, ct.to_string())]);
         }
         let upload = self.store.put_multipart_opts(&path, options).await?;
-        let mut writer = WriteMultipart::new(upload);
+        let mut upload = Unfinished(Some(WriteMultipart::new(upload)));
         let mut hash = ring::digest::Context::new(&ring::digest::SHA256);
         let mut bytes = 0_u64;
         let mut body = std::pin::pin!(body);
@@ -227,11 +256,12 @@ impl Storage {
                 break Some(StorageError::TooLarge(max_bytes));
             }
             hash.update(&data);
-            if let Err(e) = writer.wait_for_capacity(PARTS_IN_FLIGHT).await {
+            if let Err(e) = upload.writer().wait_for_capacity(PARTS_IN_FLIGHT).await {
                 break Some(e.into());
             }
-            writer.put(data);
+            upload.writer().put(data);
         };
+        let writer = upload.take();
         if let Some(e) = failed {
             // Best effort: S3 keeps the parts of an upload never completed nor
             // aborted (and bills them) until a lifecycle rule removes them.

@@ -8,8 +8,8 @@ use serde_json::json;
 
 use crate::support::s3::{self, BUCKET, S3};
 use crate::support::{
-    ConfigDir, DEMO, Fake, MODEL_CENTER, Postgres, Proc, Routes, completed_with, eventually,
-    expire, free_port, path_of, sha256, stored,
+    Answer, ConfigDir, DEMO, Fake, MODEL_CENTER, Postgres, Proc, Routes, completed_with,
+    eventually, expire, free_port, path_of, sha256, stored,
 };
 
 /// Where the gateway keeps results: a prefix in the test server's bucket.
@@ -236,6 +236,79 @@ async fn a_copy_waits_for_unreachable_storage_and_completes_once_it_is_back() {
     let link = links(&gw, &id).await.remove(0);
     served(&gw, &link, &bytes).await;
     no_download(&fake);
+}
+
+/// A media server at the returned URL whose first download sends a kilobyte of
+/// `bytes` and then nothing more, its connection held open; later downloads get all
+/// of `bytes`.
+async fn stalls_once(bytes: Vec<u8>) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((mut conn, _)) = listener.accept().await {
+            let mut head = Vec::new();
+            let mut buf = [0_u8; 1024];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                match conn.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => head.extend_from_slice(&buf[..n]),
+                }
+            }
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: video/mp4\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                bytes.len()
+            );
+            let _ = conn.write_all(answer.as_bytes()).await;
+            if held.is_empty() {
+                let _ = conn.write_all(&bytes[..1024]).await;
+                held.push(conn);
+            } else {
+                let _ = conn.write_all(&bytes).await;
+                let _ = conn.shutdown().await;
+            }
+        }
+    });
+    format!("http://{addr}/media/a.mp4")
+}
+
+/// A copy cut short by `copy_timeout_ms` (its download stalled) aborts its multipart
+/// upload: the bucket keeps no parts of it, only the object the next attempt stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_cut_short_by_its_timeout_leaves_no_upload_behind() {
+    let Some(s3) = S3::start().await else { return };
+    let bytes = pattern(100_000);
+    let media = stalls_once(bytes.clone()).await;
+    let fake = Fake::start().await;
+    fake.on("POST /v2/model-center/tasks", Answer::queued("r-1"));
+    fake.on(
+        "GET /v2/model-center/tasks/r-1",
+        Answer::json(
+            200,
+            json!({"id": "r-1", "status": "completed", "urls": [media]}),
+        ),
+    );
+    // The media server is on loopback, beside the provider: allowed.
+    let routes = Routes::upstream(&fake.url(), "allow_private_networks = [\"127.0.0.1\"]")
+        .storage(&storage_url())
+        .storage_setting("copy_timeout_ms = 1500");
+    let gw = gateway(ConfigDir::new(routes), s3.port()).await;
+    completed_task(&gw).await;
+    let ledger = gw.dir().path().join(".mediagate/ledger.db");
+    eventually("the copy is done", async || {
+        stored(&ledger).1.as_deref() == Some("stored")
+    })
+    .await;
+    assert!(s3.object(&key(0)).await.body[..] == bytes[..]);
+    let uploads = s3.fetch(Method::GET, &format!("/{BUCKET}?uploads")).await;
+    assert_eq!(uploads.status, 200, "{}", uploads.text());
+    assert!(
+        uploads.text().contains("ListMultipartUploadsResult")
+            && !uploads.text().contains("<UploadId>"),
+        "{}",
+        uploads.text()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
