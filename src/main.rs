@@ -132,33 +132,34 @@ fn main() -> ExitCode {
             true => mediagate::api::openapi::markdown(s),
             false => mediagate::api::openapi::models(s).to_string() + "\n",
         }),
-        Some(Command::Usage { key, since, by }) => operator(&cli.config, async |ledger| {
+        Some(Command::Usage { key, since, by }) => operator(&cli.config, async |opened| {
             let by = by.map(|b| match b {
                 UsageBy::Model => mediagate::operator::UsageBy::Model,
                 UsageBy::Day => mediagate::operator::UsageBy::Day,
                 UsageBy::Key => mediagate::operator::UsageBy::Key,
             });
-            mediagate::operator::usage(ledger, key.as_deref(), since.as_deref(), by).await
+            mediagate::operator::usage(&opened.ledger, key.as_deref(), since.as_deref(), by).await
         }),
         Some(Command::Tasks {
             show: Some(TasksCommand::Resolve { id, completed, .. }),
             ..
-        }) => operator(&cli.config, async |ledger| {
-            mediagate::operator::resolve(ledger, &cli.config, &id, completed).await
+        }) => operator(&cli.config, async |opened| {
+            mediagate::operator::resolve(opened, &id, completed).await
         }),
         Some(Command::Tasks {
             show: Some(TasksCommand::Show { id }),
             ..
-        }) => operator(&cli.config, async |ledger| {
-            mediagate::operator::show(ledger, &cli.config, &id).await
+        }) => operator(&cli.config, async |opened| {
+            mediagate::operator::show(opened, &id).await
         }),
         Some(Command::Tasks {
             show: None,
             state,
             key,
             limit,
-        }) => operator(&cli.config, async |ledger| {
-            mediagate::operator::tasks(ledger, state.as_deref(), key.as_deref(), limit).await
+        }) => operator(&cli.config, async |opened| {
+            mediagate::operator::tasks(&opened.ledger, state.as_deref(), key.as_deref(), limit)
+                .await
         }),
         Some(Command::Serve) | None => serve(
             &cli.config,
@@ -230,14 +231,14 @@ fn runtime(mut builder: tokio::runtime::Builder) -> Option<tokio::runtime::Runti
 /// Run an operator command over the ledger and print what it returns.
 fn operator(
     config: &Path,
-    command: impl AsyncFnOnce(&mediagate::tasks::ledger::Ledger) -> Result<String, String>,
+    command: impl AsyncFnOnce(&mediagate::operator::Opened) -> Result<String, String>,
 ) -> ExitCode {
     let Some(runtime) = runtime(tokio::runtime::Builder::new_current_thread()) else {
         return ExitCode::FAILURE;
     };
     let result = runtime.block_on(async {
-        let ledger = mediagate::operator::open(config).await?;
-        command(&ledger).await
+        let opened = mediagate::operator::open(config).await?;
+        command(&opened).await
     });
     match result {
         Ok(text) => {

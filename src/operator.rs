@@ -3,26 +3,40 @@
 //! running gateway or without one.
 
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::calendar::{date_of_days, days_from_date};
-use crate::config::{TaskStatus, config_dir, read_routes};
+use crate::config::{RoutesFile, TaskStatus, config_dir, read_routes};
 use crate::money::Micros;
 use crate::snapshot::task_sealer;
 use crate::tasks::ledger::{Ledger, LedgerUrl, State, TaskRecord, UsageRow, now_ms};
 
 const DAY_MS: i64 = 86_400_000;
 
+/// The ledger of a routes file, with the file itself: what an id an operator gives
+/// is opened with.
+pub struct Opened {
+    pub ledger: Ledger,
+    routes: RoutesFile,
+    dir: PathBuf,
+}
+
 /// Open the ledger of the routes file at `config`.
-pub async fn open(config: &Path) -> Result<Ledger, String> {
-    let file = read_routes(config).map_err(|e| e.to_string())?;
-    let url = LedgerUrl::parse(&file.ledger.url, config_dir(config))
+pub async fn open(config: &Path) -> Result<Opened, String> {
+    let routes = read_routes(config).map_err(|e| e.to_string())?;
+    let dir = config_dir(config).to_path_buf();
+    let url = LedgerUrl::parse(&routes.ledger.url, &dir)
         .map_err(|e| format!("{}: ledger.url: {e}", config.display()))?;
-    Ledger::open(&url, 1).await?.ok_or_else(|| {
+    let ledger = Ledger::open(&url, 1).await?.ok_or_else(|| {
         format!(
             "{}: the ledger is off (ledger.url = \"none\")",
             config.display()
         )
+    })?;
+    Ok(Opened {
+        ledger,
+        routes,
+        dir,
     })
 }
 
@@ -124,15 +138,11 @@ fn usage_sums(rows: &[UsageRow], by: UsageBy) -> String {
 /// `mediagate tasks resolve ID --completed|--failed`: an `unknown_outcome` task ended
 /// as the operator found it went at the provider, its reservation settled (completed:
 /// at its estimate, the provider's answer being unknown here; failed: 0).
-pub async fn resolve(
-    ledger: &Ledger,
-    config: &Path,
-    id: &str,
-    completed: bool,
-) -> Result<String, String> {
+pub async fn resolve(opened: &Opened, id: &str, completed: bool) -> Result<String, String> {
+    let ledger = &opened.ledger;
     let row = match id.parse::<i64>() {
         Ok(row) => ledger.row(row).await.map_err(|e| e.to_string())?,
-        Err(_) => find(ledger, config, id).await?,
+        Err(_) => find(opened, id).await?,
     }
     .ok_or_else(|| format!("no task `{id}` in the ledger"))?;
     if row.state != State::UnknownOutcome {
@@ -197,15 +207,15 @@ pub async fn tasks(
 
 /// One task by the id an operator gives: a sealed task id or an upstream id. Found
 /// through the (provider, upstream id) index when the id opens with the task secret
-/// of the routes file at `config` or is the upstream id of one of its providers' tasks;
-/// only then is the whole ledger read for it (gigabytes at 10 M rows).
-async fn find(ledger: &Ledger, config: &Path, id: &str) -> Result<Option<TaskRecord>, String> {
-    let file = read_routes(config).map_err(|e| e.to_string())?;
-    let sealed = task_sealer(&file, config_dir(config)).and_then(|s| s.open(id));
+/// of the routes file or is the upstream id of one of its providers' tasks; only
+/// otherwise is the whole ledger read for it (gigabytes at 10 M rows).
+async fn find(opened: &Opened, id: &str) -> Result<Option<TaskRecord>, String> {
+    let ledger = &opened.ledger;
+    let sealed = task_sealer(&opened.routes, &opened.dir).and_then(|s| s.open(id));
     let upstream = sealed
         .iter()
         .map(|t| (t.provider.as_str(), t.upstream_id.as_str()));
-    let named = file.providers.keys().map(|p| (p.as_str(), id));
+    let named = opened.routes.providers.keys().map(|p| (p.as_str(), id));
     for (provider, upstream_id) in upstream.chain(named) {
         let row = ledger.by_upstream(provider, upstream_id).await;
         if let Some(row) = row.map_err(|e| e.to_string())? {
@@ -216,8 +226,9 @@ async fn find(ledger: &Ledger, config: &Path, id: &str) -> Result<Option<TaskRec
 }
 
 /// `mediagate tasks show ID`: one row, by sealed task id or upstream id.
-pub async fn show(ledger: &Ledger, config: &Path, id: &str) -> Result<String, String> {
-    let row = find(ledger, config, id).await?;
+pub async fn show(opened: &Opened, id: &str) -> Result<String, String> {
+    let ledger = &opened.ledger;
+    let row = find(opened, id).await?;
     let row = row.ok_or_else(|| format!("no task `{id}` in the ledger"))?;
     let mut text = describe(&row);
     // The webhook owed for it, if any: where it stands.
