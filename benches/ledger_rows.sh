@@ -8,7 +8,8 @@
 #   MEDIAGATE=path/to/mediagate benches/ledger_rows.sh   # another build
 #   COMPARE=path/to/older/mediagate benches/ledger_rows.sh   # that build measured first
 #                                                   # on the same rows, then this one
-#   KEEP_WORK=1 benches/ledger_rows.sh              # keep the run's /tmp directory
+#   KEEP_WORK=1 benches/ledger_rows.sh              # keep the run's /tmp directory (and
+#                                                   # in it the last SQLite ledger)
 #   NO_BUILD=1 benches/ledger_rows.sh               # the binaries already built
 #
 # For each engine and size: a fresh ledger, migrated by the gateway (started once and
@@ -339,9 +340,9 @@ for N in $ROWS; do
       measure_build
     done
 
-    # The next size needs the disk.
+    # The next size needs the disk (a SQLite ledger is kept with KEEP_WORK=1).
     case $ENGINE in
-      sqlite) rm -f "$DB" "$DB-wal" "$DB-shm" ;;
+      sqlite) [[ ${KEEP_WORK:-} == 1 ]] || rm -f "$DB" "$DB-wal" "$DB-shm" ;;
       postgres) psql_on postgres -c "DROP DATABASE $DBNAME" ;;
     esac
   done
