@@ -14,6 +14,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use prometheus_client::metrics::counter::Counter;
 use serde_json::Value;
+use tokio_util::task::TaskTracker;
 
 use super::TaskService;
 use crate::access::ApiKey;
@@ -183,8 +184,8 @@ impl TaskService {
     /// outcome is known; the recording of it goes on if the caller goes away.
     pub async fn submit(&self, order: SubmitOrder) -> (Result<Submitted, ApiError>, Attempted) {
         let Some(ledger) = self.ledger.clone() else {
-            let (outcome, attempted) =
-                RunToEnd::new(self.submits.track_future(run_to_end(order, None, None))).await;
+            let run = run_to_end(order, None, None, self.submits.clone());
+            let (outcome, attempted) = RunToEnd::new(self.submits.track_future(run)).await;
             return (outcome.map(Submitted::Created), attempted);
         };
         // From the admission on, the submit runs to its end whatever its caller does:
@@ -192,6 +193,7 @@ impl TaskService {
         // with nobody to go on would end `unknown_outcome`, its key taken and its
         // estimate reserved, though nothing reached a provider.
         let (errors, spend) = (self.ledger_errors.clone(), self.spend.clone());
+        let submits = self.submits.clone();
         let admitted = RunToEnd::new(self.submits.track_future(async move {
             match admit(&ledger, &order, &errors).await {
                 Ok((Admission::Fresh(row), estimate)) => {
@@ -200,7 +202,7 @@ impl TaskService {
                         (spend, estimate)
                     });
                     let (outcome, attempted) =
-                        run_to_end(order, Some((ledger, row)), reserved).await;
+                        run_to_end(order, Some((ledger, row)), reserved, submits).await;
                     Ok(Ok((outcome.map(Submitted::Created), attempted)))
                 }
                 Ok((other, _)) => Ok(Err((ledger, order, other))),
@@ -359,11 +361,13 @@ impl<F: Future + Send + 'static> Drop for RunToEnd<F> {
 
 /// The submit from the first provider on: forwarded, and its outcome written to the
 /// row. A refusal settles the row's reservation (`reserved`) at 0, in the ledger and
-/// in the metrics.
+/// in the metrics. Retries of a failed write run among `submits`, which a graceful
+/// stop waits for.
 async fn run_to_end(
     order: SubmitOrder,
     row: Option<(Arc<Ledger>, i64)>,
     reserved: Option<(SpendMetrics, Micros)>,
+    submits: TaskTracker,
 ) -> (Result<SealedTask, ApiError>, Attempted) {
     let mut attempted = Attempted::default();
     let ledger = row.as_ref().map(|(l, row)| (&**l, *row));
@@ -373,7 +377,7 @@ async fn run_to_end(
         let settle = reserved.map(|(spend, estimate)| {
             move || spend.settled(&order.owner, &order.model.id, estimate, Micros::ZERO)
         });
-        record(ledger, row, written, settle).await;
+        record(ledger, row, written, settle, &submits).await;
     }
     (outcome.map_err(Failure::into_error), attempted)
 }
@@ -390,13 +394,15 @@ const RECORD_RETRIES: [Duration; 4] = [
 
 /// The outcome on the submit's row; a refusal that ended it settles its reservation
 /// (`settle`). A write that fails is tried again a few times, in a task of its own
-/// (the client has its answer meanwhile): the provider may have the task, and a row
-/// left `submitting` would end `unknown_outcome`, its reservation held.
+/// among `submits` (the client has its answer meanwhile; a graceful stop waits for
+/// it): the provider may have the task, and a row left `submitting` would end
+/// `unknown_outcome`, its reservation held.
 async fn record(
     ledger: Arc<Ledger>,
     row: i64,
     outcome: Written,
     settle: Option<impl FnOnce() + Send + 'static>,
+    submits: &TaskTracker,
 ) {
     let span =
         crate::traces::span(|| crate::traces::traced!("ledger.record", otel.kind = "internal"));
@@ -405,7 +411,7 @@ async fn record(
         Ok(ended) => ended,
         Err(e) => {
             tracing::warn!(row, upstream_id = outcome.upstream_id(), error = %e, "ledger update failed after the submit; trying again");
-            tokio::spawn(async move {
+            submits.spawn(async move {
                 let mut last = None;
                 for wait in RECORD_RETRIES {
                     tokio::time::sleep(wait).await;

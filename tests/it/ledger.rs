@@ -166,6 +166,39 @@ async fn a_created_task_whose_row_could_not_be_completed_is_written_again() {
     assert_eq!(listed["data"][0]["id"], id.as_str(), "{listed}");
 }
 
+/// A graceful stop waits for the retries of a created task's row, as for the
+/// submits in flight: the row is written before the process ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_stop_waits_for_a_created_task_s_row_to_be_written_again() {
+    let fake = Fake::start().await;
+    fake.on(SUBMIT, Answer::queued("up-5"));
+    let gw = Gateway::start(Routes::upstream(&fake.url(), "")).await;
+    let path = gw.dir().path().join(".mediagate/ledger.db");
+    let db = rusqlite::Connection::open(&path).unwrap();
+    db.busy_timeout(std::time::Duration::from_secs(5)).unwrap();
+    db.execute_batch(
+        "CREATE TRIGGER refuse_created BEFORE UPDATE OF upstream_id ON tasks \
+         WHEN NEW.upstream_id IS NOT NULL BEGIN SELECT RAISE(ABORT, 'refused'); END;",
+    )
+    .unwrap();
+    gw.client().submit_id(MODEL_CENTER, DEMO, &body("x")).await;
+    // The first retry (after 250 ms) is refused too; the next (a second later) is
+    // taken, while the gateway is stopping.
+    let let_go = tokio::task::spawn_blocking(move || {
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        db.execute_batch("DROP TRIGGER refuse_created").unwrap();
+    });
+    let dir = gw.stop().await;
+    let_go.await.unwrap();
+    let db = rusqlite::Connection::open(dir.path().join(".mediagate/ledger.db")).unwrap();
+    let row: (String, Option<String>) = db
+        .query_row("SELECT state, upstream_id FROM tasks", [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .unwrap();
+    assert_eq!(row, ("submitted".to_string(), Some("up-5".to_string())));
+}
+
 #[tokio::test]
 async fn a_finished_task_the_provider_forgot_answers_as_the_ledger_recorded_it() {
     let fake = Fake::start().await;
