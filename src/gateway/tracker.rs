@@ -20,7 +20,9 @@
 //! proves it is alive by a heartbeat row, refreshed every quarter of `[tracker]
 //! lease_ms`; it claims in batches the unfinished tasks nobody follows (new submits,
 //! tasks given back) and those of a replica whose heartbeat expired (one killed), and
-//! gives its own back, schedules and all, when it stops. A replica that finds its own
+//! gives its own back, schedules and all, when it stops. A backlog is claimed batch
+//! after batch only up to the replica's share of the unfinished tasks, so that the
+//! replicas alive share it. A replica that finds its own
 //! heartbeat expired (the ledger out of its reach for longer than `lease_ms`) forgets
 //! its tasks, whose rows may be another's now, and starts again under a new name.
 //!
@@ -412,6 +414,28 @@ impl Tracker {
         for row in claimed {
             if let Some(task) = Followed::of(row, &mut self.names) {
                 self.schedule.push(Reverse(task));
+            }
+        }
+        if full && self.ledger.shared() && self.has_its_share().await {
+            // The others alive claim the rest; this one takes a batch a round.
+            self.more = false;
+        }
+    }
+
+    /// Whether this replica follows its share of the unfinished tasks (their number
+    /// over the replicas alive) or more. Asked only when a claim came full, so that
+    /// a backlog (a dead replica's tasks, those given back by a rolling restart) is
+    /// shared among the replicas rather than taken by the first to look, batch
+    /// after batch, while the others' status requests stay idle; in a steady
+    /// state, no claim comes full and nothing is counted.
+    async fn has_its_share(&self) -> bool {
+        self.gateway.metrics.tracker.statement("lease");
+        match self.ledger.fair_share().await {
+            Ok(share) => self.schedule.len() as i64 >= share,
+            Err(e) => {
+                self.gateway.metrics.ledger_errors.inc();
+                tracing::warn!(error = %e, "tracker: the ledger cannot be read");
+                false
             }
         }
     }

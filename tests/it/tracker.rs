@@ -251,6 +251,52 @@ async fn replicas_sharing_postgres_poll_each_task_one_at_a_time() {
     }
 }
 
+/// A backlog of unfollowed tasks (here 3,000 appearing at once, as a dead replica's
+/// or a rolling restart's do) is shared by the replicas alive: the first to look
+/// takes batches one after another only up to its share, then one a round, while
+/// the other claims the rest.
+#[tokio::test]
+async fn replicas_share_a_backlog_of_unfollowed_tasks() {
+    let pg = Postgres::start();
+    let url = pg.database("backlog");
+    let fake = Fake::start().await;
+    let routes = Routes::upstream(&fake.url(), "")
+        .top(&format!("[ledger]\nurl = {url:?}"))
+        .render();
+    let (a, b) = (Proc::start(&routes).await, Proc::start(&routes).await);
+    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+    let alive = async || -> i64 {
+        sqlx::query_scalar("SELECT COUNT(*) FROM replicas")
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+    };
+    eventually("both replicas are alive", async || alive().await == 2).await;
+    // Due in a minute: nobody asks the provider about them during the test.
+    sqlx::query(
+        "INSERT INTO tasks (owner, endpoint, model, kind, fingerprint, state, provider, upstream_id, task_id, status, created_ms, updated_ms, next_poll_ms, poll_interval_ms) \
+         SELECT 'demo', 'model-center', 'm1', 'video', 'f', 'submitted', 'up', 'u-' || n, 't-' || n, 'queued', m, m, m + 60000, 60000 \
+         FROM generate_series(1, 3000) AS n, (SELECT (EXTRACT(EPOCH FROM now()) * 1000)::bigint AS m) AS now",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let followers = async || -> Vec<(Option<String>, i64)> {
+        sqlx::query_as("SELECT lease_owner, COUNT(*) FROM tasks GROUP BY lease_owner ORDER BY 2")
+            .fetch_all(&pool)
+            .await
+            .unwrap()
+    };
+    eventually("every task is followed", async || {
+        followers().await.iter().all(|(owner, _)| owner.is_some())
+    })
+    .await;
+    let shares = followers().await;
+    assert_eq!(shares.len(), 2, "{shares:?}");
+    assert!(shares[0].1 >= 1000, "one replica took most: {shares:?}");
+    drop((a, b));
+}
+
 #[tokio::test]
 async fn a_long_poll_on_one_replica_hears_what_the_other_replica_learned() {
     let pg = Postgres::start();

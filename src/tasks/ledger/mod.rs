@@ -431,6 +431,16 @@ impl Ledger {
         Ok(released)
     }
 
+    /// The unfinished tasks per replica alive (this one included): a replica that
+    /// follows as many is not short of its share.
+    pub async fn fair_share(&self) -> Result<i64, LedgerError> {
+        let share = self
+            .store
+            .reads()
+            .int(record::FAIR_SHARE, params![now_ms()]);
+        Ok(share.await?.unwrap_or(0))
+    }
+
     /// Dead replicas whose tasks are all followed by others now, forgotten.
     pub async fn forget_dead(&self) -> Result<usize, LedgerError> {
         self.store
