@@ -109,9 +109,9 @@ pub struct Read {
     pub body: futures_util::stream::BoxStream<'static, Result<Bytes, StorageError>>,
 }
 
-/// An upload not yet finished nor aborted: dropped so (a copy cut short by its
-/// timeout, or by the gateway stopping), it is aborted in a task of its own, so that
-/// its parts are not left at S3.
+/// An upload not yet finished nor aborted: dropped so (its copy failed, or was cut
+/// short by `copy_timeout_ms`), it is aborted in a task of its own, so that its parts
+/// are not left at S3.
 struct Unfinished(Option<WriteMultipart>);
 
 impl Unfinished {
@@ -261,14 +261,19 @@ impl Storage {
             }
             upload.writer().put(data);
         };
-        let writer = upload.take();
         if let Some(e) = failed {
-            // Best effort: S3 keeps the parts of an upload never completed nor
+            // Aborted by the guard, in a task of its own that a copy's timeout does
+            // not cut short: S3 keeps the parts of an upload never completed nor
             // aborted (and bills them) until a lifecycle rule removes them.
-            let _ = writer.abort().await;
+            drop(upload);
             return Err(e);
         }
-        writer.finish().await?;
+        // Finished in a task of its own, for the same reason: a copy cut short while
+        // its last parts go up leaves the upload to complete, not half made.
+        let writer = upload.take();
+        tokio::spawn(writer.finish())
+            .await
+            .map_err(|e| StorageError::Unavailable(format!("the upload's end was lost: {e}")))??;
         Ok(Stored {
             bytes,
             sha256: hex::encode(hash.finish()),

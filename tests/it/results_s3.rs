@@ -239,14 +239,15 @@ async fn a_copy_waits_for_unreachable_storage_and_completes_once_it_is_back() {
 }
 
 /// A media server at the returned URL whose first download sends a kilobyte of
-/// `bytes` and then nothing more, its connection held open; later downloads get all
-/// of `bytes`.
-async fn stalls_once(bytes: Vec<u8>) -> String {
+/// `bytes` and then one byte every 300 ms (never idle long enough for the copy's
+/// idle timeout: only its whole `copy_timeout_ms` ends it); later downloads get all
+/// of `bytes` at once.
+async fn slow_once(bytes: Vec<u8>) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
-        let mut held = Vec::new();
+        let mut first = true;
         while let Ok((mut conn, _)) = listener.accept().await {
             let mut head = Vec::new();
             let mut buf = [0_u8; 1024];
@@ -261,9 +262,17 @@ async fn stalls_once(bytes: Vec<u8>) -> String {
                 bytes.len()
             );
             let _ = conn.write_all(answer.as_bytes()).await;
-            if held.is_empty() {
-                let _ = conn.write_all(&bytes[..1024]).await;
-                held.push(conn);
+            if std::mem::take(&mut first) {
+                let bytes = bytes.clone();
+                tokio::spawn(async move {
+                    let _ = conn.write_all(&bytes[..1024]).await;
+                    for byte in &bytes[1024..] {
+                        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+                        if conn.write_all(&[*byte]).await.is_err() {
+                            break;
+                        }
+                    }
+                });
             } else {
                 let _ = conn.write_all(&bytes).await;
                 let _ = conn.shutdown().await;
@@ -273,13 +282,13 @@ async fn stalls_once(bytes: Vec<u8>) -> String {
     format!("http://{addr}/media/a.mp4")
 }
 
-/// A copy cut short by `copy_timeout_ms` (its download stalled) aborts its multipart
+/// A copy cut short by `copy_timeout_ms` (its download too slow) aborts its multipart
 /// upload: the bucket keeps no parts of it, only the object the next attempt stored.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_copy_cut_short_by_its_timeout_leaves_no_upload_behind() {
     let Some(s3) = S3::start().await else { return };
     let bytes = pattern(100_000);
-    let media = stalls_once(bytes.clone()).await;
+    let media = slow_once(bytes.clone()).await;
     let fake = Fake::start().await;
     fake.on("POST /v2/model-center/tasks", Answer::queued("r-1"));
     fake.on(
