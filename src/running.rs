@@ -188,7 +188,7 @@ impl Running {
     /// submit timeout), so the ledger learns their outcome before the process exits.
     async fn finish_submits(&self) {
         let submits = self.gateway.tasks.submits();
-        submits.close();
+        self.gateway.tasks.stop_submits();
         if !submits.is_empty() {
             tracing::info!(submits = submits.len(), "waiting for submits in flight");
         }

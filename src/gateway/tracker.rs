@@ -265,7 +265,8 @@ struct Due {
 
 impl Tracker {
     /// One round: the heartbeat when due; the answers back into the schedule; every
-    /// [`TICK`] (or at once after a full claim), what changed written back and new
+    /// [`TICK`] (or at once after a full claim, while below its share), what changed
+    /// written back and new
     /// tasks claimed; the due tasks handed to the workers. The pause until the next.
     async fn round(&mut self) -> Duration {
         let snapshot = self.gateway.snapshot();
@@ -422,6 +423,18 @@ impl Tracker {
         }
     }
 
+    /// The tasks out of the schedule now: handed to the workers and not sent yet,
+    /// being asked about, or answered and not taken back yet.
+    fn out(&self) -> usize {
+        let ahead = AHEAD.saturating_sub(self.ahead.available_permits());
+        let in_flight: usize = self
+            .in_flight
+            .values()
+            .map(|s| s.limit.saturating_sub(s.slots.available_permits()))
+            .sum();
+        ahead + in_flight + lock(&self.answered).len()
+    }
+
     /// Whether this replica follows its share of the unfinished tasks (their number
     /// over the replicas alive) or more. Asked only when a claim came full, so that
     /// a backlog (a dead replica's tasks, those given back by a rolling restart) is
@@ -431,7 +444,7 @@ impl Tracker {
     async fn has_its_share(&self) -> bool {
         self.gateway.metrics.tracker.statement("lease");
         match self.ledger.fair_share().await {
-            Ok(share) => self.schedule.len() as i64 >= share,
+            Ok(share) => (self.schedule.len() + self.out()) as i64 >= share,
             Err(e) => {
                 self.gateway.metrics.ledger_errors.inc();
                 tracing::warn!(error = %e, "tracker: the ledger cannot be read");

@@ -27,6 +27,7 @@ use std::sync::Arc;
 
 use prometheus_client::metrics::counter::Counter;
 use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use self::lookup::{Lookup, TaskRef};
@@ -61,6 +62,9 @@ pub struct TaskService {
     storage: Option<Storage>,
     waiters: Waiters,
     submits: TaskTracker,
+    /// Cancelled when the gateway stops: retries of a submit's outcome make one last
+    /// try at once rather than wait.
+    stopping: CancellationToken,
     finished: broadcast::Sender<Finished>,
     ledger_errors: Counter,
     spend: SpendMetrics,
@@ -84,6 +88,7 @@ impl TaskService {
             storage,
             waiters: Waiters::new(waiters),
             submits: TaskTracker::new(),
+            stopping: CancellationToken::new(),
             finished: broadcast::Sender::new(EVENTS_KEPT),
             ledger_errors,
             spend,
@@ -108,6 +113,14 @@ impl TaskService {
     /// Submits running to their end; a graceful stop waits for them.
     pub fn submits(&self) -> &TaskTracker {
         &self.submits
+    }
+
+    /// The gateway stops: no new submit is taken, and a submit whose outcome's
+    /// write is being retried tries once more at once, so that the stop waits for
+    /// one write at most, not for the whole schedule of retries.
+    pub fn stop_submits(&self) {
+        self.submits.close();
+        self.stopping.cancel();
     }
 
     /// Tasks reaching a terminal state from now on.

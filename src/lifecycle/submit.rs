@@ -14,6 +14,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use prometheus_client::metrics::counter::Counter;
 use serde_json::Value;
+use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::TaskService;
@@ -184,7 +185,7 @@ impl TaskService {
     /// outcome is known; the recording of it goes on if the caller goes away.
     pub async fn submit(&self, order: SubmitOrder) -> (Result<Submitted, ApiError>, Attempted) {
         let Some(ledger) = self.ledger.clone() else {
-            let run = run_to_end(order, None, None, self.submits.clone());
+            let run = run_to_end(order, None, None, self.retries());
             let (outcome, attempted) = RunToEnd::new(self.submits.track_future(run)).await;
             return (outcome.map(Submitted::Created), attempted);
         };
@@ -193,7 +194,7 @@ impl TaskService {
         // with nobody to go on would end `unknown_outcome`, its key taken and its
         // estimate reserved, though nothing reached a provider.
         let (errors, spend) = (self.ledger_errors.clone(), self.spend.clone());
-        let submits = self.submits.clone();
+        let retries = self.retries();
         let admitted = RunToEnd::new(self.submits.track_future(async move {
             match admit(&ledger, &order, &errors).await {
                 Ok((Admission::Fresh(row), estimate)) => {
@@ -202,7 +203,7 @@ impl TaskService {
                         (spend, estimate)
                     });
                     let (outcome, attempted) =
-                        run_to_end(order, Some((ledger, row)), reserved, submits).await;
+                        run_to_end(order, Some((ledger, row)), reserved, retries).await;
                     Ok(Ok((outcome.map(Submitted::Created), attempted)))
                 }
                 Ok((other, _)) => Ok(Err((ledger, order, other))),
@@ -361,13 +362,12 @@ impl<F: Future + Send + 'static> Drop for RunToEnd<F> {
 
 /// The submit from the first provider on: forwarded, and its outcome written to the
 /// row. A refusal settles the row's reservation (`reserved`) at 0, in the ledger and
-/// in the metrics. Retries of a failed write run among `submits`, which a graceful
-/// stop waits for.
+/// in the metrics. Retries of a failed write run as `retries` says.
 async fn run_to_end(
     order: SubmitOrder,
     row: Option<(Arc<Ledger>, i64)>,
     reserved: Option<(SpendMetrics, Micros)>,
-    submits: TaskTracker,
+    retries: Retries,
 ) -> (Result<SealedTask, ApiError>, Attempted) {
     let mut attempted = Attempted::default();
     let ledger = row.as_ref().map(|(l, row)| (&**l, *row));
@@ -377,14 +377,31 @@ async fn run_to_end(
         let settle = reserved.map(|(spend, estimate)| {
             move || spend.settled(&order.owner, &order.model.id, estimate, Micros::ZERO)
         });
-        record(ledger, row, written, settle, &submits).await;
+        record(ledger, row, written, settle, retries).await;
     }
     (outcome.map_err(Failure::into_error), attempted)
 }
 
+/// Where the retries of an outcome's write run: among the submits a graceful stop
+/// waits for, their waits cut short when it begins.
+#[derive(Clone)]
+struct Retries {
+    submits: TaskTracker,
+    stopping: CancellationToken,
+}
+
+impl TaskService {
+    fn retries(&self) -> Retries {
+        Retries {
+            submits: self.submits.clone(),
+            stopping: self.stopping.clone(),
+        }
+    }
+}
+
 /// Waits before each new try of a submit's outcome whose write failed: about 20 s in
 /// all, well within the minute after which the sweep takes a row left `submitting`
-/// for a crashed submit's.
+/// for a crashed submit's. Once the gateway stops, one last try at once.
 const RECORD_RETRIES: [Duration; 4] = [
     Duration::from_millis(250),
     Duration::from_secs(1),
@@ -394,7 +411,7 @@ const RECORD_RETRIES: [Duration; 4] = [
 
 /// The outcome on the submit's row; a refusal that ended it settles its reservation
 /// (`settle`). A write that fails is tried again a few times, in a task of its own
-/// among `submits` (the client has its answer meanwhile; a graceful stop waits for
+/// among the submits (the client has its answer meanwhile; a graceful stop waits for
 /// it): the provider may have the task, and a row left `submitting` would end
 /// `unknown_outcome`, its reservation held.
 async fn record(
@@ -402,7 +419,7 @@ async fn record(
     row: i64,
     outcome: Written,
     settle: Option<impl FnOnce() + Send + 'static>,
-    submits: &TaskTracker,
+    retries: Retries,
 ) {
     let span =
         crate::traces::span(|| crate::traces::traced!("ledger.record", otel.kind = "internal"));
@@ -411,10 +428,14 @@ async fn record(
         Ok(ended) => ended,
         Err(e) => {
             tracing::warn!(row, upstream_id = outcome.upstream_id(), error = %e, "ledger update failed after the submit; trying again");
+            let Retries { submits, stopping } = retries;
             submits.spawn(async move {
                 let mut last = None;
                 for wait in RECORD_RETRIES {
-                    tokio::time::sleep(wait).await;
+                    let stopping = tokio::select! {
+                        () = tokio::time::sleep(wait) => false,
+                        () = stopping.cancelled() => true,
+                    };
                     match outcome.write(&ledger, row).await {
                         Ok(ended) => {
                             if ended && let Some(settle) = settle {
@@ -423,6 +444,9 @@ async fn record(
                             return;
                         }
                         Err(e) => last = Some(e),
+                    }
+                    if stopping {
+                        break;
                     }
                 }
                 if let Some(e) = last {

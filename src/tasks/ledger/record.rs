@@ -591,10 +591,10 @@ pub(super) const OTHERS_DEAD: &str =
 /// (its tasks may be another's already).
 pub(super) const HEARTBEAT: &str =
     "UPDATE replicas SET alive_until_ms = $2 WHERE name = $1 AND alive_until_ms >= $3";
-/// Dead replicas (at `$1`) that follow no task any more.
 /// The unfinished tasks per replica alive at `$1` (floored; all of them when none
 /// is): what a replica following its fair share follows.
 pub(super) const FAIR_SHARE: &str = "SELECT CAST((SELECT COUNT(*) FROM tasks WHERE state = 'submitted') AS BIGINT) / (SELECT CASE WHEN COUNT(*) > 0 THEN COUNT(*) ELSE 1 END FROM replicas WHERE alive_until_ms >= $1)";
+/// Dead replicas (at `$1`) that follow no task any more.
 pub(super) const FORGET_DEAD: &str = "DELETE FROM replicas WHERE alive_until_ms < $1 AND NOT EXISTS (SELECT 1 FROM tasks WHERE state = 'submitted' AND lease_owner = replicas.name)";
 /// The first name unfinished tasks are followed under that no heartbeat row knows: a
 /// replica of a version before followers (which leased rows under its name), or one
