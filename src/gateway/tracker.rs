@@ -22,9 +22,9 @@
 //! tasks given back) and those of a replica whose heartbeat expired (one killed), and
 //! gives its own back, schedules and all, when it stops. A backlog is claimed batch
 //! after batch only up to the replica's share of the unfinished tasks, so that the
-//! replicas alive share it. A replica that finds its own
-//! heartbeat expired (the ledger out of its reach for longer than `lease_ms`) forgets
-//! its tasks, whose rows may be another's now, and starts again under a new name.
+//! replicas alive share it. A replica that finds its own heartbeat expired (the
+//! ledger out of its reach for longer than `lease_ms`) forgets its tasks, whose rows
+//! may be another's now, and starts again under a new name.
 //!
 //! A provider's status requests are sent from one of the serving threads (given to
 //! providers in turn), where a request runs as a forwarded query does, on one thread
@@ -266,8 +266,8 @@ struct Due {
 impl Tracker {
     /// One round: the heartbeat when due; the answers back into the schedule; every
     /// [`TICK`] (or at once after a full claim, while below its share), what changed
-    /// written back and new
-    /// tasks claimed; the due tasks handed to the workers. The pause until the next.
+    /// written back and new tasks claimed; the due tasks handed to the workers. The
+    /// pause until the next.
     async fn round(&mut self) -> Duration {
         let snapshot = self.gateway.snapshot();
         let settings = snapshot.tracker.clone();

@@ -119,7 +119,7 @@ impl Unfinished {
         self.0.as_mut().expect("not taken yet")
     }
 
-    /// The upload, to be finished or aborted by the caller.
+    /// The upload, for the caller to finish.
     fn take(mut self) -> WriteMultipart {
         self.0.take().expect("taken once")
     }
