@@ -375,6 +375,46 @@ async fn an_uploaded_input_reaches_the_provider_as_a_signed_link_to_its_bytes() 
     assert!(fake.take().is_empty());
 }
 
+/// A request refused for its other fields keeps nothing of its upload.
+#[tokio::test]
+async fn an_upload_with_a_refused_request_is_not_kept() {
+    let fake = Fake::start().await;
+    let routes = Routes::new()
+        .storage("file://media")
+        .provider(tasks_provider("up", &fake.url(), ""))
+        .family(family("test", &["up"], &["m1"]));
+    let gw = Gateway::start(routes).await;
+    let image: Vec<u8> = (0..=255u8).cycle().take(3000).collect();
+    let (ct, body) = form(
+        &[("model", "m1"), ("prompt", "p"), ("seconds", "many")],
+        &image,
+        "image/png",
+    );
+    let auth = format!("Bearer {DEMO}");
+    let r = gw
+        .client()
+        .send(
+            Method::POST,
+            VIDEOS,
+            &[("authorization", &auth), ("content-type", &ct)],
+            body,
+        )
+        .await;
+    assert_error(&r, 400, "invalid_parameter", Some("seconds"));
+    let mut kept = Vec::new();
+    let mut dirs = vec![gw.dir().path().join("media")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            match entry.file_type().unwrap().is_dir() {
+                true => dirs.push(entry.path()),
+                false => kept.push(entry.path()),
+            }
+        }
+    }
+    assert!(kept.is_empty(), "{kept:?}");
+    assert!(fake.take().is_empty());
+}
+
 #[tokio::test]
 async fn an_upload_is_refused_where_no_provider_could_fetch_it() {
     let fake = Fake::start().await;

@@ -70,16 +70,16 @@ where
     }
     let mut uploaded = None;
     if let Some(upload) = asked.upload.take() {
-        let (link, name) = keep_upload(gateway, ctx, &parts, upload).await?;
-        asked.fields.input_reference = Some(link.clone());
-        uploaded = Some((link, name));
+        let input = Input::of(gateway, ctx, &parts, upload)?;
+        asked.fields.input_reference = Some(input.link.clone());
+        uploaded = Some(input);
     }
     let params = model.openai_params(&asked.fields)?;
     // A retry uploads the same bytes but gets a link with another expiry: the same
     // request is the one naming the same stored input.
-    let same_request = uploaded.map(|(link, name)| {
+    let same_request = uploaded.as_ref().map(|input| {
         let mut same = params.clone();
-        replace_string(&mut same, &link, &format!("{INPUTS}{name}"));
+        replace_string(&mut same, &input.link, &format!("{INPUTS}{}", input.name));
         same
     });
     let video_seconds = model.video_seconds(&params)?;
@@ -87,6 +87,10 @@ where
         true => callback::target(ctx, key, None).await?,
         false => None,
     };
+    // Written once the request is found valid: a refused one leaves nothing behind.
+    if let Some(input) = uploaded {
+        input.keep(gateway).await?;
+    }
     let openai = VideoAsked {
         seconds: asked.fields.seconds,
         size: asked.fields.size,
@@ -210,49 +214,66 @@ pub(super) const INPUT_TYPES: [(&str, &str); 4] = [
     ("video/mp4", "mp4"),
 ];
 
-/// Keep an uploaded file in storage, named by its SHA-256 and size; the signed link
-/// the provider fetches it by.
-async fn keep_upload(
-    gateway: &Gateway,
-    ctx: &Ctx,
-    parts: &Parts,
+/// An uploaded file to keep in storage, named by its SHA-256 and size, with the
+/// signed link the provider fetches it by.
+struct Input {
+    link: String,
+    name: String,
     upload: Upload,
-) -> Result<(String, String), ApiError> {
-    let refused = |msg: &str| ApiError::invalid_parameter("input_reference", msg.into());
-    let Some(storage) = gateway.tasks.storage() else {
-        return Err(refused(
-            "an uploaded `input_reference` needs the gateway's storage, which is off: pass a URL instead",
-        ));
-    };
-    let ct = upload.content_type.as_deref().unwrap_or_default();
-    let Some((_, ext)) = INPUT_TYPES.iter().find(|(t, _)| t.eq_ignore_ascii_case(ct)) else {
-        return Err(refused(
-            "an uploaded `input_reference` must be image/jpeg, image/png, image/webp or video/mp4",
-        ));
-    };
-    let sha = hex::encode(ring::digest::digest(&ring::digest::SHA256, &upload.bytes));
-    let name = format!("{sha}-{}.{ext}", upload.bytes.len());
-    let len = upload.bytes.len() as u64;
-    let body = http_body_util::Full::new(upload.bytes);
-    let key = storage.input_key(&name);
-    storage.put(&key, body, len, Some(ct)).await.map_err(|e| {
-        tracing::warn!(error = %e, "storage: an uploaded input cannot be written");
-        ApiError::storage_unavailable()
-    })?;
-    let snapshot = &ctx.snapshot;
-    let ttl = Duration::from_secs(snapshot.storage.link_ttl_secs);
-    let expires = (SystemTime::now() + ttl)
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let signature = snapshot.sealer.sign_input(&name, expires);
-    let base = match &snapshot.storage.public_base_url {
-        Some(base) => base.clone(),
-        None => PublicBase::of(parts)
-            .as_seen_by_client()
-            .ok_or_else(|| refused("the gateway's address is not known (no Host header, no [storage] public_base_url) to link the upload by"))?,
-    };
-    let link = format!("{base}{INPUTS}{name}?expires={expires}&signature={signature}");
-    Ok((link, name))
+}
+
+impl Input {
+    /// The upload checked (storage on, a type the providers take), named and linked;
+    /// not written yet.
+    fn of(gateway: &Gateway, ctx: &Ctx, parts: &Parts, upload: Upload) -> Result<Self, ApiError> {
+        let refused = |msg: &str| ApiError::invalid_parameter("input_reference", msg.into());
+        if gateway.tasks.storage().is_none() {
+            return Err(refused(
+                "an uploaded `input_reference` needs the gateway's storage, which is off: pass a URL instead",
+            ));
+        }
+        let ct = upload.content_type.as_deref().unwrap_or_default();
+        let Some((_, ext)) = INPUT_TYPES.iter().find(|(t, _)| t.eq_ignore_ascii_case(ct)) else {
+            return Err(refused(
+                "an uploaded `input_reference` must be image/jpeg, image/png, image/webp or video/mp4",
+            ));
+        };
+        let sha = hex::encode(ring::digest::digest(&ring::digest::SHA256, &upload.bytes));
+        let name = format!("{sha}-{}.{ext}", upload.bytes.len());
+        let snapshot = &ctx.snapshot;
+        let ttl = Duration::from_secs(snapshot.storage.link_ttl_secs);
+        let expires = (SystemTime::now() + ttl)
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let signature = snapshot.sealer.sign_input(&name, expires);
+        let base = match &snapshot.storage.public_base_url {
+            Some(base) => base.clone(),
+            None => PublicBase::of(parts)
+                .as_seen_by_client()
+                .ok_or_else(|| refused("the gateway's address is not known (no Host header, no [storage] public_base_url) to link the upload by"))?,
+        };
+        let link = format!("{base}{INPUTS}{name}?expires={expires}&signature={signature}");
+        Ok(Self { link, name, upload })
+    }
+
+    /// Write it into storage.
+    async fn keep(self, gateway: &Gateway) -> Result<(), ApiError> {
+        let Some(storage) = gateway.tasks.storage() else {
+            return Err(ApiError::storage_unavailable());
+        };
+        let len = self.upload.bytes.len() as u64;
+        let ct = self.upload.content_type;
+        let body = http_body_util::Full::new(self.upload.bytes);
+        let key = storage.input_key(&self.name);
+        storage
+            .put(&key, body, len, ct.as_deref())
+            .await
+            .map_err(|e| {
+                tracing::warn!(error = %e, "storage: an uploaded input cannot be written");
+                ApiError::storage_unavailable()
+            })?;
+        Ok(())
+    }
 }
 
 /// Every string `from` in `value` made `to`.
