@@ -1,7 +1,7 @@
 //! Deleting a task, for its owner. An unfinished task is first stopped at its
 //! provider (the provider's cancel step; without one it cannot be deleted yet: 409
 //! `not_cancelable`; a provider that answers it will not: the same 409) and ends `failed` with code `canceled`, recorded and announced
-//! like any end. Then its stored results are removed and it leaves listings; its
+//! like any end. Then it leaves listings and its stored results are removed; its
 //! ledger row stays, for usage. Deleting a deleted task does the same again, which
 //! changes nothing: a second DELETE answers as the first did.
 
@@ -37,6 +37,12 @@ impl TaskService {
             tracing::warn!(error = %e, "ledger write failed: a task's deletion");
             ApiError::ledger_unavailable()
         };
+        // Marked deleted first: a copy that records a result after this reads the
+        // mark, and its result is expired at once rather than kept.
+        ledger
+            .task_deleted(task.provider, task.upstream_id)
+            .await
+            .map_err(unavailable)?;
         if let Some(storage) = &self.storage {
             let stored = ledger
                 .results_of_task(task.provider, task.upstream_id)
@@ -53,10 +59,7 @@ impl TaskService {
                     .map_err(unavailable)?;
             }
         }
-        ledger
-            .task_deleted(task.provider, task.upstream_id)
-            .await
-            .map_err(unavailable)
+        Ok(())
     }
 
     /// Stop an unfinished task at its provider: it ends `failed`, code `canceled`.
