@@ -220,7 +220,8 @@ impl CopyJob {
     /// The next try, or giving up once the copy has been owed too long.
     fn retry(&self, copy: &Leased, error: String) -> CopyOutcome {
         let now = now_ms();
-        let retry_for = self.snapshot.storage.retry_for_hours as i64 * 3_600_000;
+        let hours = i64::try_from(self.snapshot.storage.retry_for_hours).unwrap_or(i64::MAX);
+        let retry_for = hours.saturating_mul(3_600_000);
         if now - copy.created_ms > retry_for {
             tracing::warn!(task_row = copy.task_row, error = %error, "result copy given up");
             return CopyOutcome::Failed { error };

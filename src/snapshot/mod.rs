@@ -81,8 +81,19 @@ pub struct Webhooks {
 }
 
 /// The caps on webhook attempts in flight: the pool sizes a semaphore (tokio's has a
-/// maximum), and each share is a part of the pool.
+/// maximum), and each share is a part of the pool. An attempt needs time to be
+/// answered, and a receiver that failed a pause before the next (0 would post to it
+/// again at once, at the pool's rate, for `retry_for_hours`).
 fn check_webhook_caps(settings: &WebhooksConfig, at: &mut Scope) {
+    if !(100..=600_000).contains(&settings.timeout_ms) {
+        at.push("timeout_ms", "must be between 100 and 600000");
+    }
+    if !(100..=86_400_000).contains(&settings.first_retry_ms) {
+        at.push("first_retry_ms", "must be between 100 and 86400000");
+    }
+    if !(1..=8_760).contains(&settings.retry_for_hours) {
+        at.push("retry_for_hours", "must be between 1 and 8760 (a year)");
+    }
     if settings.max_in_flight > tokio::sync::Semaphore::MAX_PERMITS {
         at.push("max_in_flight", "must not be absurdly large");
     }
@@ -97,6 +108,17 @@ fn check_webhook_caps(settings: &WebhooksConfig, at: &mut Scope) {
         if share.is_some_and(|n| !(1..=pool).contains(&n)) {
             at.push(key, "must be between 1 and `max_in_flight`");
         }
+    }
+}
+
+/// `[storage]`'s copies: one needs time to be made (its lease is twice this), and is
+/// retried for a bounded time.
+fn check_copies(storage: &StorageConfig, at: &mut Scope) {
+    if !(1_000..=86_400_000).contains(&storage.copy_timeout_ms) {
+        at.push("copy_timeout_ms", "must be between 1000 and 86400000");
+    }
+    if !(1..=8_760).contains(&storage.retry_for_hours) {
+        at.push("retry_for_hours", "must be between 1 and 8760 (a year)");
     }
 }
 
@@ -213,6 +235,7 @@ impl Snapshot {
             CallbackPolicy::new(&file.webhooks),
         );
         check_webhook_caps(&file.webhooks, &mut p.at("webhooks"));
+        check_copies(&file.storage, &mut p.at("storage"));
         check_telemetry(&file.telemetry, &mut p.at("telemetry"));
         check_retention(&file.ledger, &mut p.at("ledger"));
         check_tracker(&file.tracker, &mut p.at("tracker"));

@@ -227,3 +227,39 @@ async fn a_tracker_lease_shorter_than_a_second_is_refused() {
     let ok = problems_of(with("lease_ms = 1000")).await;
     assert!(!ok.contains("lease_ms"), "{ok}");
 }
+
+/// Webhook attempts and copies need time to be made and a pause between tries, and
+/// are retried for a bounded time: a 0 would post to a failing receiver at the pool's
+/// rate, or give every attempt up at once.
+#[tokio::test]
+async fn webhook_and_copy_timings_out_of_range_are_refused() {
+    let with =
+        |table: &str, lines: &str| Routes::simulated(&["m1"]).top(&format!("[{table}]\n{lines}"));
+    for (table, line, problem) in [
+        ("webhooks", "timeout_ms = 0", "webhooks.timeout_ms"),
+        ("webhooks", "first_retry_ms = 0", "webhooks.first_retry_ms"),
+        (
+            "webhooks",
+            "retry_for_hours = 0",
+            "webhooks.retry_for_hours",
+        ),
+        (
+            "webhooks",
+            "retry_for_hours = 9000000000000",
+            "webhooks.retry_for_hours",
+        ),
+    ] {
+        let e = problems_of(with(table, line)).await;
+        assert!(e.contains(problem), "{line}: {e}");
+    }
+    let ok = problems_of(with("webhooks", "timeout_ms = 100\nfirst_retry_ms = 100")).await;
+    assert!(!ok.contains("webhooks."), "{ok}");
+    for (line, problem) in [
+        ("copy_timeout_ms = 0", "storage.copy_timeout_ms"),
+        ("retry_for_hours = 0", "storage.retry_for_hours"),
+    ] {
+        let routes = Routes::simulated(&["m1"]).storage_setting(line);
+        let e = problems_of(routes).await;
+        assert!(e.contains(problem), "{line}: {e}");
+    }
+}
