@@ -647,8 +647,9 @@ async fn the_shipped_simulators_media_are_kept_and_served_by_signed_links() {
     }
 }
 
-/// `kill -9` while a copy is under way: after the restart, once the dead process's
-/// lease has run out, the copy is made again and the stored file is whole.
+/// `kill -9` while a copy is under way: after the restart the copy is made again at
+/// once (a SQLite ledger is one process's: the dead one's lease, here two minutes,
+/// is let go at start) and the stored file is whole.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_copy_cut_by_kill_9_is_made_again_whole_after_a_restart() {
     let bytes = media(2_000_000);
@@ -658,10 +659,10 @@ async fn a_copy_cut_by_kill_9_is_made_again_whole_after_a_restart() {
         "GET /media/a.mp4",
         Answer::raw(200, "video/mp4", bytes.clone()),
     );
-    // A copy may take a second here, so its lease (twice that) runs out soon after.
+    // A copy may take a minute here: its lease (twice that) outlasts the test.
     let routes = Routes::upstream(&fake.url(), "")
         .storage(FILES)
-        .storage_setting("copy_timeout_ms = 1000");
+        .storage_setting("copy_timeout_ms = 60000");
     let mut gw = Proc::start(routes).await;
     let http = gw.client();
     let id = http

@@ -312,6 +312,41 @@ async fn deliveries_pending_at_a_crash_are_made_after_the_restart() {
     assert!(signed_with(&seen[0], SECRET));
 }
 
+/// `kill -9` while an attempt waits for its receiver: after the restart the delivery
+/// is made at once (a SQLite ledger is one process's: the dead one's lease, here over
+/// a minute, is let go at start).
+#[tokio::test]
+async fn a_delivery_cut_by_kill_9_is_made_at_once_after_the_restart() {
+    let receiver = Fake::start().await;
+    let held = receiver.hold("POST /hook", Answer::json(200, json!(null)));
+    let settings = replace_once(WEBHOOKS, "timeout_ms = 2000", "timeout_ms = 30000");
+    let routes = Routes::tracked_simulator()
+        .top(&settings)
+        .demo_key("webhook_secret_file = \"webhook-secret\"");
+    let mut gw = Proc::start_in(config(&routes, SECRET), &[], &[]).await;
+    let callback = format!("{}/hook", receiver.url());
+    let id = gw
+        .client()
+        .submit_id(
+            MODEL_CENTER,
+            DEMO,
+            &json!({"model": "m1", "prompt": "x", "callback_url": callback}),
+        )
+        .await;
+    held.arrived(1).await;
+    gw.restart().await; // SIGKILL, then the same files
+    receiver.take();
+    receiver.on("POST /hook", Answer::json(200, json!(null)));
+    let mut seen = Vec::new();
+    eventually("the delivery is made after the restart", async || {
+        seen.extend(receiver.take());
+        !seen.is_empty()
+    })
+    .await;
+    assert_eq!(seen[0].json()["id"], id.as_str());
+    drop(held);
+}
+
 #[tokio::test]
 async fn replicas_sharing_postgres_deliver_every_webhook() {
     let pg = Postgres::start();
