@@ -75,13 +75,7 @@ where
         uploaded = Some(input);
     }
     let params = model.openai_params(&asked.fields)?;
-    // A retry uploads the same bytes but gets a link with another expiry: the same
-    // request is the one naming the same stored input.
-    let same_request = uploaded.as_ref().map(|input| {
-        let mut same = params.clone();
-        replace_string(&mut same, &input.link, &format!("{INPUTS}{}", input.name));
-        same
-    });
+    let same_request = uploaded.as_ref().map(|input| input.same_request(&params));
     let video_seconds = model.video_seconds(&params)?;
     let callback_url = match with_ledger {
         true => callback::target(ctx, key, None).await?,
@@ -254,6 +248,15 @@ impl Input {
         };
         let link = format!("{base}{INPUTS}{name}?expires={expires}&signature={signature}");
         Ok(Self { link, name, upload })
+    }
+
+    /// The parameters that tell a retry of the request: a retry uploads the same
+    /// bytes but gets a link with another expiry, so the same request is the one
+    /// naming the same stored input.
+    fn same_request(&self, params: &Value) -> Value {
+        let mut same = params.clone();
+        replace_string(&mut same, &self.link, &format!("{INPUTS}{}", self.name));
+        same
     }
 
     /// Write it into storage.
