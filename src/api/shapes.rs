@@ -4,6 +4,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::config::Endpoint;
 use crate::models::Model;
 use crate::money::Micros;
 use crate::tasks::MediaKind;
@@ -37,6 +38,12 @@ pub struct ModelView<'a> {
     /// What a task of it costs, when it has a price.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub price: Option<PriceView<'a>>,
+    /// On `/v1/models` only, the two fields of OpenAI's `Model` the SDKs type: when
+    /// it was created (not known: 0) and who owns it (the gateway).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub created: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owned_by: Option<&'static str>,
 }
 
 /// A model's price as the model list describes it.
@@ -47,8 +54,9 @@ pub struct PriceView<'a> {
 }
 
 impl<'a> ModelView<'a> {
-    /// The model; its price in `currency`.
-    pub fn of(model: &'a Model, currency: &'a str) -> Self {
+    /// The model as `endpoint` lists it; its price in `currency`.
+    pub fn of(model: &'a Model, currency: &'a str, endpoint: Endpoint) -> Self {
+        let openai = endpoint == Endpoint::OpenAiVideos;
         Self {
             id: &model.id,
             object: "model",
@@ -58,6 +66,8 @@ impl<'a> ModelView<'a> {
                 currency,
                 description: &p.description,
             }),
+            created: openai.then_some(0),
+            owned_by: openai.then_some("mediagate"),
         }
     }
 }
@@ -66,10 +76,13 @@ impl<'a> ModelView<'a> {
 pub type ModelList<'a> = List<'a, ModelView<'a>>;
 
 impl<'a> ModelList<'a> {
-    pub fn of(models: &[&'a Model], currency: &'a str) -> Self {
+    pub fn of(models: &[&'a Model], currency: &'a str, endpoint: Endpoint) -> Self {
         Self {
             object: "list",
-            data: models.iter().map(|m| ModelView::of(m, currency)).collect(),
+            data: models
+                .iter()
+                .map(|m| ModelView::of(m, currency, endpoint))
+                .collect(),
             first_id: models.first().map(|m| m.id.as_str()),
             last_id: models.last().map(|m| m.id.as_str()),
             has_more: false,

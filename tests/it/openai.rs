@@ -457,6 +457,13 @@ async fn a_family_may_keep_off_v1_videos_and_only_video_families_are_on_it() {
         .map(|m| m["id"].as_str().unwrap())
         .collect();
     assert_eq!(ids, ["m1"]);
+    // OpenAI's `Model` fields, here only.
+    assert_eq!(listed["data"][0]["created"], 0, "{listed}");
+    assert_eq!(listed["data"][0]["owned_by"], "mediagate", "{listed}");
+    let one = http.get("/v1/models/m1", DEMO).await.json();
+    assert_eq!(one["owned_by"], "mediagate", "{one}");
+    let theirs = http.get("/v2/model-center/models", DEMO).await.json();
+    assert!(theirs["data"][0].get("owned_by").is_none(), "{theirs}");
     // Still served where it was.
     http.submit_id(MODEL_CENTER, DEMO, &json!({"model": "m2", "prompt": "p"}))
         .await;

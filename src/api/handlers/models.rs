@@ -26,7 +26,10 @@ pub(super) fn list(
         .collect();
     models.sort_unstable_by(|a, b| a.id.cmp(&b.id));
     let currency = &ctx.snapshot.billing.currency;
-    Ok(json(StatusCode::OK, &ModelList::of(&models, currency)))
+    Ok(json(
+        StatusCode::OK,
+        &ModelList::of(&models, currency, endpoint),
+    ))
 }
 
 /// `raw` is the path segment as sent: percent-decoded here, so ids with spaces and
@@ -47,5 +50,8 @@ pub(super) fn one(
         .ok_or_else(ApiError::model_not_found)?;
     ctx.note(|f| f.model = Some(model.id.clone()));
     let currency = &ctx.snapshot.billing.currency;
-    Ok(json(StatusCode::OK, &ModelView::of(model, currency)))
+    Ok(json(
+        StatusCode::OK,
+        &ModelView::of(model, currency, endpoint),
+    ))
 }

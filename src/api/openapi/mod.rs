@@ -103,7 +103,8 @@ pub fn document(snapshot: &Snapshot) -> Value {
 pub fn models(snapshot: &Snapshot) -> Value {
     let models = sorted_models(snapshot);
     let currency = &snapshot.billing.currency;
-    serde_json::to_value(crate::api::shapes::ModelList::of(&models, currency)).unwrap_or_default()
+    let list = crate::api::shapes::ModelList::of(&models, currency, Endpoint::ModelCenter);
+    serde_json::to_value(list).unwrap_or_default()
 }
 
 /// The document of the snapshot last asked for, as JSON text. A reload makes a new

@@ -107,6 +107,8 @@ fn other_answers() -> [(&'static str, Value); 5] {
                         "currency": {"type": "string"},
                         "description": {"type": "string", "description": "How a task of this model is priced."},
                     })),
+                    "created": {"type": "integer", "description": "On `/v1/models` only (OpenAI's `Model`): 0, not known."},
+                    "owned_by": {"const": "mediagate", "description": "On `/v1/models` only (OpenAI's `Model`)."},
                 }),
             ),
         ),
