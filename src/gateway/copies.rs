@@ -249,8 +249,12 @@ impl CopyJob {
         let (Some(provider_name), Some(upstream_id)) = (&task.provider, &task.upstream_id) else {
             return Err(Failure::Skip("the task was never created upstream".into()));
         };
+        // Retried rather than skipped: a reload that dropped the provider for a while
+        // (a mistake put right) does not cost the task its copy.
         let Some(provider) = self.snapshot.providers.get(provider_name) else {
-            return Err(Failure::Skip("its provider is no longer configured".into()));
+            return Err(Failure::Retry(
+                "its provider is no longer configured".into(),
+            ));
         };
         let urls: Vec<String> = task
             .urls
