@@ -20,6 +20,7 @@ use tokio::sync::Semaphore;
 use super::Gateway;
 use super::rounds::Rounds;
 use crate::lifecycle::TaskRef;
+use crate::providers::Provider;
 use crate::providers::UpstreamError;
 use crate::snapshot::Snapshot;
 use crate::storage::{Storage, StorageError};
@@ -239,6 +240,13 @@ impl CopyJob {
         }
     }
 
+    /// The task's provider; retried when the snapshot has none of that name (a
+    /// reload that dropped it may be put right), rather than skipped for good.
+    fn provider(&self, name: &str) -> Result<&Arc<Provider>, Failure> {
+        let gone = || Failure::Retry("its provider is no longer configured".into());
+        self.snapshot.providers.get(name).ok_or_else(gone)
+    }
+
     /// Every result of the task, into storage.
     async fn copy(&self, copy: &Leased) -> Result<(), Failure> {
         let task = match self.ledger.row(copy.task_row).await {
@@ -249,13 +257,7 @@ impl CopyJob {
         let (Some(provider_name), Some(upstream_id)) = (&task.provider, &task.upstream_id) else {
             return Err(Failure::Skip("the task was never created upstream".into()));
         };
-        // Retried rather than skipped: a reload that dropped the provider for a while
-        // (a mistake put right) does not cost the task its copy.
-        let Some(provider) = self.snapshot.providers.get(provider_name) else {
-            return Err(Failure::Retry(
-                "its provider is no longer configured".into(),
-            ));
-        };
+        let provider = self.provider(provider_name)?;
         let urls: Vec<String> = task
             .urls
             .as_deref()
