@@ -15,13 +15,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::Semaphore;
 
 use super::Gateway;
 use super::rounds::Rounds;
 use crate::lifecycle::TaskRef;
-use crate::providers::Provider;
-use crate::providers::UpstreamError;
+use crate::providers::{Provider, UpstreamError};
 use crate::snapshot::Snapshot;
 use crate::storage::{Storage, StorageError};
 use crate::tasks::ledger::{CopyOutcome, Leased, Ledger, StoredResult, TaskRecord, now_ms};
@@ -41,10 +41,20 @@ const DEFAULT_MAX_BYTES: u64 = 2 * 1024 * 1024 * 1024;
 
 /// Copy results until the gateway stops.
 pub async fn run(gateway: Arc<Gateway>) {
-    let (Some(ledger), Some(storage)) = (
-        gateway.tasks.ledger().cloned(),
-        gateway.tasks.storage().cloned(),
-    ) else {
+    let Some(ledger) = gateway.tasks.ledger().cloned() else {
+        return;
+    };
+    let Some(storage) = gateway.tasks.storage().cloned() else {
+        match ledger.skip_copies_without_storage().await {
+            Ok(0) => {}
+            Ok(n) => tracing::warn!(
+                copies = n,
+                "storage is off: the copies still owed are skipped; their tasks keep their providers' links"
+            ),
+            Err(e) => {
+                tracing::warn!(error = %e, "storage is off, and the copies still owed cannot be skipped")
+            }
+        }
         return;
     };
     if let Err(e) = ledger.release_earlier_copies().await {
@@ -109,15 +119,30 @@ impl Rounds for Copier {
                 replica: self.gateway.replica.clone(),
                 gateway: self.gateway.clone(),
             };
-            let in_flight = self.gateway.metrics.result_copies_in_flight.clone();
-            in_flight.inc();
+            let in_flight = InFlight::of(&self.gateway.metrics.result_copies_in_flight);
             tokio::spawn(async move {
                 job.run(copy).await;
-                in_flight.dec();
-                drop(slot);
+                drop((in_flight, slot));
             });
         }
         full
+    }
+}
+
+/// A copy counted in flight until this is dropped, however its task ends (a panic
+/// included).
+struct InFlight(Gauge);
+
+impl InFlight {
+    fn of(gauge: &Gauge) -> Self {
+        gauge.inc();
+        Self(gauge.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.dec();
     }
 }
 

@@ -647,6 +647,24 @@ async fn the_shipped_simulators_media_are_kept_and_served_by_signed_links() {
     }
 }
 
+/// A gateway started without storage skips the copies still owed from when it had
+/// it: nobody would make them, and each would hold its task's webhook and its row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copies_owed_when_storage_is_turned_off_are_skipped() {
+    let (fake, held) = a_held_result().await;
+    let gw = Gateway::start(Routes::upstream(&fake.url(), "").storage(FILES)).await;
+    let (http, id) = submitted(&gw).await;
+    link_of(&http, &id).await;
+    held.arrived(1).await;
+    let dir = gw.stop().await;
+    std::fs::write(dir.routes_path(), Routes::upstream(&fake.url(), "").render()).unwrap();
+    let gw = Gateway::start_in(dir).await;
+    copy_ends(&gw, "skipped").await;
+    let task = gw.client().query(MODEL_CENTER, DEMO, &id).await;
+    assert_eq!(task["status"], "completed", "{task}");
+    drop(held);
+}
+
 /// `kill -9` while a copy is under way: after the restart the copy is made again at
 /// once (a SQLite ledger is one process's: the dead one's lease, here two minutes,
 /// is let go at start) and the stored file is whole.

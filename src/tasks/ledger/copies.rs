@@ -42,6 +42,7 @@ pub enum CopyOutcome {
     Retry { error: String, next_ms: i64 },
 }
 
+const SKIP_PENDING: &str = "UPDATE copies SET state = 'skipped', last_error = $1, finished_ms = $2, lease_owner = NULL, lease_until_ms = NULL WHERE state = 'pending'";
 const RELEASE_COPIES: &str = "UPDATE copies SET lease_owner = NULL, lease_until_ms = NULL WHERE state = 'pending' AND lease_until_ms IS NOT NULL";
 const CLAIM_SQLITE: &str = "UPDATE copies SET lease_owner = $1, lease_until_ms = $2 WHERE id IN (SELECT id FROM copies WHERE state = 'pending' AND next_attempt_ms <= $3 AND (lease_until_ms IS NULL OR lease_until_ms < $3) ORDER BY next_attempt_ms LIMIT $4) RETURNING id, task_row, '' AS url, attempts, created_ms, (SELECT owner FROM tasks WHERE tasks.id = copies.task_row) AS owner";
 const CLAIM_POSTGRES: &str = "UPDATE copies SET lease_owner = $1, lease_until_ms = $2 WHERE id IN (SELECT id FROM copies WHERE state = 'pending' AND next_attempt_ms <= $3 AND (lease_until_ms IS NULL OR lease_until_ms < $3) ORDER BY next_attempt_ms LIMIT $4 FOR UPDATE SKIP LOCKED) RETURNING id, task_row, '' AS url, attempts, created_ms, (SELECT owner FROM tasks WHERE tasks.id = copies.task_row) AS owner";
@@ -71,6 +72,21 @@ impl Ledger {
             self.store.execute(RELEASE_COPIES, params![]).await?;
         }
         Ok(())
+    }
+
+    /// On SQLite, a gateway starting without storage: the copies owed from when it
+    /// had storage are skipped (their tasks keep their providers' links), since no
+    /// one will make them, and a copy owed holds its task's webhook (up to
+    /// `webhook_wait_ms`) and its row from retention. The copies skipped. Nothing on
+    /// PostgreSQL, where another replica may have storage.
+    pub async fn skip_copies_without_storage(&self) -> Result<usize, LedgerError> {
+        if self.shared() {
+            return Ok(0);
+        }
+        let why = "storage is off";
+        self.store
+            .execute(SKIP_PENDING, params![why, now_ms()])
+            .await
     }
 
     /// Lease up to `limit` due copies to `owner` (this replica) for `lease`.
