@@ -526,3 +526,38 @@ async fn a_finished_video_is_posted_as_openais_event_signed_and_a_retry_replays_
         "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
     ));
 }
+
+/// Tasks whose ids were sealed with a secret no longer configured are not listed; a
+/// page made only of them is filled with the tasks after them rather than coming
+/// back empty with `has_more` and no `last_id` to go on from.
+#[tokio::test]
+async fn a_page_of_tasks_sealed_with_a_retired_secret_is_filled_with_the_next_ones() {
+    let gw = Gateway::start(Routes::simulated(&["m1"])).await;
+    for n in 0..3 {
+        create(
+            &gw.client(),
+            DEMO,
+            &json!({"model": "m1", "prompt": format!("old {n}")}),
+        )
+        .await;
+    }
+    let dir = gw.stop().await;
+    let secret = "a-new-task-secret-of-more-than-32-characters-0123";
+    std::fs::write(dir.path().join("task-secret"), secret).unwrap();
+    let gw = Gateway::start_in(dir).await;
+    let http = gw.client();
+    let new = create(&http, DEMO, &json!({"model": "m1", "prompt": "new"})).await;
+    let page = http
+        .get(&format!("{VIDEOS}?order=asc&limit=2"), DEMO)
+        .await
+        .json();
+    let ids: Vec<&str> = page["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [new["id"].as_str().unwrap()], "{page}");
+    assert_eq!(page["last_id"], new["id"], "{page}");
+    assert_eq!(page["has_more"], false, "{page}");
+}

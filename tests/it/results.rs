@@ -657,7 +657,11 @@ async fn copies_owed_when_storage_is_turned_off_are_skipped() {
     link_of(&http, &id).await;
     held.arrived(1).await;
     let dir = gw.stop().await;
-    std::fs::write(dir.routes_path(), Routes::upstream(&fake.url(), "").render()).unwrap();
+    std::fs::write(
+        dir.routes_path(),
+        Routes::upstream(&fake.url(), "").render(),
+    )
+    .unwrap();
     let gw = Gateway::start_in(dir).await;
     copy_ends(&gw, "skipped").await;
     let task = gw.client().query(MODEL_CENTER, DEMO, &id).await;

@@ -31,9 +31,9 @@ pub(super) async fn list(
     req: &Parts,
 ) -> Result<Response<ResponseBody>, ApiError> {
     let key = ctx.key()?;
-    let Some(ledger) = gateway.tasks.ledger() else {
+    if gateway.tasks.ledger().is_none() {
         return Err(ApiError::ledger_off());
-    };
+    }
     let (limit, after, ascending) = paging(req.uri.query(), endpoint == Endpoint::OpenAiVideos)?;
     let unknown_cursor = || {
         let msg = "`after` must be the id of one of your tasks (the `last_id` of a page)";
@@ -49,19 +49,15 @@ pub(super) async fn list(
         provider: &task.provider,
         upstream_id: &task.upstream_id,
     });
-    let page = ledger
-        .list_in(&key.name, endpoint, cursor, limit, ascending)
-        .await
-        .map_err(|e| gateway.ledger_failed("a listing", &e))?;
-    if !page.cursor_known {
-        return Err(unknown_cursor());
-    }
-    let mut items = Vec::with_capacity(page.rows.len());
-    for row in &page.rows {
-        if let Some(item) = Item::of(gateway, ctx, row, endpoint, req).await {
-            items.push(item);
-        }
-    }
+    let listing = Listing {
+        gateway,
+        ctx,
+        req,
+        endpoint,
+        limit,
+        ascending,
+    };
+    let (items, has_more) = listing.items(&key.name, cursor).await?;
     let first_id = items.first().map(|i| i.id.as_str());
     let last_id = items.last().map(|i| i.id.as_str());
     if endpoint == Endpoint::OpenAiVideos {
@@ -71,7 +67,7 @@ pub(super) async fn list(
             data,
             first_id,
             last_id,
-            has_more: page.has_more,
+            has_more,
         };
         return Ok(json(StatusCode::OK, &list));
     }
@@ -84,9 +80,73 @@ pub(super) async fn list(
         first_id,
         last_id,
         data,
-        has_more: page.has_more,
+        has_more,
     };
     Ok(json(StatusCode::OK, &list))
+}
+
+/// What a page of a listing is read for.
+struct Listing<'a> {
+    gateway: &'a Gateway,
+    ctx: &'a RequestContext,
+    req: &'a Parts,
+    endpoint: Endpoint,
+    limit: u32,
+    ascending: bool,
+}
+
+impl Listing<'_> {
+    /// Up to `limit` items of `owner`'s after `cursor`, and whether more follow. A row
+    /// the listing cannot show (its id sealed with a secret no longer configured) is
+    /// passed over and more rows are read in its place, so that a page is short only
+    /// at the end, and its `last_id` (a shown item's) leads on to the next.
+    async fn items(
+        &self,
+        owner: &str,
+        mut cursor: Option<Cursor<'_>>,
+    ) -> Result<(Vec<Item>, bool), ApiError> {
+        let ledger = self
+            .gateway
+            .tasks
+            .ledger()
+            .ok_or_else(ApiError::ledger_off)?;
+        let mut items = Vec::new();
+        let mut after: (String, String, String);
+        loop {
+            let wanted = self.limit - items.len() as u32;
+            let page = ledger
+                .list_in(owner, self.endpoint, cursor, wanted, self.ascending)
+                .await
+                .map_err(|e| self.gateway.ledger_failed("a listing", &e))?;
+            if !page.cursor_known {
+                let msg = "`after` must be the id of one of your tasks (the `last_id` of a page)";
+                return Err(ApiError::invalid_parameter("after", msg.into()));
+            }
+            for row in &page.rows {
+                let item = Item::of(self.gateway, self.ctx, row, self.endpoint, self.req).await;
+                items.extend(item);
+            }
+            let last = page.rows.last();
+            let next = last.and_then(|r| {
+                Some((
+                    r.task_id.clone()?,
+                    r.provider.clone()?,
+                    r.upstream_id.clone()?,
+                ))
+            });
+            match next {
+                Some(next) if page.has_more && items.len() < self.limit as usize => {
+                    after = next;
+                    cursor = Some(Cursor {
+                        task_id: &after.0,
+                        provider: &after.1,
+                        upstream_id: &after.2,
+                    });
+                }
+                _ => return Ok((items, page.has_more)),
+            }
+        }
+    }
 }
 
 /// `limit` (1–100, default 20) and `after` from the query string; with `order`,
