@@ -546,18 +546,38 @@ async fn a_page_of_tasks_sealed_with_a_retired_secret_is_filled_with_the_next_on
     std::fs::write(dir.path().join("task-secret"), secret).unwrap();
     let gw = Gateway::start_in(dir).await;
     let http = gw.client();
-    let new = create(&http, DEMO, &json!({"model": "m1", "prompt": "new"})).await;
-    let page = http
-        .get(&format!("{VIDEOS}?order=asc&limit=2"), DEMO)
-        .await
-        .json();
-    let ids: Vec<&str> = page["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v["id"].as_str().unwrap())
-        .collect();
-    assert_eq!(ids, [new["id"].as_str().unwrap()], "{page}");
-    assert_eq!(page["last_id"], new["id"], "{page}");
-    assert_eq!(page["has_more"], false, "{page}");
+    let mut new = Vec::new();
+    for n in 0..3 {
+        let task = create(
+            &http,
+            DEMO,
+            &json!({"model": "m1", "prompt": format!("new {n}")}),
+        )
+        .await;
+        new.push(task["id"].as_str().unwrap().to_string());
+    }
+    let page = |after: Option<&str>| {
+        let after = after.map_or(String::new(), |a| format!("&after={a}"));
+        let http = &http;
+        async move {
+            let page = http
+                .get(&format!("{VIDEOS}?order=asc&limit=2{after}"), DEMO)
+                .await
+                .json();
+            let ids: Vec<String> = page["data"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v["id"].as_str().unwrap().to_string())
+                .collect();
+            (ids, page)
+        }
+    };
+    let (ids, first) = page(None).await;
+    assert_eq!(ids, new[..2], "{first}");
+    assert_eq!(first["last_id"], new[1].as_str(), "{first}");
+    assert_eq!(first["has_more"], true, "{first}");
+    let (ids, second) = page(Some(&new[1])).await;
+    assert_eq!(ids, new[2..], "{second}");
+    assert_eq!(second["has_more"], false, "{second}");
 }

@@ -23,6 +23,8 @@ use crate::tasks::{MediaKind, TaskState, recorded_state};
 
 const DEFAULT_LIMIT: u32 = 20;
 const MAX_LIMIT: u32 = 100;
+/// Reads of the ledger for one page at most, when rows it cannot show are passed over.
+const FILL_ROUNDS: u32 = 10;
 
 pub(super) async fn list(
     gateway: &Gateway,
@@ -98,8 +100,9 @@ struct Listing<'a> {
 impl Listing<'_> {
     /// Up to `limit` items of `owner`'s after `cursor`, and whether more follow. A row
     /// the listing cannot show (its id sealed with a secret no longer configured) is
-    /// passed over and more rows are read in its place, so that a page is short only
-    /// at the end, and its `last_id` (a shown item's) leads on to the next.
+    /// passed over and more rows are read in its place (`MAX_LIMIT` at a time, for
+    /// `FILL_ROUNDS` reads at most), so that a page is short only at the end, and its
+    /// `last_id` (a shown item's) leads on to the next.
     async fn items(
         &self,
         owner: &str,
@@ -112,8 +115,10 @@ impl Listing<'_> {
             .ok_or_else(ApiError::ledger_off)?;
         let mut items = Vec::new();
         let mut after: (String, String, String);
+        let mut round = 0;
         loop {
-            let wanted = self.limit - items.len() as u32;
+            round += 1;
+            let wanted = if round == 1 { self.limit } else { MAX_LIMIT };
             let page = ledger
                 .list_in(owner, self.endpoint, cursor, wanted, self.ascending)
                 .await
@@ -126,6 +131,10 @@ impl Listing<'_> {
                 let item = Item::of(self.gateway, self.ctx, row, self.endpoint, self.req).await;
                 items.extend(item);
             }
+            if items.len() > self.limit as usize {
+                items.truncate(self.limit as usize);
+                return Ok((items, true));
+            }
             let last = page.rows.last();
             let next = last.and_then(|r| {
                 Some((
@@ -135,7 +144,11 @@ impl Listing<'_> {
                 ))
             });
             match next {
-                Some(next) if page.has_more && items.len() < self.limit as usize => {
+                Some(next)
+                    if page.has_more
+                        && items.len() < self.limit as usize
+                        && round < FILL_ROUNDS =>
+                {
                     after = next;
                     cursor = Some(Cursor {
                         task_id: &after.0,
