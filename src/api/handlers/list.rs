@@ -23,7 +23,9 @@ use crate::tasks::{MediaKind, TaskState, recorded_state};
 
 const DEFAULT_LIMIT: u32 = 20;
 const MAX_LIMIT: u32 = 100;
-/// Reads of the ledger for one page at most, when rows it cannot show are passed over.
+/// Reads of the ledger for one page at most, when rows it cannot show are passed over
+/// and some could be shown (a page with none goes on reading: it would have no
+/// `last_id` to go on from).
 const FILL_ROUNDS: u32 = 10;
 
 pub(super) async fn list(
@@ -101,8 +103,8 @@ impl Listing<'_> {
     /// Up to `limit` items of `owner`'s after `cursor`, and whether more follow. A row
     /// the listing cannot show (its id sealed with a secret no longer configured) is
     /// passed over and more rows are read in its place (`MAX_LIMIT` at a time, for
-    /// `FILL_ROUNDS` reads at most), so that a page is short only at the end, and its
-    /// `last_id` (a shown item's) leads on to the next.
+    /// `FILL_ROUNDS` reads at most once one item is found), so that a page is short
+    /// only at the end, and its `last_id` (a shown item's) leads on to the next.
     async fn items(
         &self,
         owner: &str,
@@ -123,6 +125,10 @@ impl Listing<'_> {
                 .list_in(owner, self.endpoint, cursor, wanted, self.ascending)
                 .await
                 .map_err(|e| self.gateway.ledger_failed("a listing", &e))?;
+            if !page.cursor_known && round > 1 {
+                // The row read last is gone meanwhile (retention): this page ends here.
+                return Ok((items, true));
+            }
             if !page.cursor_known {
                 let msg = "`after` must be the id of one of your tasks (the `last_id` of a page)";
                 return Err(ApiError::invalid_parameter("after", msg.into()));
@@ -147,7 +153,7 @@ impl Listing<'_> {
                 Some(next)
                     if page.has_more
                         && items.len() < self.limit as usize
-                        && round < FILL_ROUNDS =>
+                        && (items.is_empty() || round < FILL_ROUNDS) =>
                 {
                     after = next;
                     cursor = Some(Cursor {
