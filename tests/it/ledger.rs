@@ -133,6 +133,16 @@ async fn a_submit_whose_request_ends_during_its_admission_still_reaches_the_prov
     assert!(fake.take().iter().all(|s| s.method != "POST"), "asked once");
 }
 
+/// The ledger at `db` refuses to record a created task (a full disk, a lost
+/// connection) until the trigger `refuse_created` is dropped.
+fn refuse_created(db: &rusqlite::Connection) {
+    db.execute_batch(
+        "CREATE TRIGGER refuse_created BEFORE UPDATE OF upstream_id ON tasks \
+         WHEN NEW.upstream_id IS NOT NULL BEGIN SELECT RAISE(ABORT, 'refused'); END;",
+    )
+    .unwrap();
+}
+
 #[tokio::test]
 async fn a_created_task_whose_row_could_not_be_completed_is_written_again() {
     let fake = Fake::start().await;
@@ -143,11 +153,7 @@ async fn a_created_task_whose_row_could_not_be_completed_is_written_again() {
     // connection): the task exists at the provider, and the client gets its id.
     let db = rusqlite::Connection::open(gw.dir().path().join(".mediagate/ledger.db")).unwrap();
     db.busy_timeout(std::time::Duration::from_secs(5)).unwrap();
-    db.execute_batch(
-        "CREATE TRIGGER refuse_created BEFORE UPDATE OF upstream_id ON tasks \
-         WHEN NEW.upstream_id IS NOT NULL BEGIN SELECT RAISE(ABORT, 'refused'); END;",
-    )
-    .unwrap();
+    refuse_created(&db);
     let id = http.submit_id(MODEL_CENTER, DEMO, &body("x")).await;
     let rows = |db: &rusqlite::Connection| -> (String, Option<String>) {
         db.query_row("SELECT state, upstream_id FROM tasks", [], |r| {
@@ -177,11 +183,7 @@ async fn a_graceful_stop_waits_for_a_created_task_s_row_to_be_written_again() {
     let path = gw.dir().path().join(".mediagate/ledger.db");
     let db = rusqlite::Connection::open(&path).unwrap();
     db.busy_timeout(std::time::Duration::from_secs(5)).unwrap();
-    db.execute_batch(
-        "CREATE TRIGGER refuse_created BEFORE UPDATE OF upstream_id ON tasks \
-         WHEN NEW.upstream_id IS NOT NULL BEGIN SELECT RAISE(ABORT, 'refused'); END;",
-    )
-    .unwrap();
+    refuse_created(&db);
     gw.client().submit_id(MODEL_CENTER, DEMO, &body("x")).await;
     // The ledger takes the write again well before the first retry is due (250 ms
     // after the first try), and the stop begins at once.

@@ -298,6 +298,16 @@ pub fn form(fields: &[(&str, &str)], file: &[u8], content_type: &str) -> (String
     (format!("multipart/form-data; boundary={boundary}"), body)
 }
 
+/// `POST /v1/videos` of a form (`form`'s answer) with the demo key.
+async fn post_form(http: &Http, (content_type, body): (String, Vec<u8>)) -> Reply {
+    let auth = format!("Bearer {DEMO}");
+    let headers = [
+        ("authorization", auth.as_str()),
+        ("content-type", &content_type),
+    ];
+    http.send(Method::POST, VIDEOS, &headers, body).await
+}
+
 #[tokio::test]
 async fn an_uploaded_input_reaches_the_provider_as_a_signed_link_to_its_bytes() {
     let fake = Fake::start().await;
@@ -362,15 +372,8 @@ async fn an_uploaded_input_reaches_the_provider_as_a_signed_link_to_its_bytes() 
         None,
     );
     // A type the providers cannot take, and storage off, are refused up front.
-    let (ct, body) = form(&[("model", "m1"), ("prompt", "p")], b"text", "text/plain");
-    let r = http
-        .send(
-            Method::POST,
-            VIDEOS,
-            &[("authorization", &auth), ("content-type", &ct)],
-            body,
-        )
-        .await;
+    let fields = [("model", "m1"), ("prompt", "p")];
+    let r = post_form(&http, form(&fields, b"text", "text/plain")).await;
     assert_error(&r, 400, "invalid_parameter", Some("input_reference"));
     assert!(fake.take().is_empty());
 }
@@ -379,40 +382,36 @@ async fn an_uploaded_input_reaches_the_provider_as_a_signed_link_to_its_bytes() 
 #[tokio::test]
 async fn an_upload_with_a_refused_request_is_not_kept() {
     let fake = Fake::start().await;
+    fake.on("POST /tasks", Answer::json(200, json!({"id": "t1"})));
     let routes = Routes::new()
         .storage("file://media")
         .provider(tasks_provider("up", &fake.url(), ""))
         .family(family("test", &["up"], &["m1"]));
     let gw = Gateway::start(routes).await;
-    let image: Vec<u8> = (0..=255u8).cycle().take(3000).collect();
-    let (ct, body) = form(
-        &[("model", "m1"), ("prompt", "p"), ("seconds", "many")],
-        &image,
-        "image/png",
-    );
-    let auth = format!("Bearer {DEMO}");
-    let r = gw
-        .client()
-        .send(
-            Method::POST,
-            VIDEOS,
-            &[("authorization", &auth), ("content-type", &ct)],
-            body,
-        )
-        .await;
-    assert_error(&r, 400, "invalid_parameter", Some("seconds"));
-    let mut kept = Vec::new();
-    let mut dirs = vec![gw.dir().path().join("media")];
-    while let Some(dir) = dirs.pop() {
-        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-            match entry.file_type().unwrap().is_dir() {
-                true => dirs.push(entry.path()),
-                false => kept.push(entry.path()),
+    let kept = || {
+        let mut kept = Vec::new();
+        let mut dirs = vec![gw.dir().path().join("media")];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                match entry.file_type().unwrap().is_dir() {
+                    true => dirs.push(entry.path()),
+                    false => kept.push(entry.path()),
+                }
             }
         }
-    }
-    assert!(kept.is_empty(), "{kept:?}");
+        kept
+    };
+    let image: Vec<u8> = (0..=255u8).cycle().take(3000).collect();
+    let fields = [("model", "m1"), ("prompt", "p"), ("seconds", "many")];
+    let r = post_form(&gw.client(), form(&fields, &image, "image/png")).await;
+    assert_error(&r, 400, "invalid_parameter", Some("seconds"));
+    assert!(kept().is_empty(), "{:?}", kept());
     assert!(fake.take().is_empty());
+    // The same upload in a valid request is kept, there.
+    let fields = [("model", "m1"), ("prompt", "p"), ("seconds", "4")];
+    let r = post_form(&gw.client(), form(&fields, &image, "image/png")).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(kept().len(), 1, "{:?}", kept());
 }
 
 #[tokio::test]
@@ -422,17 +421,8 @@ async fn an_upload_is_refused_where_no_provider_could_fetch_it() {
         .provider(tasks_provider("up", &fake.url(), ""))
         .family(family("test", &["up"], &["m1"]));
     let gw = Gateway::start(routes).await;
-    let (ct, body) = form(&[("model", "m1"), ("prompt", "p")], b"png", "image/png");
-    let auth = format!("Bearer {DEMO}");
-    let r = gw
-        .client()
-        .send(
-            Method::POST,
-            VIDEOS,
-            &[("authorization", &auth), ("content-type", &ct)],
-            body,
-        )
-        .await;
+    let fields = [("model", "m1"), ("prompt", "p")];
+    let r = post_form(&gw.client(), form(&fields, b"png", "image/png")).await;
     let msg = assert_error(&r, 400, "invalid_parameter", Some("input_reference"));
     assert!(msg.contains("storage"), "{msg}");
     assert!(fake.take().is_empty());

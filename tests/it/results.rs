@@ -436,8 +436,9 @@ async fn a_copy_that_ends_after_its_task_was_deleted_keeps_nothing() {
     assert_error(&http.get_bare(&link).await, 410, "result_expired", None);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn deleting_an_unfinished_task_cancels_it_at_its_provider_once() {
+/// A provider `up` (serving `m1`) whose task `r-1` stays queued and accepts its
+/// cancel step.
+async fn cancelable() -> (Fake, Routes) {
     let fake = Fake::start().await;
     fake.on("POST /v2/model-center/tasks", Answer::queued("r-1"));
     fake.on("GET /v2/model-center/tasks/r-1", Answer::queued("r-1"));
@@ -449,6 +450,12 @@ async fn deleting_an_unfinished_task_cancels_it_at_its_provider_once() {
     let routes = Routes::new()
         .provider(model_center_provider("up", &fake.url(), "") + cancel)
         .family(family("test", &["up"], &["m1"]));
+    (fake, routes)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_an_unfinished_task_cancels_it_at_its_provider_once() {
+    let (fake, routes) = cancelable().await;
     let gw = Gateway::start(routes).await;
     let (http, id) = submitted(&gw).await;
     let _ = fake.take();
@@ -481,18 +488,8 @@ async fn deleting_an_unfinished_task_cancels_it_at_its_provider_once() {
 /// would accept the cancel.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_that_completed_since_its_last_query_is_not_cancelled_by_a_delete() {
-    let fake = Fake::start().await;
-    fake.on("POST /v2/model-center/tasks", Answer::queued("r-1"));
-    fake.on("GET /v2/model-center/tasks/r-1", Answer::queued("r-1"));
-    fake.on(
-        "POST /v2/model-center/tasks/r-1/cancel",
-        Answer::json(200, json!({})),
-    );
-    let cancel = "\n[providers.up.cancel]\npath = '\"/v2/model-center/tasks/\\($id)/cancel\"'\n";
-    let routes = Routes::new()
-        .provider(model_center_provider("up", &fake.url(), "") + cancel)
-        .family(family("test", &["up"], &["m1"]))
-        .poll_cache_ttl_ms(60_000);
+    let (fake, routes) = cancelable().await;
+    let routes = routes.poll_cache_ttl_ms(60_000);
     let gw = Gateway::start(routes).await;
     let (http, id) = submitted(&gw).await;
     assert_eq!(
