@@ -91,6 +91,7 @@ pub async fn start(config: &Path) -> Result<Running, StartError> {
         n => n,
     };
     let workers = Arc::new(Workers::start(workers).map_err(StartError::Workers)?);
+    release_earlier_leases(&gateway).await;
     let tracker = start_background(&gateway, &workers);
     let local = |l: &tokio::net::TcpListener| l.local_addr().ok();
     let (addr, tls_addr, admin_addr) = (
@@ -136,6 +137,16 @@ pub async fn start(config: &Path) -> Result<Running, StartError> {
         tracker: Some(tracker),
         _workers: workers,
     })
+}
+
+/// A SQLite file is one gateway's (as the tracker's takeover assumes): what a killed
+/// predecessor leased is let go before the copier and the deliverer look.
+async fn release_earlier_leases(gateway: &Gateway) {
+    if let Some(ledger) = gateway.tasks.ledger()
+        && let Err(e) = ledger.release_earlier_leases().await
+    {
+        tracing::warn!(error = %e, "the copies and webhooks of the process before cannot be let go; they wait for their leases");
+    }
 }
 
 /// The loops that run beside the requests, on this runtime; the tracker hands its

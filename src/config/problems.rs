@@ -62,6 +62,14 @@ impl Scope<'_> {
         }
     }
 
+    /// A problem of `key` when `value` is outside `range`.
+    pub fn within(&mut self, key: &str, value: u64, range: std::ops::RangeInclusive<u64>) {
+        if !range.contains(&value) {
+            let msg = format!("must be between {} and {}", range.start(), range.end());
+            self.push(key, msg);
+        }
+    }
+
     /// The value, or `None` with its error recorded under `key`.
     pub fn check<T>(&mut self, key: &str, result: Result<T, String>) -> Option<T> {
         result.map_err(|e| self.push(key, e)).ok()

@@ -57,9 +57,6 @@ pub async fn run(gateway: Arc<Gateway>) {
         }
         return;
     };
-    if let Err(e) = ledger.release_earlier_copies().await {
-        tracing::warn!(error = %e, "storage: the copies of the process before cannot be let go; they wait for their leases");
-    }
     let slots = Arc::new(Semaphore::new(
         gateway.snapshot().storage.max_in_flight.max(1),
     ));

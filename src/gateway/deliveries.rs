@@ -47,9 +47,6 @@ pub async fn run(gateway: Arc<Gateway>) {
     let Some(ledger) = gateway.tasks.ledger().cloned() else {
         return;
     };
-    if let Err(e) = ledger.release_earlier_deliveries().await {
-        tracing::warn!(error = %e, "webhooks: the deliveries of the process before cannot be let go; they wait for their leases");
-    }
     let mut deliverer = Deliverer::new(gateway.clone(), ledger);
     // A task that finished here owes its webhook now: no need to wait for the tick.
     let finished = Some(gateway.tasks.subscribe());

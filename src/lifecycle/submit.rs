@@ -437,12 +437,7 @@ async fn record(
                         () = stopping.cancelled() => true,
                     };
                     match outcome.write(&ledger, row).await {
-                        Ok(ended) => {
-                            if ended && let Some(settle) = settle {
-                                settle();
-                            }
-                            return;
-                        }
+                        Ok(ended) => return settled_if(ended, settle),
                         Err(e) => last = Some(e),
                     }
                     if stopping {
@@ -456,6 +451,11 @@ async fn record(
             return;
         }
     };
+    settled_if(ended, settle);
+}
+
+/// The reservation settled (`settle`) when the outcome's write `ended` the row.
+fn settled_if(ended: bool, settle: Option<impl FnOnce()>) {
     if ended && let Some(settle) = settle {
         settle();
     }

@@ -112,17 +112,11 @@ fn shared_of(limits: &LimitsTable, dir: &Path, at: &mut Scope) -> Option<SharedS
     if !(0.01..=1.0).contains(&limits.local_share) {
         at.push("local_share", "must be between 0.01 and 1");
     }
-    if !(1..=10_000).contains(&limits.shared_timeout_ms) {
-        at.push("shared_timeout_ms", "must be between 1 and 10000");
-    }
+    at.within("shared_timeout_ms", limits.shared_timeout_ms, 1..=10_000);
     // Renewed every third of a lease: short leases would cost Redis a renewal per
     // request in progress every few milliseconds.
-    if !(300..=3_600_000).contains(&limits.shared_lease_ms) {
-        at.push("shared_lease_ms", "must be between 300 and 3600000");
-    }
-    if limits.shared_stock_ms > 1000 {
-        at.push("shared_stock_ms", "must be between 0 and 1000");
-    }
+    at.within("shared_lease_ms", limits.shared_lease_ms, 300..=3_600_000);
+    at.within("shared_stock_ms", limits.shared_stock_ms, 0..=1000);
     let Some(url) = &limits.shared else {
         if password.env.is_some() || password.file.is_some() {
             at.push(

@@ -85,15 +85,9 @@ pub struct Webhooks {
 /// answered, and a receiver that failed a pause before the next (0 would post to it
 /// again at once, at the pool's rate, for `retry_for_hours`).
 fn check_webhook_caps(settings: &WebhooksConfig, at: &mut Scope) {
-    if !(100..=600_000).contains(&settings.timeout_ms) {
-        at.push("timeout_ms", "must be between 100 and 600000");
-    }
-    if !(100..=86_400_000).contains(&settings.first_retry_ms) {
-        at.push("first_retry_ms", "must be between 100 and 86400000");
-    }
-    if !(1..=8_760).contains(&settings.retry_for_hours) {
-        at.push("retry_for_hours", "must be between 1 and 8760 (a year)");
-    }
+    at.within("timeout_ms", settings.timeout_ms, 100..=600_000);
+    at.within("first_retry_ms", settings.first_retry_ms, 100..=86_400_000);
+    at.within("retry_for_hours", settings.retry_for_hours, 1..=8_760);
     if settings.max_in_flight > tokio::sync::Semaphore::MAX_PERMITS {
         at.push("max_in_flight", "must not be absurdly large");
     }
@@ -114,12 +108,12 @@ fn check_webhook_caps(settings: &WebhooksConfig, at: &mut Scope) {
 /// `[storage]`'s copies: one needs time to be made (its lease is twice this), and is
 /// retried for a bounded time.
 fn check_copies(storage: &StorageConfig, at: &mut Scope) {
-    if !(1_000..=86_400_000).contains(&storage.copy_timeout_ms) {
-        at.push("copy_timeout_ms", "must be between 1000 and 86400000");
-    }
-    if !(1..=8_760).contains(&storage.retry_for_hours) {
-        at.push("retry_for_hours", "must be between 1 and 8760 (a year)");
-    }
+    at.within(
+        "copy_timeout_ms",
+        storage.copy_timeout_ms,
+        1_000..=86_400_000,
+    );
+    at.within("retry_for_hours", storage.retry_for_hours, 1..=8_760);
 }
 
 /// `[ledger] keep_days` and `prune_batch`. A task is kept at least as long as its
@@ -133,9 +127,7 @@ fn check_retention(ledger: &LedgerConfig, at: &mut Scope) {
             "must be 0 (keep forever) or cover `idempotency_ttl_hours` and at least 1 day",
         );
     }
-    if !(1..=10_000).contains(&ledger.prune_batch) {
-        at.push("prune_batch", "must be between 1 and 10000");
-    }
+    at.within("prune_batch", ledger.prune_batch, 1..=10_000);
 }
 
 /// `[tracker]`: a heartbeat written every quarter of `lease_ms` must come round
@@ -143,9 +135,7 @@ fn check_retention(ledger: &LedgerConfig, at: &mut Scope) {
 /// a ledger's slow moment, or a replica finds its own heartbeat expired and forgets
 /// its tasks again and again.
 fn check_tracker(t: &TrackerConfig, at: &mut Scope) {
-    if !(1_000..=3_600_000).contains(&t.lease_ms) {
-        at.push("lease_ms", "must be between 1000 and 3600000");
-    }
+    at.within("lease_ms", t.lease_ms, 1_000..=3_600_000);
 }
 
 /// `[telemetry]`, checked here so that `check` reports it; it is read at start

@@ -133,14 +133,26 @@ async fn a_submit_whose_request_ends_during_its_admission_still_reaches_the_prov
     assert!(fake.take().iter().all(|s| s.method != "POST"), "asked once");
 }
 
-/// The ledger at `db` refuses to record a created task (a full disk, a lost
-/// connection) until the trigger `refuse_created` is dropped.
-fn refuse_created(db: &rusqlite::Connection) {
+/// The ledger of the gateway in `dir`, opened beside it, refusing to record a created
+/// task (a full disk, a lost connection) until the trigger `refuse_created` is
+/// dropped.
+fn refusing_created(dir: &std::path::Path) -> rusqlite::Connection {
+    let db = rusqlite::Connection::open(dir.join(".mediagate/ledger.db")).unwrap();
+    db.busy_timeout(std::time::Duration::from_secs(5)).unwrap();
     db.execute_batch(
         "CREATE TRIGGER refuse_created BEFORE UPDATE OF upstream_id ON tasks \
          WHEN NEW.upstream_id IS NOT NULL BEGIN SELECT RAISE(ABORT, 'refused'); END;",
     )
     .unwrap();
+    db
+}
+
+/// The state and upstream id of the one task in the ledger `db`.
+fn state_and_upstream(db: &rusqlite::Connection) -> (String, Option<String>) {
+    db.query_row("SELECT state, upstream_id FROM tasks", [], |r| {
+        Ok((r.get(0)?, r.get(1)?))
+    })
+    .unwrap()
 }
 
 #[tokio::test]
@@ -151,21 +163,13 @@ async fn a_created_task_whose_row_could_not_be_completed_is_written_again() {
     let http = gw.client();
     // The ledger refuses to complete rows for a moment (a full disk, a lost
     // connection): the task exists at the provider, and the client gets its id.
-    let db = rusqlite::Connection::open(gw.dir().path().join(".mediagate/ledger.db")).unwrap();
-    db.busy_timeout(std::time::Duration::from_secs(5)).unwrap();
-    refuse_created(&db);
+    let db = refusing_created(gw.dir().path());
     let id = http.submit_id(MODEL_CENTER, DEMO, &body("x")).await;
-    let rows = |db: &rusqlite::Connection| -> (String, Option<String>) {
-        db.query_row("SELECT state, upstream_id FROM tasks", [], |r| {
-            Ok((r.get(0)?, r.get(1)?))
-        })
-        .unwrap()
-    };
-    assert_eq!(rows(&db), ("submitting".to_string(), None));
+    assert_eq!(state_and_upstream(&db), ("submitting".to_string(), None));
     db.execute_batch("DROP TRIGGER refuse_created").unwrap();
     // Written again: the listing finds the task, under the id the client has.
     eventually("the row is completed", async || {
-        rows(&db) == ("submitted".to_string(), Some("up-5".to_string()))
+        state_and_upstream(&db) == ("submitted".to_string(), Some("up-5".to_string()))
     })
     .await;
     let listed = http.get(MODEL_CENTER, DEMO).await.json();
@@ -180,10 +184,7 @@ async fn a_graceful_stop_waits_for_a_created_task_s_row_to_be_written_again() {
     let fake = Fake::start().await;
     fake.on(SUBMIT, Answer::queued("up-5"));
     let gw = Gateway::start(Routes::upstream(&fake.url(), "")).await;
-    let path = gw.dir().path().join(".mediagate/ledger.db");
-    let db = rusqlite::Connection::open(&path).unwrap();
-    db.busy_timeout(std::time::Duration::from_secs(5)).unwrap();
-    refuse_created(&db);
+    let db = refusing_created(gw.dir().path());
     gw.client().submit_id(MODEL_CENTER, DEMO, &body("x")).await;
     // The ledger takes the write again well before the first retry is due (250 ms
     // after the first try), and the stop begins at once.
@@ -191,12 +192,10 @@ async fn a_graceful_stop_waits_for_a_created_task_s_row_to_be_written_again() {
     drop(db);
     let dir = gw.stop().await;
     let db = rusqlite::Connection::open(dir.path().join(".mediagate/ledger.db")).unwrap();
-    let row: (String, Option<String>) = db
-        .query_row("SELECT state, upstream_id FROM tasks", [], |r| {
-            Ok((r.get(0)?, r.get(1)?))
-        })
-        .unwrap();
-    assert_eq!(row, ("submitted".to_string(), Some("up-5".to_string())));
+    assert_eq!(
+        state_and_upstream(&db),
+        ("submitted".to_string(), Some("up-5".to_string()))
+    );
 }
 
 #[tokio::test]

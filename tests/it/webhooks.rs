@@ -279,21 +279,31 @@ async fn callbacks_are_refused_at_submit_when_they_cannot_be_sent_safely() {
     assert_eq!(upstream.take().len(), 1);
 }
 
+/// A task of `m1` submitted to `gw` with the callback `/hook` of `receiver`; its id.
+async fn submitted_to(gw: &Proc, receiver: &Fake) -> String {
+    let callback = format!("{}/hook", receiver.url());
+    let task = json!({"model": "m1", "prompt": "x", "callback_url": callback});
+    gw.client().submit_id(MODEL_CENTER, DEMO, &task).await
+}
+
+/// The posts `receiver` got, once it got one.
+async fn posted(receiver: &Fake) -> Vec<Seen> {
+    let mut seen = Vec::new();
+    eventually("the delivery is made after the restart", async || {
+        seen.extend(receiver.take());
+        !seen.is_empty()
+    })
+    .await;
+    seen
+}
+
 #[tokio::test]
 async fn deliveries_pending_at_a_crash_are_made_after_the_restart() {
     let receiver = Fake::start().await;
     receiver.on("POST /hook", Answer::json(500, json!(null)));
     let dir = config(&routes(""), SECRET);
     let mut gw = Proc::start_in(dir, &[], &[]).await;
-    let callback = format!("{}/hook", receiver.url());
-    let id = gw
-        .client()
-        .submit_id(
-            MODEL_CENTER,
-            DEMO,
-            &json!({"model": "m1", "prompt": "x", "callback_url": callback}),
-        )
-        .await;
+    let id = submitted_to(&gw, &receiver).await;
     eventually("the receiver refuses an attempt", async || {
         !receiver.take().is_empty()
     })
@@ -301,12 +311,7 @@ async fn deliveries_pending_at_a_crash_are_made_after_the_restart() {
     gw.restart().await; // SIGKILL, then the same files
     receiver.take();
     receiver.on("POST /hook", Answer::json(200, json!(null)));
-    let mut seen = Vec::new();
-    eventually("the delivery is made after the restart", async || {
-        seen.extend(receiver.take());
-        !seen.is_empty()
-    })
-    .await;
+    let seen = posted(&receiver).await;
     assert_eq!(seen[0].json()["id"], id.as_str());
     assert_eq!(seen[0].json()["status"], "completed");
     assert!(signed_with(&seen[0], SECRET));
@@ -324,27 +329,14 @@ async fn a_delivery_cut_by_kill_9_is_made_at_once_after_the_restart() {
         .top(&settings)
         .demo_key("webhook_secret_file = \"webhook-secret\"");
     let mut gw = Proc::start_in(config(&routes, SECRET), &[], &[]).await;
-    let callback = format!("{}/hook", receiver.url());
-    let id = gw
-        .client()
-        .submit_id(
-            MODEL_CENTER,
-            DEMO,
-            &json!({"model": "m1", "prompt": "x", "callback_url": callback}),
-        )
-        .await;
+    let id = submitted_to(&gw, &receiver).await;
     held.arrived(1).await;
     // Attempts from now on are answered (the held one stays held); the restarted
     // gateway may post before this test looks again.
     receiver.on("POST /hook", Answer::json(200, json!(null)));
     receiver.take();
     gw.restart().await; // SIGKILL, then the same files
-    let mut seen = Vec::new();
-    eventually("the delivery is made after the restart", async || {
-        seen.extend(receiver.take());
-        !seen.is_empty()
-    })
-    .await;
+    let seen = posted(&receiver).await;
     assert_eq!(seen[0].json()["id"], id.as_str());
     drop(held);
 }

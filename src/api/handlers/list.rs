@@ -17,7 +17,7 @@ use crate::gateway::Gateway;
 use crate::lifecycle::links;
 use crate::response::{ResponseBody, json};
 use crate::tasks::Cost;
-use crate::tasks::ledger::{Cursor, TaskRecord};
+use crate::tasks::ledger::{Cursor, Ledger, TaskRecord};
 use crate::tasks::openai::{Video, VideoAsked, VideoTimes};
 use crate::tasks::{MediaKind, TaskState, recorded_state};
 
@@ -35,9 +35,9 @@ pub(super) async fn list(
     req: &Parts,
 ) -> Result<Response<ResponseBody>, ApiError> {
     let key = ctx.key()?;
-    if gateway.tasks.ledger().is_none() {
+    let Some(ledger) = gateway.tasks.ledger() else {
         return Err(ApiError::ledger_off());
-    }
+    };
     let (limit, after, ascending) = paging(req.uri.query(), endpoint == Endpoint::OpenAiVideos)?;
     let unknown_cursor = || {
         let msg = "`after` must be the id of one of your tasks (the `last_id` of a page)";
@@ -55,6 +55,7 @@ pub(super) async fn list(
     });
     let listing = Listing {
         gateway,
+        ledger,
         ctx,
         req,
         endpoint,
@@ -92,6 +93,7 @@ pub(super) async fn list(
 /// What a page of a listing is read for.
 struct Listing<'a> {
     gateway: &'a Gateway,
+    ledger: &'a Ledger,
     ctx: &'a RequestContext,
     req: &'a Parts,
     endpoint: Endpoint,
@@ -110,18 +112,14 @@ impl Listing<'_> {
         owner: &str,
         mut cursor: Option<Cursor<'_>>,
     ) -> Result<(Vec<Item>, bool), ApiError> {
-        let ledger = self
-            .gateway
-            .tasks
-            .ledger()
-            .ok_or_else(ApiError::ledger_off)?;
         let mut items = Vec::new();
         let mut after: (String, String, String);
         let mut round = 0;
         loop {
             round += 1;
             let wanted = if round == 1 { self.limit } else { MAX_LIMIT };
-            let page = ledger
+            let page = self
+                .ledger
                 .list_in(owner, self.endpoint, cursor, wanted, self.ascending)
                 .await
                 .map_err(|e| self.gateway.ledger_failed("a listing", &e))?;

@@ -23,6 +23,7 @@ use crate::gateway::Gateway;
 use crate::lifecycle::{SubmitOrder, Submitted};
 use crate::models::OpenAiRequest;
 use crate::response::{ResponseBody, json};
+use crate::storage::Storage;
 use crate::tasks::TaskState;
 use crate::tasks::openai::VideoAsked;
 
@@ -83,7 +84,7 @@ where
     };
     // Written once the request is found valid: a refused one leaves nothing behind.
     if let Some(input) = uploaded {
-        input.keep(gateway).await?;
+        input.keep().await?;
     }
     let openai = VideoAsked {
         seconds: asked.fields.seconds,
@@ -210,22 +211,28 @@ pub(super) const INPUT_TYPES: [(&str, &str); 4] = [
 
 /// An uploaded file to keep in storage, named by its SHA-256 and size, with the
 /// signed link the provider fetches it by.
-struct Input {
+struct Input<'a> {
+    storage: &'a Storage,
     link: String,
     name: String,
     upload: Upload,
 }
 
-impl Input {
+impl<'a> Input<'a> {
     /// The upload checked (storage on, a type the providers take), named and linked;
     /// not written yet.
-    fn of(gateway: &Gateway, ctx: &Ctx, parts: &Parts, upload: Upload) -> Result<Self, ApiError> {
+    fn of(
+        gateway: &'a Gateway,
+        ctx: &Ctx,
+        parts: &Parts,
+        upload: Upload,
+    ) -> Result<Self, ApiError> {
         let refused = |msg: &str| ApiError::invalid_parameter("input_reference", msg.into());
-        if gateway.tasks.storage().is_none() {
+        let Some(storage) = gateway.tasks.storage() else {
             return Err(refused(
                 "an uploaded `input_reference` needs the gateway's storage, which is off: pass a URL instead",
             ));
-        }
+        };
         let ct = upload.content_type.as_deref().unwrap_or_default();
         let Some((_, ext)) = INPUT_TYPES.iter().find(|(t, _)| t.eq_ignore_ascii_case(ct)) else {
             return Err(refused(
@@ -247,7 +254,12 @@ impl Input {
                 .ok_or_else(|| refused("the gateway's address is not known (no Host header, no [storage] public_base_url) to link the upload by"))?,
         };
         let link = format!("{base}{INPUTS}{name}?expires={expires}&signature={signature}");
-        Ok(Self { link, name, upload })
+        Ok(Self {
+            storage,
+            link,
+            name,
+            upload,
+        })
     }
 
     /// The parameters that tell a retry of the request: a retry uploads the same
@@ -260,10 +272,8 @@ impl Input {
     }
 
     /// Write it into storage.
-    async fn keep(self, gateway: &Gateway) -> Result<(), ApiError> {
-        let Some(storage) = gateway.tasks.storage() else {
-            return Err(ApiError::storage_unavailable());
-        };
+    async fn keep(self) -> Result<(), ApiError> {
+        let storage = self.storage;
         let len = self.upload.bytes.len() as u64;
         let ct = self.upload.content_type;
         let body = http_body_util::Full::new(self.upload.bytes);

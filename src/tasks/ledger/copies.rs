@@ -43,7 +43,7 @@ pub enum CopyOutcome {
 }
 
 const SKIP_PENDING: &str = "UPDATE copies SET state = 'skipped', last_error = $1, finished_ms = $2, lease_owner = NULL, lease_until_ms = NULL WHERE state = 'pending'";
-const RELEASE_COPIES: &str = "UPDATE copies SET lease_owner = NULL, lease_until_ms = NULL WHERE state = 'pending' AND lease_until_ms IS NOT NULL";
+pub(super) const RELEASE: &str = "UPDATE copies SET lease_owner = NULL, lease_until_ms = NULL WHERE state = 'pending' AND lease_until_ms IS NOT NULL";
 const CLAIM_SQLITE: &str = "UPDATE copies SET lease_owner = $1, lease_until_ms = $2 WHERE id IN (SELECT id FROM copies WHERE state = 'pending' AND next_attempt_ms <= $3 AND (lease_until_ms IS NULL OR lease_until_ms < $3) ORDER BY next_attempt_ms LIMIT $4) RETURNING id, task_row, '' AS url, attempts, created_ms, (SELECT owner FROM tasks WHERE tasks.id = copies.task_row) AS owner";
 const CLAIM_POSTGRES: &str = "UPDATE copies SET lease_owner = $1, lease_until_ms = $2 WHERE id IN (SELECT id FROM copies WHERE state = 'pending' AND next_attempt_ms <= $3 AND (lease_until_ms IS NULL OR lease_until_ms < $3) ORDER BY next_attempt_ms LIMIT $4 FOR UPDATE SKIP LOCKED) RETURNING id, task_row, '' AS url, attempts, created_ms, (SELECT owner FROM tasks WHERE tasks.id = copies.task_row) AS owner";
 const SET_FINISHED: &str = "UPDATE copies SET state = $3, attempts = attempts + 1, last_error = $4, finished_ms = $5, lease_owner = NULL, lease_until_ms = NULL WHERE id = $1 AND lease_owner = $2";
@@ -63,17 +63,6 @@ const SET_TASK_DELETED: &str = "UPDATE tasks SET deleted_ms = $3 WHERE provider 
 const PENDING: &str = "SELECT COUNT(*) FROM copies WHERE state = 'pending'";
 
 impl Ledger {
-    /// On SQLite, whose file is one process's: the copies leased by a process before
-    /// this one (killed mid-way) are let go, rather than waited for until their
-    /// leases run out (twice `copy_timeout_ms`: twenty minutes by default). Nothing
-    /// on PostgreSQL, where other replicas may hold them.
-    pub async fn release_earlier_copies(&self) -> Result<(), LedgerError> {
-        if !self.shared() {
-            self.store.execute(RELEASE_COPIES, params![]).await?;
-        }
-        Ok(())
-    }
-
     /// On SQLite, a gateway starting without storage: the copies owed from when it
     /// had storage are skipped (their tasks keep their providers' links), since no
     /// one will make them, and a copy owed holds its task's webhook (up to

@@ -52,7 +52,7 @@ pub struct DeliveryBacklog {
 
 /// Due deliveries no other replica holds, leased to `$1` until `$2`; a delivery
 /// made after `$5` waits while its task's results are being copied.
-const RELEASE: &str = "UPDATE deliveries SET lease_owner = NULL, lease_until_ms = NULL WHERE state = 'pending' AND lease_until_ms IS NOT NULL";
+pub(super) const RELEASE: &str = "UPDATE deliveries SET lease_owner = NULL, lease_until_ms = NULL WHERE state = 'pending' AND lease_until_ms IS NOT NULL";
 const CLAIM_SQLITE: &str = "UPDATE deliveries SET lease_owner = $1, lease_until_ms = $2 WHERE id IN (SELECT id FROM deliveries WHERE state = 'pending' AND next_attempt_ms <= $3 AND (lease_until_ms IS NULL OR lease_until_ms < $3) AND (created_ms <= $5 OR NOT EXISTS (SELECT 1 FROM copies WHERE copies.task_row = deliveries.task_row AND copies.state = 'pending')) ORDER BY next_attempt_ms LIMIT $4) RETURNING id, task_row, url, attempts, created_ms, (SELECT owner FROM tasks WHERE tasks.id = deliveries.task_row) AS owner";
 const CLAIM_POSTGRES: &str = "UPDATE deliveries SET lease_owner = $1, lease_until_ms = $2 WHERE id IN (SELECT id FROM deliveries WHERE state = 'pending' AND next_attempt_ms <= $3 AND (lease_until_ms IS NULL OR lease_until_ms < $3) AND (created_ms <= $5 OR NOT EXISTS (SELECT 1 FROM copies WHERE copies.task_row = deliveries.task_row AND copies.state = 'pending')) ORDER BY next_attempt_ms LIMIT $4 FOR UPDATE SKIP LOCKED) RETURNING id, task_row, url, attempts, created_ms, (SELECT owner FROM tasks WHERE tasks.id = deliveries.task_row) AS owner";
 const SET_FINISHED: &str = "UPDATE deliveries SET state = $3, attempts = attempts + 1, last_status = $4, last_error = $5, finished_ms = $6, lease_owner = NULL, lease_until_ms = NULL WHERE id = $1 AND lease_owner = $2";
@@ -65,17 +65,6 @@ const OF_TASK: &str =
     "SELECT state, attempts, last_status, last_error FROM deliveries WHERE task_row = $1";
 
 impl Ledger {
-    /// On SQLite, whose file is one process's: the deliveries leased by a process
-    /// before this one (killed mid-way) are let go, rather than waited for until
-    /// their leases run out. Nothing on PostgreSQL, where other replicas may hold
-    /// them.
-    pub async fn release_earlier_deliveries(&self) -> Result<(), LedgerError> {
-        if !self.shared() {
-            self.store.execute(RELEASE, params![]).await?;
-        }
-        Ok(())
-    }
-
     /// Lease up to `limit` due deliveries to `owner` (this replica) for `lease`;
     /// one whose task's copy is still owed waits up to `copy_wait` after it was made.
     pub async fn claim_deliveries(

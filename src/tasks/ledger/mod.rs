@@ -431,6 +431,20 @@ impl Ledger {
         Ok(released)
     }
 
+    /// On SQLite, whose file is one process's once it listens: the copies and
+    /// deliveries a process before this one (killed mid-way) leased are let go,
+    /// rather than waited for until their leases run out (twice `copy_timeout_ms`
+    /// for a copy: twenty minutes by default). Nothing on PostgreSQL, where other
+    /// replicas may hold them.
+    pub async fn release_earlier_leases(&self) -> Result<(), LedgerError> {
+        if !self.shared() {
+            for sql in [copies::RELEASE, deliveries::RELEASE] {
+                self.store.execute(sql, params![]).await?;
+            }
+        }
+        Ok(())
+    }
+
     /// The unfinished tasks per replica alive (this one included): a replica that
     /// follows as many is not short of its share.
     pub async fn fair_share(&self) -> Result<i64, LedgerError> {
