@@ -198,8 +198,9 @@ async fn a_graceful_stop_waits_for_a_created_task_s_row_to_be_written_again() {
     );
 }
 
-#[tokio::test]
-async fn a_finished_task_the_provider_forgot_answers_as_the_ledger_recorded_it() {
+/// Task `up-3` seen completed by a query (its answer), then the gateway restarted
+/// (its results cache empty): the provider, the gateway, the task's id and answer.
+async fn completed_then_restarted() -> (Fake, Gateway, String, Value) {
     let fake = Fake::start().await;
     fake.on(SUBMIT, Answer::queued("up-3"));
     let done = json!({"id": "up-3", "status": "completed", "urls": ["https://cdn.example/3.mp4"]});
@@ -208,8 +209,14 @@ async fn a_finished_task_the_provider_forgot_answers_as_the_ledger_recorded_it()
     let id = gw.client().submit_id(MODEL_CENTER, DEMO, &body("x")).await;
     let first = gw.client().query(MODEL_CENTER, DEMO, &id).await;
     assert_eq!(first["status"], "completed", "{first}");
-    // A restart empties the results cache; the provider has forgotten the task.
     let gw = Gateway::start_in(gw.stop().await).await;
+    (fake, gw, id, first)
+}
+
+#[tokio::test]
+async fn a_finished_task_the_provider_forgot_answers_as_the_ledger_recorded_it() {
+    // A restart empties the results cache; the provider has forgotten the task.
+    let (fake, gw, id, first) = completed_then_restarted().await;
     let gone = json!({"error": "task not found"});
     fake.on("GET /v2/model-center/tasks/up-3", Answer::json(404, gone));
     let again = gw.client().query(MODEL_CENTER, DEMO, &id).await;
@@ -234,17 +241,9 @@ async fn a_finished_task_the_provider_forgot_answers_as_the_ledger_recorded_it()
 #[tokio::test]
 async fn a_finished_task_keeps_the_end_the_ledger_recorded_when_its_provider_later_says_otherwise()
 {
-    let fake = Fake::start().await;
-    fake.on(SUBMIT, Answer::queued("up-3"));
-    let done = json!({"id": "up-3", "status": "completed", "urls": ["https://cdn.example/3.mp4"]});
-    fake.on("GET /v2/model-center/tasks/up-3", Answer::json(200, done));
-    let gw = Gateway::start(Routes::upstream(&fake.url(), "")).await;
-    let id = gw.client().submit_id(MODEL_CENTER, DEMO, &body("x")).await;
-    let first = gw.client().query(MODEL_CENTER, DEMO, &id).await;
-    assert_eq!(first["status"], "completed", "{first}");
     // A restart empties the results cache; the provider now calls the old task
     // expired (as some do once its files are gone).
-    let gw = Gateway::start_in(gw.stop().await).await;
+    let (fake, gw, id, first) = completed_then_restarted().await;
     let expired =
         json!({"id": "up-3", "status": "failed", "error": {"code": "expired", "message": "gone"}});
     fake.on(
