@@ -3,12 +3,13 @@
 //! back when their leases expire), and each replica alone with its share while Redis
 //! is away, shared again once it is back.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde_json::json;
 
 use crate::support::{
-    Answer, DEMO, DEMO2, Fake, Gateway, Http, MODEL_CENTER, Proc, Redis, Reply, Routes, eventually,
+    Answer, DEMO, DEMO2, Fake, Gateway, Held, Http, MODEL_CENTER, Proc, Redis, Reply, Routes,
+    eventually,
 };
 
 const UNKNOWN_TASK: &str = "/v2/model-center/tasks/task_unknown";
@@ -164,25 +165,48 @@ async fn requests_in_progress_are_capped_for_the_fleet_and_a_dead_replica_gives_
         probe(&on_b).await == 404
     })
     .await;
-    let more = submits(&on_b, 2);
-    held.arrived(6).await;
+    let more = vec![
+        take_place(&on_b, &held).await,
+        take_place(&on_b, &held).await,
+    ];
+    assert_eq!(held.count(), 6);
     assert_eq!(probe(&on_b).await, 503);
 
     held.release();
     for submit in waiting.into_iter().skip(2).chain(more) {
         assert_eq!(submit.await.unwrap().expect("answered").status, 200);
     }
-    // Every place is given back when its request ends (told to Redis just after).
+    // Every place is given back when its request ends (told to Redis just after):
+    // four requests at once all find one.
     eventually("every place is given back", async || {
-        probe(&on_b).await == 404
+        let free = (0..4).map(|_| {
+            let on_b = on_b.clone();
+            tokio::spawn(async move { probe(&on_b).await })
+        });
+        let mut all = true;
+        for status in free {
+            all &= status.await.unwrap() == 404;
+        }
+        all
     })
     .await;
-    let free = (0..4).map(|_| {
-        let on_b = on_b.clone();
-        tokio::spawn(async move { probe(&on_b).await })
-    });
-    for status in free {
-        assert_eq!(status.await.unwrap(), 404);
+}
+
+/// A held submit on `http` that found a place. A place given back is told to Redis
+/// just after its request ends, so a submit refused for want of one is sent again.
+async fn take_place(http: &Http, held: &Held) -> tokio::task::JoinHandle<Result<Reply, String>> {
+    let (taken, deadline) = (held.count(), Instant::now() + Duration::from_secs(10));
+    loop {
+        let submit = submits(http, 1).pop().expect("one submit");
+        while held.count() == taken && !submit.is_finished() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        if held.count() > taken {
+            return submit;
+        }
+        let refused = submit.await.unwrap().expect("answered");
+        assert_eq!(refused.status, 503, "{:?}", refused.text());
+        assert!(Instant::now() < deadline, "no place came free");
     }
 }
 
