@@ -27,6 +27,7 @@ mod record;
 mod sqlite;
 mod sqlite_reads;
 mod sqlite_schema;
+mod sqlite_usage;
 mod store;
 mod writer;
 
@@ -649,12 +650,13 @@ impl Ledger {
         since_ms: i64,
         until_ms: i64,
     ) -> Result<Vec<UsageRow>, LedgerError> {
-        let args = params![key, since_ms, until_ms];
-        let statement = match key {
-            Some(_) => record::USAGE_OF,
-            None => record::USAGE,
-        };
-        self.store.reads().usage(statement, args).await
+        match key {
+            Some(owner) => self.store.usage_of(owner, since_ms, until_ms).await,
+            None => {
+                let args = params![key, since_ms, until_ms];
+                self.store.reads().usage(record::USAGE, args).await
+            }
+        }
     }
 
     /// What `owner`'s tasks cost (settled and reserved) today and this month (UTC),

@@ -715,18 +715,30 @@ pub(super) const COUNT_STATE: &str = "SELECT COUNT(*) FROM tasks WHERE state = $
 /// counted for (`usage_pruned`, kept by the trigger that deletes them), so that a
 /// day's figures are the same before and after its rows are pruned. A pruned day
 /// counts when its start is in `[$2, $3)`.
+///
+/// `$with` comes first (a `WITH` clause); `$live` and `$pruned` add to the rows' and
+/// the pruned sums' conditions, and `$more` adds sums of its own: SQLite's
+/// [`USAGE_OF_CLOSED`] reads days with sums of their own from those.
 macro_rules! usage {
     ($owner:literal) => {
+        usage!($owner, "", "", "", "")
+    };
+    ($owner:literal, $with:literal, $live:literal, $pruned:literal, $more:literal) => {
         concat!(
+            $with,
             "SELECT owner, model, day, CAST(SUM(submitted) AS BIGINT) AS submitted, CAST(SUM(completed) AS BIGINT) AS completed, CAST(SUM(failed) AS BIGINT) AS failed, CAST(SUM(video_seconds) AS BIGINT) AS video_seconds, CAST(SUM(spent) AS BIGINT) AS spent, CAST(SUM(reserved) AS BIGINT) AS reserved FROM (",
             "SELECT owner, model, created_ms / 86400000 AS day, CAST(SUM(CASE WHEN upstream_id IS NOT NULL THEN 1 ELSE 0 END) AS BIGINT) AS submitted, CAST(SUM(CASE WHEN state = 'completed' THEN 1 ELSE 0 END) AS BIGINT) AS completed, CAST(SUM(CASE WHEN state = 'failed' THEN 1 ELSE 0 END) AS BIGINT) AS failed, CAST(SUM(CASE WHEN upstream_id IS NOT NULL THEN ",
             counted_seconds!(),
             " ELSE 0 END) AS BIGINT) AS video_seconds, CAST(COALESCE(SUM(cost_settled), 0) AS BIGINT) AS spent, CAST(COALESCE(SUM(CASE WHEN cost_settled IS NULL THEN cost_estimate ELSE 0 END), 0) AS BIGINT) AS reserved FROM tasks WHERE ",
             $owner,
-            " AND created_ms >= $2 AND created_ms < $3 GROUP BY owner, model, created_ms / 86400000",
+            " AND created_ms >= $2 AND created_ms < $3",
+            $live,
+            " GROUP BY owner, model, created_ms / 86400000",
             " UNION ALL SELECT owner, model, day, submitted, completed, failed, video_seconds, spent, reserved FROM usage_pruned WHERE ",
             $owner,
             " AND day * 86400000 >= $2 AND day * 86400000 < $3",
+            $pruned,
+            $more,
             ") AS u GROUP BY owner, model, day ORDER BY day, owner, model"
         )
     };
@@ -737,6 +749,34 @@ pub(super) const USAGE: &str = usage!("($1 IS NULL OR owner = $1)");
 /// (`$1 IS NULL OR …` cannot use it: a key's month read every row of the ledger,
 /// issue #34).
 pub(super) const USAGE_OF: &str = usage!("owner = $1");
+/// [`USAGE_OF`] on SQLite: the days wholly in the range that have sums of their own
+/// (`usage_closed`, migration 0011) read from those, the others as [`USAGE_OF`]
+/// does. The rows of a day with sums are passed over in the index (`tasks_by_day`
+/// holds `created_ms`): their table rows, scattered over as many pages, are not read.
+pub(super) const USAGE_OF_CLOSED: &str = usage!(
+    "owner = $1",
+    "WITH closed AS (SELECT day FROM usage_closed_days WHERE owner = $1 AND day >= (MAX($2, 0) + 86399999) / 86400000 AND day < $3 / 86400000) ",
+    " AND created_ms / 86400000 NOT IN (SELECT day FROM closed)",
+    " AND day NOT IN (SELECT day FROM closed)",
+    " UNION ALL SELECT owner, model, day, submitted, completed, failed, video_seconds, spent, reserved FROM usage_closed WHERE owner = $1 AND day IN (SELECT day FROM closed)"
+);
+/// The days of `$1` that have sums of their own, from day `$2` to before day `$3`.
+pub(super) const CLOSED_DAYS: &str =
+    "SELECT day FROM usage_closed_days WHERE owner = $1 AND day >= $2 AND day < $3";
+/// The first day `$1` has usage on, rows or pruned sums.
+pub(super) const FIRST_DAY: &str = "SELECT MIN(day) FROM (SELECT MIN(created_ms) / 86400000 AS day FROM tasks WHERE owner = $1 UNION ALL SELECT MIN(day) FROM usage_pruned WHERE owner = $1) AS f";
+/// Sums for `$1`'s day that starts at `$2` and ends before `$3`: its usage as
+/// [`USAGE_OF`] reads it. With [`CLOSE_DAY`], by one write.
+pub(super) const FILL_CLOSED_DAY: &str = concat!(
+    "INSERT INTO usage_closed (owner, model, day, submitted, completed, failed, video_seconds, spent, reserved) SELECT owner, model, day, submitted, completed, failed, video_seconds, spent, reserved FROM (",
+    usage!("owner = $1"),
+    ") AS d"
+);
+/// `$1`'s day `$2` has its sums.
+pub(super) const CLOSE_DAY: &str = "INSERT INTO usage_closed_days (owner, day) VALUES ($1, $2)";
+/// Whether `$1`'s day from `$2` to before `$3` has sums, or a task still being
+/// submitted (its row will change without ending): either way, no sums are made.
+pub(super) const NOT_TO_CLOSE: &str = "SELECT EXISTS (SELECT 1 FROM usage_closed_days WHERE owner = $1 AND day = $2 / 86400000) OR EXISTS (SELECT 1 FROM tasks WHERE owner = $1 AND created_ms >= $2 AND created_ms < $3 AND state = 'submitting')";
 
 /// The rows a prune looks at next: the last of the `$2` rows after row `$1` (`$1`
 /// when there are none).

@@ -8,9 +8,10 @@ use futures_util::FutureExt;
 
 use super::admission::{self, AdmissionTx, CountingTx, KeyLookup};
 use super::reads::Reader;
-use super::record::{self, NewTask, RawTaskRecord, TaskRecord};
+use super::record::{self, NewTask, RawTaskRecord, TaskRecord, UsageRow};
 use super::sqlite_reads::SqliteReads;
 use super::sqlite_schema;
+use super::sqlite_usage::ClosedDays;
 use super::store::{Clock, Leased, Param, PerEngine, Store, StoreFuture};
 use super::writer::{Writer, bind, owned, query_rows};
 use super::{Admission, LedgerError};
@@ -24,6 +25,8 @@ pub(super) struct SqliteStore {
     writer: Writer,
     /// Reading threads beside the writer (WAL lets them read while it writes).
     reads: SqliteReads,
+    /// Sums of the days that are over, for a key's usage.
+    closed_days: ClosedDays,
 }
 
 impl SqliteStore {
@@ -42,7 +45,11 @@ impl SqliteStore {
         drop(migrating);
         let writer = Writer::open(path)?;
         let reads = SqliteReads::open(path, max_connections)?;
-        Ok(Self { writer, reads })
+        Ok(Self {
+            writer,
+            reads,
+            closed_days: ClosedDays::default(),
+        })
     }
 
     /// One writing statement on the writer, its rows read by `row`.
@@ -130,6 +137,17 @@ impl Store for SqliteStore {
 
     fn reads(&self) -> &dyn Reader {
         &self.reads
+    }
+
+    fn usage_of<'a>(
+        &'a self,
+        owner: &'a str,
+        since_ms: i64,
+        until_ms: i64,
+    ) -> StoreFuture<'a, Vec<UsageRow>> {
+        let range = (since_ms, until_ms);
+        let now = super::now_ms();
+        (self.closed_days).usage_of(&self.reads, &self.writer, owner, range, now)
     }
 }
 

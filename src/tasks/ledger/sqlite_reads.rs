@@ -66,10 +66,18 @@ impl SqliteReads {
         row: fn(&rusqlite::Row<'_>) -> Result<T, LedgerError>,
     ) -> StoreFuture<'a, Vec<T>> {
         let args = owned(args);
+        self.run(move |conn| query_rows(conn, sql, &args, row))
+    }
+
+    /// Run `read` on a reading thread.
+    pub(super) fn run<'a, T: Send + 'static>(
+        &'a self,
+        read: impl FnOnce(&Connection) -> Result<T, LedgerError> + Send + 'static,
+    ) -> StoreFuture<'a, T> {
         let (reply, answer) = oneshot::channel();
         let sent = self.jobs.send(Box::new(move |conn: &Connection| {
             // The caller may have gone (its request was cut short).
-            let _ = reply.send(query_rows(conn, sql, &args, row));
+            let _ = reply.send(read(conn));
         }));
         Box::pin(async move {
             let stopped = || LedgerError::Unavailable("the ledger's readers stopped".into());
@@ -90,7 +98,7 @@ impl SqliteReads {
     }
 }
 
-fn usage_row(row: &rusqlite::Row<'_>) -> Result<UsageRow, LedgerError> {
+pub(super) fn usage_row(row: &rusqlite::Row<'_>) -> Result<UsageRow, LedgerError> {
     Ok(UsageRow {
         owner: row.get("owner")?,
         model: row.get("model")?,

@@ -179,6 +179,18 @@ pub(super) trait Store: Send + Sync {
     /// The engine's reads.
     fn reads(&self) -> &dyn Reader;
 
+    /// `owner`'s usage per model and UTC day, of the rows created from `since_ms` to
+    /// before `until_ms` ([`record::USAGE_OF`]).
+    fn usage_of<'a>(
+        &'a self,
+        owner: &'a str,
+        since_ms: i64,
+        until_ms: i64,
+    ) -> StoreFuture<'a, Vec<record::UsageRow>> {
+        let args = params![owner, since_ms, until_ms];
+        self.reads().usage(record::USAGE_OF, args)
+    }
+
     /// The SQLite writer, for tests of its batching.
     #[cfg(test)]
     fn sqlite_writer(&self) -> Option<&super::writer::Writer> {

@@ -271,6 +271,16 @@ impl Writer {
         self.queue(work, true, true).await
     }
 
+    /// [`Writer::run_when_idle`] for work nobody waits for, in a savepoint of its
+    /// own (it may write with several statements): queued, and left to run.
+    pub(super) fn run_when_idle_detached<F>(&self, work: F)
+    where
+        F: FnOnce(&Connection) -> Result<(), LedgerError> + Send + 'static,
+    {
+        // Nobody to tell: a failure is logged by the work itself.
+        let _ = self.enqueue(work, false, true, None);
+    }
+
     async fn queue<R, F>(
         &self,
         work: F,
@@ -281,12 +291,29 @@ impl Writer {
         F: FnOnce(&Connection) -> Result<R, LedgerError> + Send + 'static,
         R: Send + 'static,
     {
+        let answer = self.enqueue(work, single_statement, when_idle, home());
+        let stopped = || LedgerError::Unavailable("the ledger writer stopped".into());
+        answer?.await.map_err(|_| stopped())?
+    }
+
+    /// Send `work` to the writer thread; its answer will come on the receiver.
+    fn enqueue<R, F>(
+        &self,
+        work: F,
+        single_statement: bool,
+        when_idle: bool,
+        home: Option<Home>,
+    ) -> Result<oneshot::Receiver<Result<R, LedgerError>>, LedgerError>
+    where
+        F: FnOnce(&Connection) -> Result<R, LedgerError> + Send + 'static,
+        R: Send + 'static,
+    {
         let (reply, answer) = oneshot::channel();
         let job = Pending {
             work: Some(work),
             single_statement,
             when_idle,
-            home: home(),
+            home,
             result: None,
             reply,
         };
@@ -295,7 +322,7 @@ impl Writer {
         self.counts
             .queued
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        answer.await.map_err(|_| stopped())?
+        Ok(answer)
     }
 }
 
