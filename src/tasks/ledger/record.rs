@@ -710,6 +710,16 @@ pub(super) const FORGET_KEYS: &str =
 /// The unfinished tasks per provider (whoever follows them).
 pub(super) const TRACKED: &str = "SELECT COALESCE(provider, '') AS provider, COUNT(*) AS tasks FROM tasks WHERE state = 'submitted' GROUP BY provider";
 pub(super) const COUNT_STATE: &str = "SELECT COUNT(*) FROM tasks WHERE state = $1";
+/// A usage row's sums of the task rows it groups.
+macro_rules! usage_sums {
+    () => {
+        concat!(
+            "CAST(SUM(CASE WHEN upstream_id IS NOT NULL THEN 1 ELSE 0 END) AS BIGINT) AS submitted, CAST(SUM(CASE WHEN state = 'completed' THEN 1 ELSE 0 END) AS BIGINT) AS completed, CAST(SUM(CASE WHEN state = 'failed' THEN 1 ELSE 0 END) AS BIGINT) AS failed, CAST(SUM(CASE WHEN upstream_id IS NOT NULL THEN ",
+            counted_seconds!(),
+            " ELSE 0 END) AS BIGINT) AS video_seconds, CAST(COALESCE(SUM(cost_settled), 0) AS BIGINT) AS spent, CAST(COALESCE(SUM(CASE WHEN cost_settled IS NULL THEN cost_estimate ELSE 0 END), 0) AS BIGINT) AS reserved"
+        )
+    };
+}
 /// Usage per key, model and UTC day, of the rows created from `$2` to before `$3`
 /// whose owner is `$1` (the filter given), plus what pruned rows of the same days
 /// counted for (`usage_pruned`, kept by the trigger that deletes them), so that a
@@ -718,7 +728,7 @@ pub(super) const COUNT_STATE: &str = "SELECT COUNT(*) FROM tasks WHERE state = $
 ///
 /// `$with` comes first (a `WITH` clause); `$live` and `$pruned` add to the rows' and
 /// the pruned sums' conditions, and `$more` adds sums of its own: SQLite's
-/// [`USAGE_OF_CLOSED`] reads days with sums of their own from those.
+/// [`USAGE_OF_SQLITE`] reads the days that have sums of their own from those.
 macro_rules! usage {
     ($owner:literal) => {
         usage!($owner, "", "", "", "")
@@ -727,9 +737,9 @@ macro_rules! usage {
         concat!(
             $with,
             "SELECT owner, model, day, CAST(SUM(submitted) AS BIGINT) AS submitted, CAST(SUM(completed) AS BIGINT) AS completed, CAST(SUM(failed) AS BIGINT) AS failed, CAST(SUM(video_seconds) AS BIGINT) AS video_seconds, CAST(SUM(spent) AS BIGINT) AS spent, CAST(SUM(reserved) AS BIGINT) AS reserved FROM (",
-            "SELECT owner, model, created_ms / 86400000 AS day, CAST(SUM(CASE WHEN upstream_id IS NOT NULL THEN 1 ELSE 0 END) AS BIGINT) AS submitted, CAST(SUM(CASE WHEN state = 'completed' THEN 1 ELSE 0 END) AS BIGINT) AS completed, CAST(SUM(CASE WHEN state = 'failed' THEN 1 ELSE 0 END) AS BIGINT) AS failed, CAST(SUM(CASE WHEN upstream_id IS NOT NULL THEN ",
-            counted_seconds!(),
-            " ELSE 0 END) AS BIGINT) AS video_seconds, CAST(COALESCE(SUM(cost_settled), 0) AS BIGINT) AS spent, CAST(COALESCE(SUM(CASE WHEN cost_settled IS NULL THEN cost_estimate ELSE 0 END), 0) AS BIGINT) AS reserved FROM tasks WHERE ",
+            "SELECT owner, model, created_ms / 86400000 AS day, ",
+            usage_sums!(),
+            " FROM tasks WHERE ",
             $owner,
             " AND created_ms >= $2 AND created_ms < $3",
             $live,
@@ -749,34 +759,26 @@ pub(super) const USAGE: &str = usage!("($1 IS NULL OR owner = $1)");
 /// (`$1 IS NULL OR …` cannot use it: a key's month read every row of the ledger,
 /// issue #34).
 pub(super) const USAGE_OF: &str = usage!("owner = $1");
-/// [`USAGE_OF`] on SQLite: the days wholly in the range that have sums of their own
-/// (`usage_closed`, migration 0011) read from those, the others as [`USAGE_OF`]
-/// does. The rows of a day with sums are passed over in the index (`tasks_by_day`
-/// holds `created_ms`): their table rows, scattered over as many pages, are not read.
-pub(super) const USAGE_OF_CLOSED: &str = usage!(
+/// [`USAGE_OF`] on SQLite (`sqlite_usage.rs`): the days wholly in the range whose
+/// sums are whole (`usage_closed`, SQLite migration 0011) read from those, the
+/// others as [`USAGE_OF`] reads them. The rows of a day with sums are passed over in
+/// the index (`tasks_by_day` holds `created_ms`): their table rows, scattered over as
+/// many pages, are not read. Day 0 never has sums: SQL's division rounds toward
+/// zero, so it would hold the rows before 1970 as well.
+pub(super) const USAGE_OF_SQLITE: &str = usage!(
     "owner = $1",
-    "WITH closed AS (SELECT day FROM usage_closed_days WHERE owner = $1 AND day >= (MAX($2, 0) + 86399999) / 86400000 AND day < $3 / 86400000) ",
-    " AND created_ms / 86400000 NOT IN (SELECT day FROM closed)",
-    " AND day NOT IN (SELECT day FROM closed)",
-    " UNION ALL SELECT owner, model, day, submitted, completed, failed, video_seconds, spent, reserved FROM usage_closed WHERE owner = $1 AND day IN (SELECT day FROM closed)"
+    "WITH summed AS (SELECT day FROM usage_closed_days WHERE owner = $1 AND day >= (MAX($2, 86400000) + 86399999) / 86400000 AND day < $3 / 86400000 AND summed_to_ms = (day + 1) * 86400000) ",
+    " AND created_ms / 86400000 NOT IN (SELECT day FROM summed)",
+    " AND day NOT IN (SELECT day FROM summed)",
+    " UNION ALL SELECT owner, model, day, submitted, completed, failed, video_seconds, spent, reserved FROM usage_closed WHERE owner = $1 AND day IN (SELECT day FROM summed)"
 );
-/// The days of `$1` that have sums of their own, from day `$2` to before day `$3`.
-pub(super) const CLOSED_DAYS: &str =
-    "SELECT day FROM usage_closed_days WHERE owner = $1 AND day >= $2 AND day < $3";
-/// The first day `$1` has usage on, rows or pruned sums.
-pub(super) const FIRST_DAY: &str = "SELECT MIN(day) FROM (SELECT MIN(created_ms) / 86400000 AS day FROM tasks WHERE owner = $1 UNION ALL SELECT MIN(day) FROM usage_pruned WHERE owner = $1) AS f";
-/// Sums for `$1`'s day that starts at `$2` and ends before `$3`: its usage as
-/// [`USAGE_OF`] reads it. With [`CLOSE_DAY`], by one write.
-pub(super) const FILL_CLOSED_DAY: &str = concat!(
-    "INSERT INTO usage_closed (owner, model, day, submitted, completed, failed, video_seconds, spent, reserved) SELECT owner, model, day, submitted, completed, failed, video_seconds, spent, reserved FROM (",
-    usage!("owner = $1"),
-    ") AS d"
+/// Adds to `$1`'s sums of day `$4` its rows created from `$2` to before `$3`.
+pub(super) const SUM_ROWS_SQLITE: &str = concat!(
+    "INSERT INTO usage_closed (owner, day, model, submitted, completed, failed, video_seconds, spent, reserved) SELECT owner, $4, model, ",
+    usage_sums!(),
+    " FROM tasks WHERE owner = $1 AND created_ms >= $2 AND created_ms < $3 GROUP BY owner, model",
+    " ON CONFLICT (owner, day, model) DO UPDATE SET submitted = submitted + excluded.submitted, completed = completed + excluded.completed, failed = failed + excluded.failed, video_seconds = video_seconds + excluded.video_seconds, spent = spent + excluded.spent, reserved = reserved + excluded.reserved"
 );
-/// `$1`'s day `$2` has its sums.
-pub(super) const CLOSE_DAY: &str = "INSERT INTO usage_closed_days (owner, day) VALUES ($1, $2)";
-/// Whether `$1`'s day from `$2` to before `$3` has sums, or a task still being
-/// submitted (its row will change without ending): either way, no sums are made.
-pub(super) const NOT_TO_CLOSE: &str = "SELECT EXISTS (SELECT 1 FROM usage_closed_days WHERE owner = $1 AND day = $2 / 86400000) OR EXISTS (SELECT 1 FROM tasks WHERE owner = $1 AND created_ms >= $2 AND created_ms < $3 AND state = 'submitting')";
 
 /// The rows a prune looks at next: the last of the `$2` rows after row `$1` (`$1`
 /// when there are none).

@@ -22,7 +22,8 @@ use crate::tasks::MediaKind;
 /// SQLite writes one transaction at a time: every write goes to one writer thread
 /// that commits them in groups; readers run beside it (WAL).
 pub(super) struct SqliteStore {
-    writer: Writer,
+    /// Shared with the background work that sums usage (`sqlite_usage.rs`).
+    writer: std::sync::Arc<Writer>,
     /// Reading threads beside the writer (WAL lets them read while it writes).
     reads: SqliteReads,
     /// Sums of the days that are over, for a key's usage.
@@ -43,7 +44,7 @@ impl SqliteStore {
         sqlite_schema::migrate(&mut migrating)
             .map_err(|e| format!("cannot migrate the ledger in {}: {e}", path.display()))?;
         drop(migrating);
-        let writer = Writer::open(path)?;
+        let writer = std::sync::Arc::new(Writer::open(path)?);
         let reads = SqliteReads::open(path, max_connections)?;
         Ok(Self {
             writer,
@@ -132,7 +133,7 @@ impl Store for SqliteStore {
 
     #[cfg(test)]
     fn sqlite_writer(&self) -> Option<&Writer> {
-        Some(&self.writer)
+        Some(&*self.writer)
     }
 
     fn reads(&self) -> &dyn Reader {
@@ -147,7 +148,8 @@ impl Store for SqliteStore {
     ) -> StoreFuture<'a, Vec<UsageRow>> {
         let range = (since_ms, until_ms);
         let now = super::now_ms();
-        (self.closed_days).usage_of(&self.reads, &self.writer, owner, range, now)
+        self.closed_days
+            .usage_of(&self.reads, &self.writer, owner, range, now)
     }
 }
 

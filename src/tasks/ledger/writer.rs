@@ -38,8 +38,9 @@ trait Job: Send {
     /// True when the work writes with one statement at most: SQLite undoes a failed
     /// statement by itself, so it needs no savepoint of its own.
     fn single_statement(&self) -> bool;
-    /// True for background work (retention) that runs only while no other write
-    /// waits, in a transaction of its own: a submit never shares its commit with it.
+    /// True for background work (retention, sums of usage) that runs only while no
+    /// other write waits, in a transaction of its own: a submit never shares its
+    /// commit with it.
     fn when_idle(&self) -> bool;
     /// Run inside the batch's transaction; false when it failed (its result is the
     /// error, and its savepoint is rolled back).
@@ -271,14 +272,14 @@ impl Writer {
         self.queue(work, true, true).await
     }
 
-    /// [`Writer::run_when_idle`] for work nobody waits for, in a savepoint of its
-    /// own (it may write with several statements): queued, and left to run.
-    pub(super) fn run_when_idle_detached<F>(&self, work: F)
+    /// [`Writer::run_when_idle`] for background work of several statements, in a
+    /// savepoint of its own.
+    pub(super) async fn run_background<R, F>(&self, work: F) -> Result<R, LedgerError>
     where
-        F: FnOnce(&Connection) -> Result<(), LedgerError> + Send + 'static,
+        F: FnOnce(&Connection) -> Result<R, LedgerError> + Send + 'static,
+        R: Send + 'static,
     {
-        // Nobody to tell: a failure is logged by the work itself.
-        let _ = self.enqueue(work, false, true, None);
+        self.queue(work, false, true).await
     }
 
     async fn queue<R, F>(
@@ -291,29 +292,12 @@ impl Writer {
         F: FnOnce(&Connection) -> Result<R, LedgerError> + Send + 'static,
         R: Send + 'static,
     {
-        let answer = self.enqueue(work, single_statement, when_idle, home());
-        let stopped = || LedgerError::Unavailable("the ledger writer stopped".into());
-        answer?.await.map_err(|_| stopped())?
-    }
-
-    /// Send `work` to the writer thread; its answer will come on the receiver.
-    fn enqueue<R, F>(
-        &self,
-        work: F,
-        single_statement: bool,
-        when_idle: bool,
-        home: Option<Home>,
-    ) -> Result<oneshot::Receiver<Result<R, LedgerError>>, LedgerError>
-    where
-        F: FnOnce(&Connection) -> Result<R, LedgerError> + Send + 'static,
-        R: Send + 'static,
-    {
         let (reply, answer) = oneshot::channel();
         let job = Pending {
             work: Some(work),
             single_statement,
             when_idle,
-            home,
+            home: home(),
             result: None,
             reply,
         };
@@ -322,7 +306,7 @@ impl Writer {
         self.counts
             .queued
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Ok(answer)
+        answer.await.map_err(|_| stopped())?
     }
 }
 
