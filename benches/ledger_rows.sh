@@ -209,9 +209,8 @@ measure_build() {
       # The month's first read alone (on SQLite it asks for the days' sums, made in
       # the background; the reads measured next find them made or being made).
       USAGE_PATH="/v2/usage?from=$LAST_MONTH_FROM&to=$LAST_MONTH_TO"
-      t0=$(date +%s%N)
-      curl -sf -o /dev/null "http://$MG_ADDR$USAGE_PATH" -H "$AUTH"
-      USAGE_FIRST=$(awk -v ns=$(( $(date +%s%N) - t0 )) 'BEGIN { printf "%.2f", ns / 1e6 }')
+      USAGE_FIRST=$(curl -sf -o /dev/null -w '%{time_total}' "http://$MG_ADDR$USAGE_PATH" -H "$AUTH" \
+        | awk '{ printf "%.2f", $1 * 1000 }')
       read -r USAGE_P50 USAGE_P99 <<<"$(measure "usage" --path "$USAGE_PATH")"
       IDEM="replay-$ENGINE-$N-$BUILD-$$"
       FIRST=$(curl -sf -X POST "http://$MG_ADDR$TASKS" -H "$AUTH" -H 'Content-Type: application/json' \

@@ -30,11 +30,12 @@ CREATE TABLE usage_closed_days (
 -- them again. Usage counts `upstream_id`, `state`, `video_seconds`, `cost_estimate`
 -- and `cost_settled`. After a task's submit, only the updates that end it (they set
 -- `finished_ms`: an end, a refusal, an operator's resolve) change them. The submit's
--- answer (`upstream_id`, `state`) may come to a row still `submitting` or, once the
--- sweep gave up on it, `unknown_outcome` without an upstream id: a day with such a
--- row gets no sums. A row added to the day (the clock set back a day or more), or
--- pruned while its day is being summed (it would move to `usage_pruned` after its
--- part was summed, and be counted twice), takes them away too.
+-- answer (`upstream_id`, `state`) comes within `server.request_timeout_ms` (an hour
+-- at most) of the row, so never to a day over by a day; a day with a row still
+-- `submitting` (its gateway stopped before its sweep) gets no sums all the same. A
+-- row added to the day (the clock set back a day or more), or pruned while its day
+-- is being summed (it would move to `usage_pruned` after its part was summed, and be
+-- counted twice), takes them away too.
 CREATE TRIGGER usage_closed_ended AFTER UPDATE OF finished_ms ON tasks
 WHEN EXISTS (SELECT 1 FROM usage_closed_days
              WHERE owner = OLD.owner AND day = OLD.created_ms / 86400000)

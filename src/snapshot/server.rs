@@ -26,6 +26,14 @@ pub(super) fn compile(cfg: &ServerConfig, dir: &Path, at: &mut Scope) -> Option<
             "must be greater than 0 and not absurdly large",
         );
     }
+    // At most an hour: a submit's answer is written within it (and its write's
+    // retries), which the ledger's sums of days that are over rely on (a day gets
+    // them a day after it ended, `src/tasks/ledger/sqlite_usage.rs`).
+    at.within(
+        "request_timeout_ms",
+        cfg.request_timeout_ms,
+        100..=3_600_000,
+    );
     if cfg.idle_timeout_ms == 0 {
         at.push("idle_timeout_ms", "must be greater than 0");
     }

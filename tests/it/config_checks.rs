@@ -36,6 +36,12 @@ async fn a_submit_longer_than_the_request_is_refused() {
     let short = "request_timeout_ms = 300\nbody_read_timeout_ms = 100";
     let e = problems_of(with(1000, short)).await;
     assert!(e.contains("providers.one.submit_timeout_ms"), "{e}");
+    // A whole request lasts an hour at most (and a tenth of a second at least).
+    for (ms, refused) in [(3_600_000, false), (3_600_001, true), (99, true)] {
+        let e = problems_of(with(1000, &format!("request_timeout_ms = {ms}"))).await;
+        let out_of_range = "server.request_timeout_ms: must be between 100 and 3600000";
+        assert_eq!(e.contains(out_of_range), refused, "{ms}: {e}");
+    }
 }
 
 #[tokio::test]
