@@ -29,9 +29,10 @@ const SETTLING_DAYS: i64 = 1;
 /// Days one read asks sums for at most, the newest first (two months): a key's
 /// longer history is summed over later reads.
 const DAYS_PER_READ: usize = 62;
-/// Rows summed by one background write. A submit queued meanwhile waits for it: at
-/// 1 to 5 µs a row (more when its page is not in memory), about half a millisecond
-/// at most, as much as a batch of retention.
+/// Rows summed by one background write (rows sharing its last millisecond all go
+/// in). A submit queued meanwhile waits for it: at 1 to 5 µs a row, typically well
+/// under a millisecond, as a batch of retention (more when the rows' pages are not
+/// in memory).
 const ROWS_PER_PART: i64 = 100;
 /// How long a day whose sums could not be made (a task of it still being
 /// submitted, its sums taken away meanwhile, a failed write) is not asked for again.
