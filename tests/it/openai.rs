@@ -378,6 +378,44 @@ async fn an_uploaded_input_reaches_the_provider_as_a_signed_link_to_its_bytes() 
     assert!(fake.take().is_empty());
 }
 
+/// A file the SDKs send as `application/octet-stream` (given as bytes, with no type
+/// of its own) is taken by its first bytes, and served with the type they say.
+#[tokio::test]
+async fn an_upload_sent_as_octet_stream_is_taken_by_its_signature() {
+    let fake = Fake::start().await;
+    fake.on("POST /tasks", Answer::json(200, json!({"id": "t1"})));
+    let routes = Routes::new()
+        .storage("file://media")
+        .provider(tasks_provider("up", &fake.url(), ""))
+        .family(family("test", &["up"], &["m1"]));
+    let gw = Gateway::start(routes).await;
+    let http = gw.client();
+    let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
+    png.extend((0..=255u8).cycle().take(2000));
+    let fields = [("model", "m1"), ("prompt", "p")];
+    let r = post_form(&http, form(&fields, &png, "application/octet-stream")).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let link = fake.only().json()["first_image"]
+        .as_str()
+        .expect("first_image")
+        .to_string();
+    let path = &link[link.find("/v1/videos/inputs/").expect("a gateway link")..];
+    assert!(path.contains(".png?"), "{path}");
+    let got = http.get_bare(path).await;
+    assert_eq!(got.status, 200);
+    assert_eq!(&got.body[..], &png[..]);
+    assert_eq!(got.header("content-type"), Some("image/png"));
+    // Bytes of no type the providers take are refused, as a declared one would be.
+    let r = post_form(
+        &http,
+        form(&fields, b"GIF89a....", "application/octet-stream"),
+    )
+    .await;
+    let msg = assert_error(&r, 400, "invalid_parameter", Some("input_reference"));
+    assert!(msg.contains("image/png"), "{msg}");
+    assert!(fake.take().is_empty());
+}
+
 /// A request refused for its other fields keeps nothing of its upload.
 #[tokio::test]
 async fn an_upload_with_a_refused_request_is_not_kept() {

@@ -163,8 +163,16 @@ async fn parse_form(bytes: Bytes, boundary: String) -> Result<Asked, ApiError> {
     while let Some(field) = form.next_field().await.map_err(bad)? {
         let name = field.name().unwrap_or_default().to_string();
         if name == "input_reference" && field.file_name().is_some() {
-            let content_type = field.content_type().map(|m| m.essence_str().to_string());
+            let declared = field.content_type().map(|m| m.essence_str().to_string());
             let bytes = field.bytes().await.map_err(bad)?;
+            // The SDKs send a file given as bytes, with no type of its own, as
+            // `application/octet-stream`: its type is then read from its first bytes.
+            let content_type = match declared.as_deref() {
+                None | Some("application/octet-stream") => {
+                    sniffed(&bytes).map(str::to_string).or(declared)
+                }
+                Some(_) => declared,
+            };
             asked.upload = Some(Upload {
                 bytes,
                 content_type,
@@ -208,6 +216,39 @@ pub(super) const INPUT_TYPES: [(&str, &str); 4] = [
     ("image/webp", "webp"),
     ("video/mp4", "mp4"),
 ];
+
+/// Which of [`INPUT_TYPES`] `bytes` are, by their first bytes (their format's
+/// signature); `None` for any other. An MP4 is an ISO media file of an MP4 brand:
+/// the same container holds HEIC images and QuickTime films, which are not taken.
+fn sniffed(bytes: &[u8]) -> Option<&'static str> {
+    const MP4_BRANDS: [&[u8; 4]; 9] = [
+        b"isom", b"iso2", b"iso4", b"iso5", b"iso6", b"mp41", b"mp42", b"avc1", b"M4V ",
+    ];
+    match bytes {
+        [0xFF, 0xD8, 0xFF, ..] => Some("image/jpeg"),
+        [0x89, b'P', b'N', b'G', b'\r', b'\n', 0x1A, b'\n', ..] => Some("image/png"),
+        [
+            b'R',
+            b'I',
+            b'F',
+            b'F',
+            _,
+            _,
+            _,
+            _,
+            b'W',
+            b'E',
+            b'B',
+            b'P',
+            ..,
+        ] => Some("image/webp"),
+        [_, _, _, _, b'f', b't', b'y', b'p', brand @ ..] if brand.len() >= 4 => MP4_BRANDS
+            .iter()
+            .any(|b| brand.starts_with(&b[..]))
+            .then_some("video/mp4"),
+        _ => None,
+    }
+}
 
 /// An uploaded file to keep in storage, named by its SHA-256 and size, with the
 /// signed link the provider fetches it by.
@@ -296,5 +337,27 @@ fn replace_string(value: &mut Value, from: &str, to: &str) {
         Value::Array(items) => items.iter_mut().for_each(|v| replace_string(v, from, to)),
         Value::Object(map) => map.values_mut().for_each(|v| replace_string(v, from, to)),
         _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sniffed;
+
+    #[test]
+    fn an_upload_s_type_is_read_from_its_signature() {
+        let png = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR";
+        assert_eq!(sniffed(png), Some("image/png"));
+        assert_eq!(sniffed(b"\xff\xd8\xff\xe0\0\x10JFIF"), Some("image/jpeg"));
+        assert_eq!(sniffed(b"RIFF\x24\0\0\0WEBPVP8 "), Some("image/webp"));
+        assert_eq!(sniffed(b"\0\0\0\x20ftypisom\0\0\x02\0"), Some("video/mp4"));
+        assert_eq!(sniffed(b"\0\0\0\x18ftypmp42"), Some("video/mp4"));
+        // The same container, not an MP4: HEIC, QuickTime; and a cut-off header.
+        assert_eq!(sniffed(b"\0\0\0\x18ftypheic\0\0\0\0"), None);
+        assert_eq!(sniffed(b"\0\0\0\x14ftypqt  "), None);
+        assert_eq!(sniffed(b"\0\0\0\x14ftyp"), None);
+        assert_eq!(sniffed(b"\x89PNG"), None);
+        assert_eq!(sniffed(b"GIF89a"), None);
+        assert_eq!(sniffed(b""), None);
     }
 }
