@@ -298,6 +298,22 @@ pub fn form(fields: &[(&str, &str)], file: &[u8], content_type: &str) -> (String
     (format!("multipart/form-data; boundary={boundary}"), body)
 }
 
+/// Routes where model `m1` is served by `fake` (a `tasks` provider) and uploads are
+/// kept in file storage.
+fn uploads_to(fake: &Fake) -> Routes {
+    Routes::new()
+        .storage("file://media")
+        .provider(tasks_provider("up", &fake.url(), ""))
+        .family(family("test", &["up"], &["m1"]))
+}
+
+/// The path of the gateway's signed link to an uploaded input, in the submit `sent`
+/// to the provider.
+fn input_path(sent: &serde_json::Value) -> String {
+    let link = sent["first_image"].as_str().expect("first_image");
+    link[link.find("/v1/videos/inputs/").expect("a gateway link")..].to_string()
+}
+
 /// `POST /v1/videos` of a form (`form`'s answer) with the demo key.
 async fn post_form(http: &Http, (content_type, body): (String, Vec<u8>)) -> Reply {
     let auth = format!("Bearer {DEMO}");
@@ -311,10 +327,7 @@ async fn post_form(http: &Http, (content_type, body): (String, Vec<u8>)) -> Repl
 #[tokio::test]
 async fn an_uploaded_input_reaches_the_provider_as_a_signed_link_to_its_bytes() {
     let fake = Fake::start().await;
-    let routes = Routes::new()
-        .storage("file://media")
-        .provider(tasks_provider("up", &fake.url(), ""))
-        .family(family("test", &["up"], &["m1"]));
+    let routes = uploads_to(&fake);
     let gw = Gateway::start(routes).await;
     let http = gw.client();
     fake.on("POST /tasks", Answer::json(200, json!({"id": "t1"})));
@@ -354,11 +367,7 @@ async fn an_uploaded_input_reaches_the_provider_as_a_signed_link_to_its_bytes() 
     assert_eq!(again.status, 200, "{}", again.text());
     assert_eq!(again.json()["id"], first.json()["id"]);
     assert_eq!(fake.take().len(), 1, "one submit reached the provider");
-    let link = sent["first_image"]
-        .as_str()
-        .expect("first_image")
-        .to_string();
-    let path = &link[link.find("/v1/videos/inputs/").expect("a gateway link")..];
+    let path = &input_path(&sent);
     // No key: the provider has none of ours.
     let got = http.get_bare(path).await;
     assert_eq!(got.status, 200);
@@ -384,10 +393,7 @@ async fn an_uploaded_input_reaches_the_provider_as_a_signed_link_to_its_bytes() 
 async fn an_upload_sent_as_octet_stream_is_taken_by_its_signature() {
     let fake = Fake::start().await;
     fake.on("POST /tasks", Answer::json(200, json!({"id": "t1"})));
-    let routes = Routes::new()
-        .storage("file://media")
-        .provider(tasks_provider("up", &fake.url(), ""))
-        .family(family("test", &["up"], &["m1"]));
+    let routes = uploads_to(&fake);
     let gw = Gateway::start(routes).await;
     let http = gw.client();
     let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
@@ -395,11 +401,7 @@ async fn an_upload_sent_as_octet_stream_is_taken_by_its_signature() {
     let fields = [("model", "m1"), ("prompt", "p")];
     let r = post_form(&http, form(&fields, &png, "application/octet-stream")).await;
     assert_eq!(r.status, 200, "{}", r.text());
-    let link = fake.only().json()["first_image"]
-        .as_str()
-        .expect("first_image")
-        .to_string();
-    let path = &link[link.find("/v1/videos/inputs/").expect("a gateway link")..];
+    let path = &input_path(&fake.only().json());
     assert!(path.contains(".png?"), "{path}");
     let got = http.get_bare(path).await;
     assert_eq!(got.status, 200);
@@ -421,10 +423,7 @@ async fn an_upload_sent_as_octet_stream_is_taken_by_its_signature() {
 async fn an_upload_with_a_refused_request_is_not_kept() {
     let fake = Fake::start().await;
     fake.on("POST /tasks", Answer::json(200, json!({"id": "t1"})));
-    let routes = Routes::new()
-        .storage("file://media")
-        .provider(tasks_provider("up", &fake.url(), ""))
-        .family(family("test", &["up"], &["m1"]));
+    let routes = uploads_to(&fake);
     let gw = Gateway::start(routes).await;
     let kept = || {
         let mut kept = Vec::new();

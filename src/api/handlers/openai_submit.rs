@@ -221,32 +221,23 @@ pub(super) const INPUT_TYPES: [(&str, &str); 4] = [
 /// signature); `None` for any other. An MP4 is an ISO media file of an MP4 brand:
 /// the same container holds HEIC images and QuickTime films, which are not taken.
 fn sniffed(bytes: &[u8]) -> Option<&'static str> {
-    const MP4_BRANDS: [&[u8; 4]; 9] = [
+    const MP4_BRANDS: [&[u8]; 9] = [
         b"isom", b"iso2", b"iso4", b"iso5", b"iso6", b"mp41", b"mp42", b"avc1", b"M4V ",
     ];
-    match bytes {
-        [0xFF, 0xD8, 0xFF, ..] => Some("image/jpeg"),
-        [0x89, b'P', b'N', b'G', b'\r', b'\n', 0x1A, b'\n', ..] => Some("image/png"),
-        [
-            b'R',
-            b'I',
-            b'F',
-            b'F',
-            _,
-            _,
-            _,
-            _,
-            b'W',
-            b'E',
-            b'B',
-            b'P',
-            ..,
-        ] => Some("image/webp"),
-        [_, _, _, _, b'f', b't', b'y', b'p', brand @ ..] if brand.len() >= 4 => MP4_BRANDS
-            .iter()
-            .any(|b| brand.starts_with(&b[..]))
-            .then_some("video/mp4"),
-        _ => None,
+    // Whether `signature` is at `offset`.
+    let at = |offset: usize, signature: &[u8]| {
+        bytes.get(offset..offset + signature.len()) == Some(signature)
+    };
+    if at(0, b"\xFF\xD8\xFF") {
+        Some("image/jpeg")
+    } else if at(0, b"\x89PNG\r\n\x1A\n") {
+        Some("image/png")
+    } else if at(0, b"RIFF") && at(8, b"WEBP") {
+        Some("image/webp")
+    } else if at(4, b"ftyp") && MP4_BRANDS.iter().any(|brand| at(8, brand)) {
+        Some("video/mp4")
+    } else {
+        None
     }
 }
 

@@ -772,12 +772,23 @@ pub(super) const USAGE_OF_SQLITE: &str = usage!(
     " AND day NOT IN (SELECT day FROM summed)",
     " UNION ALL SELECT owner, model, day, submitted, completed, failed, video_seconds, spent, reserved FROM usage_closed WHERE owner = $1 AND day IN (SELECT day FROM summed)"
 );
+/// What an insert into `usage_closed` adds to the sums already there.
+macro_rules! add_to_sums {
+    () => {
+        " ON CONFLICT (owner, day, model) DO UPDATE SET submitted = submitted + excluded.submitted, completed = completed + excluded.completed, failed = failed + excluded.failed, video_seconds = video_seconds + excluded.video_seconds, spent = spent + excluded.spent, reserved = reserved + excluded.reserved"
+    };
+}
 /// Adds to `$1`'s sums of day `$4` its rows created from `$2` to before `$3`.
 pub(super) const SUM_ROWS_SQLITE: &str = concat!(
     "INSERT INTO usage_closed (owner, day, model, submitted, completed, failed, video_seconds, spent, reserved) SELECT owner, $4, model, ",
     usage_sums!(),
     " FROM tasks WHERE owner = $1 AND created_ms >= $2 AND created_ms < $3 GROUP BY owner, model",
-    " ON CONFLICT (owner, day, model) DO UPDATE SET submitted = submitted + excluded.submitted, completed = completed + excluded.completed, failed = failed + excluded.failed, video_seconds = video_seconds + excluded.video_seconds, spent = spent + excluded.spent, reserved = reserved + excluded.reserved"
+    add_to_sums!()
+);
+/// Adds to `$1`'s sums of day `$2` what its pruned tasks counted for.
+pub(super) const ADD_PRUNED_SQLITE: &str = concat!(
+    "INSERT INTO usage_closed (owner, day, model, submitted, completed, failed, video_seconds, spent, reserved) SELECT owner, day, model, submitted, completed, failed, video_seconds, spent, reserved FROM usage_pruned WHERE owner = $1 AND day = $2",
+    add_to_sums!()
 );
 
 /// The rows a prune looks at next: the last of the `$2` rows after row `$1` (`$1`

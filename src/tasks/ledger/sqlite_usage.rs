@@ -57,8 +57,6 @@ const PART_END: &str = "SELECT created_ms FROM tasks WHERE owner = $1 AND create
 /// Whether a row of `$1` created from `$2` to before `$3` is still being submitted
 /// (the migration says why such a day gets no sums).
 const OPEN_ROWS: &str = "SELECT EXISTS (SELECT 1 FROM tasks WHERE owner = $1 AND created_ms >= $2 AND created_ms < $3 AND state = 'submitting')";
-/// Adds to `$1`'s sums of day `$2` what its pruned tasks counted for.
-const ADD_PRUNED: &str = "INSERT INTO usage_closed (owner, day, model, submitted, completed, failed, video_seconds, spent, reserved) SELECT owner, day, model, submitted, completed, failed, video_seconds, spent, reserved FROM usage_pruned WHERE owner = $1 AND day = $2 ON CONFLICT (owner, day, model) DO UPDATE SET submitted = submitted + excluded.submitted, completed = completed + excluded.completed, failed = failed + excluded.failed, video_seconds = video_seconds + excluded.video_seconds, spent = spent + excluded.spent, reserved = reserved + excluded.reserved";
 const FORGET_SUMS: &str = "DELETE FROM usage_closed WHERE owner = $1 AND day = $2";
 const FORGET_DAY: &str = "DELETE FROM usage_closed_days WHERE owner = $1 AND day = $2";
 
@@ -253,7 +251,7 @@ fn sum_part(
     }
     execute(record::SUM_ROWS_SQLITE, params![owner, from, to, day])?;
     if to == end {
-        execute(ADD_PRUNED, params![owner, day])?;
+        execute(record::ADD_PRUNED_SQLITE, params![owner, day])?;
     }
     execute(SET_SUMMED_TO, params![owner, day, to])?;
     Ok(if to == end { Part::Whole } else { Part::More })
@@ -361,6 +359,27 @@ mod tests {
             1 => Just(Step::Prune),
             3 => (owner, 0..3i64, 1..4usize).prop_map(|(o, d, p)| Step::Sum(o, d, p)),
         ]
+    }
+
+    /// A SQLite ledger in `dir`.
+    async fn open(dir: &tempfile::TempDir) -> Ledger {
+        let url = LedgerUrl::parse("sqlite://ledger.db", dir.path()).unwrap();
+        Ledger::open(&url, 2).await.unwrap().unwrap()
+    }
+
+    /// A task of key `a` and model `m1` in `state`, of 5 seconds at a price of 100,
+    /// on `day` at `at`.
+    fn of_a(day: i64, at: i64, state: &'static str) -> Row {
+        Row {
+            owner: "a",
+            day,
+            at,
+            model: "m1",
+            state,
+            upstream: true,
+            seconds: 5,
+            estimate: Some(100),
+        }
     }
 
     /// Write `r` on day `first_day + r.day`; its row id.
@@ -477,8 +496,7 @@ mod tests {
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
             runtime.block_on(async {
                 let dir = tempfile::tempdir().unwrap();
-                let url = LedgerUrl::parse("sqlite://ledger.db", dir.path()).unwrap();
-                let l = Ledger::open(&url, 2).await.unwrap().unwrap();
+                let l = open(&dir).await;
                 // Days 0 to 2 may get sums; 3 is yesterday.
                 let first_day = now_ms() / DAY_MS - 4;
                 let mut rows = Vec::new();
@@ -513,21 +531,10 @@ mod tests {
     #[tokio::test]
     async fn a_prune_while_a_day_is_summed_takes_its_sums_away() {
         let dir = tempfile::tempdir().unwrap();
-        let url = LedgerUrl::parse("sqlite://ledger.db", dir.path()).unwrap();
-        let l = Ledger::open(&url, 2).await.unwrap().unwrap();
+        let l = open(&dir).await;
         let first_day = now_ms() / DAY_MS - 4;
         for at in [1, 2, 3] {
-            let row = Row {
-                owner: "a",
-                day: 1,
-                at,
-                model: "m1",
-                state: "completed",
-                upstream: true,
-                seconds: 5,
-                estimate: Some(100),
-            };
-            add(&l, row, first_day).await;
+            add(&l, of_a(1, at, "completed"), first_day).await;
         }
         let mut rows = Vec::new();
         run(&l, Step::Sum("a", 1, 1), &mut rows, first_day).await;
@@ -553,8 +560,7 @@ mod tests {
     #[tokio::test]
     async fn a_read_asks_for_the_sums_of_days_over_and_the_next_reads_use_them() {
         let dir = tempfile::tempdir().unwrap();
-        let url = LedgerUrl::parse("sqlite://ledger.db", dir.path()).unwrap();
-        let l = Ledger::open(&url, 2).await.unwrap().unwrap();
+        let l = open(&dir).await;
         let first_day = now_ms() / DAY_MS - 7;
         for (day, state) in [
             (1, "completed"),
@@ -562,17 +568,7 @@ mod tests {
             (6, "completed"),
             (7, "submitted"),
         ] {
-            let row = Row {
-                owner: "a",
-                day,
-                at: DAY_MS / 2,
-                model: "m1",
-                state,
-                upstream: true,
-                seconds: 5,
-                estimate: Some(100),
-            };
-            add(&l, row, first_day).await;
+            add(&l, of_a(day, DAY_MS / 2, state), first_day).await;
         }
         let writer = l.store.sqlite_writer().unwrap();
         let summed = async || {
