@@ -659,6 +659,89 @@ async fn a_replica_paused_past_its_heartbeat_leaves_its_tasks_to_the_other() {
     assert!(b.count_in_log("heartbeat had expired") == 0, "{}", b.log());
 }
 
+/// Replicas whose wall clocks disagree by far more than a lease (here one runs 30 s
+/// ahead, `lease_ms` 1 s) both keep to the server's clock for heartbeats: the one
+/// ahead does not take the other for dead and its tasks with it, and both heartbeats
+/// hold, in the server's time.
+#[tokio::test]
+async fn a_replica_whose_clock_runs_ahead_takes_no_task_from_a_live_one() {
+    let pg = Postgres::start();
+    let url = pg.database("skewed");
+    let fake = Fake::start().await;
+    let ids = ["s0", "s1"];
+    let routes = Routes::upstream(&fake.url(), "poll_interval_ms = 200")
+        .top(&format!("[ledger]\nurl = {url:?}"))
+        .top("[tracker]\nlease_ms = 1000")
+        .render();
+    let secret = "a-task-secret-shared-by-both-replicas-0123456789";
+    let dir = || crate::support::ConfigDir::new(&routes).with("task-secret", secret);
+    let a = Proc::start_in(dir(), &[], &[]).await;
+    for id in ids {
+        upstream_holds(&fake, id, "queued");
+        let task = json!({"model": "m1", "prompt": id});
+        a.client().submit(MODEL_CENTER, DEMO, &task).await;
+    }
+    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+    let followers = async || -> Vec<Option<String>> {
+        sqlx::query_scalar("SELECT lease_owner FROM tasks ORDER BY id")
+            .fetch_all(&pool)
+            .await
+            .unwrap()
+    };
+    eventually("the only replica follows every task", async || {
+        followers().await.iter().all(Option::is_some)
+    })
+    .await;
+    let first = followers().await;
+    let ahead = crate::support::clock_moved("+30s");
+    let ahead: Vec<(&str, &str)> = ahead.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let b = Proc::start_in(dir(), &[], &ahead).await;
+    let alive_for = async || -> Vec<i64> {
+        sqlx::query_scalar(
+            "SELECT alive_until_ms - CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT) FROM replicas ORDER BY name",
+        )
+        .fetch_all(&pool)
+        .await
+        .unwrap()
+    };
+    eventually("both replicas are alive", async || {
+        alive_for().await.len() == 2
+    })
+    .await;
+    // Three leases: the one ahead looks for dead replicas' tasks after each heartbeat.
+    tokio::time::sleep(Duration::from_millis(3000)).await;
+    assert_eq!(followers().await, first, "{}", b.log());
+    let left = alive_for().await;
+    assert!(
+        left.len() == 2 && left.iter().all(|ms| (0..=1500).contains(ms)),
+        "each heartbeat holds for about a lease from the server's now: {left:?}"
+    );
+    for id in ids {
+        fake.on(
+            &format!("GET /v2/model-center/tasks/{id}"),
+            status(id, "completed"),
+        );
+    }
+    let states = async || -> Vec<String> {
+        sqlx::query_scalar("SELECT state FROM tasks")
+            .fetch_all(&pool)
+            .await
+            .unwrap()
+    };
+    eventually("both tasks end", async || {
+        states().await == ["completed"; 2]
+    })
+    .await;
+    for replica in [&a, &b] {
+        assert_eq!(
+            replica.count_in_log("heartbeat had expired"),
+            0,
+            "{}",
+            replica.log()
+        );
+    }
+}
+
 /// A gateway restarted on its SQLite ledger (the one before killed with SIGKILL)
 /// follows the tasks the one before followed at once: the file is one process's,
 /// so the old heartbeat (`lease_ms`, 30 s, longer than this test waits for anything)

@@ -32,6 +32,7 @@ mod store;
 mod writer;
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use self::postgres::PostgresStore;
@@ -115,6 +116,9 @@ pub struct Ledger {
     /// so dispatch costs nothing more, and the ledger's methods are written once
     /// instead of once per engine or through a match in each.
     store: Box<dyn Store>,
+    /// The server's clock less this process's, in ms, as last learned (0 on SQLite):
+    /// see [`Ledger::lease_now`].
+    server_clock_ahead_ms: AtomicI64,
 }
 
 impl std::fmt::Debug for Ledger {
@@ -155,7 +159,36 @@ impl Ledger {
             LedgerUrl::Sqlite(path) => Box::new(SqliteStore::open(path, max_connections).await?),
             LedgerUrl::Postgres(url) => Box::new(PostgresStore::open(url, max_connections).await?),
         };
-        Ok(Some(Self { store }))
+        Ok(Some(Self {
+            store,
+            server_clock_ahead_ms: AtomicI64::new(0),
+        }))
+    }
+
+    /// Now, by the clock heartbeats and leases are written and compared in. Replicas
+    /// sharing a PostgreSQL ledger read one another's: by each one's own clock, a
+    /// replica whose clock ran ahead of another's by more than a lease would take the
+    /// other's tasks, copies and deliveries while it is alive, again and again. So on
+    /// PostgreSQL they all keep the server's time, learned at every heartbeat (to
+    /// within half a round trip); on SQLite, one process's, its own.
+    pub fn lease_now(&self) -> i64 {
+        now_ms() + self.server_clock_ahead_ms.load(Ordering::Relaxed)
+    }
+
+    /// On PostgreSQL, how far the server's clock is from this process's, asked again.
+    async fn learn_server_clock(&self) -> Result<(), LedgerError> {
+        if !self.shared() {
+            return Ok(());
+        }
+        let before = now_ms();
+        let server = self.store.reads().int(record::SERVER_CLOCK, Vec::new());
+        let server = server.await?;
+        let after = now_ms();
+        if let Some(server) = server {
+            let ahead = server - before / 2 - after / 2;
+            self.server_clock_ahead_ms.store(ahead, Ordering::Relaxed);
+        }
+        Ok(())
     }
 
     /// Write the row of a new submit, unless the key's `Idempotency-Key` was seen
@@ -360,7 +393,8 @@ impl Ledger {
     /// file is one process's, every other replica is dead from now: their tasks are
     /// followed at once.
     pub async fn register(&self, me: &str, alive: Duration) -> Result<(), LedgerError> {
-        let now = now_ms();
+        self.learn_server_clock().await?;
+        let now = self.lease_now();
         if !self.shared() {
             self.store.execute(record::OTHERS_DEAD, params![me]).await?;
         }
@@ -374,7 +408,8 @@ impl Ledger {
     /// `me` is alive for `alive` more; false when it was not alive any more (its
     /// heartbeat expired: its tasks may be followed by another replica already).
     pub async fn heartbeat(&self, me: &str, alive: Duration) -> Result<bool, LedgerError> {
-        let now = now_ms();
+        self.learn_server_clock().await?;
+        let now = self.lease_now();
         let until = now + alive.as_millis() as i64;
         let args = params![me, until, now];
         Ok(self.store.execute(record::HEARTBEAT, args).await? == 1)
@@ -388,7 +423,7 @@ impl Ledger {
             postgres: record::FOLLOW_NEW_POSTGRES,
         };
         self.store
-            .write_tasks(claim, params![me, now_ms(), limit])
+            .write_tasks(claim, params![me, self.lease_now(), limit])
             .await
     }
 
@@ -404,7 +439,7 @@ impl Ledger {
             postgres: record::FOLLOW_ORPHANS_POSTGRES,
         };
         self.store
-            .write_tasks(claim, params![me, now_ms(), limit])
+            .write_tasks(claim, params![me, self.lease_now(), limit])
             .await
     }
 
@@ -421,7 +456,7 @@ impl Ledger {
             let Some(Some(name)) = name.await? else {
                 break;
             };
-            let args = params![name.as_str(), now_ms()];
+            let args = params![name.as_str(), self.lease_now()];
             let n = self.store.execute(record::RELEASE_UNKNOWN, args).await?;
             released += n;
             if n == 0 {
@@ -452,14 +487,14 @@ impl Ledger {
         let share = self
             .store
             .reads()
-            .int(record::FAIR_SHARE, params![now_ms()]);
+            .int(record::FAIR_SHARE, params![self.lease_now()]);
         Ok(share.await?.unwrap_or(0))
     }
 
     /// Dead replicas whose tasks are all followed by others now, forgotten.
     pub async fn forget_dead(&self) -> Result<usize, LedgerError> {
         self.store
-            .execute(record::FORGET_DEAD, params![now_ms()])
+            .execute(record::FORGET_DEAD, params![self.lease_now()])
             .await
     }
 

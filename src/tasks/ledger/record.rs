@@ -581,6 +581,9 @@ pub(super) const FOLLOW_ORPHANS_POSTGRES: &str = concat!(
     "UPDATE tasks SET lease_owner = $1, lease_until_ms = NULL WHERE id IN (SELECT id FROM tasks WHERE state = 'submitted' AND lease_owner = (SELECT name FROM replicas WHERE alive_until_ms < $2 ORDER BY alive_until_ms LIMIT 1) LIMIT $3 FOR UPDATE SKIP LOCKED) AND EXISTS (SELECT 1 FROM replicas WHERE name = $1 AND alive_until_ms >= $2) RETURNING ",
     columns!()
 );
+/// PostgreSQL's clock, in ms since the epoch ([`super::Ledger::lease_now`]).
+pub(super) const SERVER_CLOCK: &str =
+    "SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)";
 /// A replica `$1` alive until `$2`, whether it was known or not.
 pub(super) const REGISTER: &str = "INSERT INTO replicas (name, alive_until_ms) VALUES ($1, $2) ON CONFLICT (name) DO UPDATE SET alive_until_ms = excluded.alive_until_ms";
 /// On SQLite, whose file is one process's: every other replica is dead, so that a

@@ -172,11 +172,30 @@ pub fn run_ci_script(name: &str) -> Result<String, String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// PostgreSQL and Redis installed (`.ci/services`, once per test process): the tests
-/// start their own servers from the machine's binaries.
+/// The environment that runs a process `offset` from the machine's wall clock
+/// (libfaketime's `FAKETIME`, e.g. `+30s`; installed by `.ci/services`), its
+/// monotonic clock left alone.
+pub fn clock_moved(offset: &str) -> Vec<(&'static str, String)> {
+    services();
+    let lib = std::fs::read_dir("/usr/lib")
+        .ok()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok().map(|e| e.path().join("faketime/libfaketime.so.1")))
+        .find(|lib| lib.exists())
+        .expect("libfaketime is installed (/usr/lib/*/faketime; .ci/services installs it)");
+    vec![
+        ("LD_PRELOAD", lib.display().to_string()),
+        ("FAKETIME", offset.to_string()),
+        ("FAKETIME_DONT_FAKE_MONOTONIC", "1".to_string()),
+    ]
+}
+
+/// PostgreSQL, Redis and libfaketime installed (`.ci/services`, once per test
+/// process): the tests start their own servers from the machine's binaries.
 pub fn services() {
     static DONE: std::sync::OnceLock<Result<String, String>> = std::sync::OnceLock::new();
     if let Err(why) = DONE.get_or_init(|| run_ci_script("services")) {
-        panic!("PostgreSQL and Redis are needed and could not be installed: {why}");
+        panic!("PostgreSQL, Redis and libfaketime are needed and could not be installed: {why}");
     }
 }
