@@ -233,6 +233,12 @@ impl CopyJob {
             CopyOutcome::Failed { .. } => metrics.result_copy("failed", None),
             CopyOutcome::Retry { .. } => metrics.result_copy("retry", None),
         }
+        if matches!(
+            outcome,
+            CopyOutcome::Skipped { .. } | CopyOutcome::Failed { .. }
+        ) {
+            self.discard_unrecorded(copy.task_row).await;
+        }
         if let Err(e) = self
             .ledger
             .copy_attempted(copy.id, &self.replica, &outcome)
@@ -240,6 +246,42 @@ impl CopyJob {
         {
             // The lease runs out and the copy is made again.
             tracing::warn!(error = %e, task_row = copy.task_row, "storage: a copy's outcome cannot be written");
+        }
+    }
+
+    /// A copy given up leaves nothing in storage but the results the ledger records:
+    /// an earlier attempt cut short by `copy_timeout_ms` while finishing its upload
+    /// may have had the object completed after all (S3 finished it as the timeout
+    /// fired), and with no row nothing would ever delete it. Best effort: what cannot
+    /// be listed or deleted now is logged.
+    async fn discard_unrecorded(&self, task_row: i64) {
+        let kept: Vec<String> = match self.ledger.results_of(task_row).await {
+            Ok(results) => results
+                .into_iter()
+                .filter(|r| r.deleted_ms.is_none())
+                .map(|r| r.object_key)
+                .collect(),
+            Err(e) => {
+                tracing::warn!(error = %e, task_row, "storage: a copy given up cannot be cleared: its results cannot be read");
+                return;
+            }
+        };
+        let keys = match self.storage.result_keys(task_row).await {
+            Ok(keys) => keys,
+            Err(e) => {
+                tracing::warn!(error = %e, task_row, "storage: a copy given up cannot be cleared: its objects cannot be listed");
+                return;
+            }
+        };
+        for key in keys.iter().filter(|k| !kept.contains(k)) {
+            match self.storage.delete(key).await {
+                Ok(()) => {
+                    tracing::info!(task_row, key = %key, "storage: an object of a copy given up deleted")
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, task_row, key = %key, "storage: an object of a copy given up cannot be deleted")
+                }
+            }
         }
     }
 

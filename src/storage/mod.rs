@@ -202,11 +202,27 @@ impl Storage {
 
     /// Where result `n` of the task in ledger row `row` is kept.
     pub fn key(&self, row: i64, n: usize) -> String {
+        format!("{}/{n}", self.results_of(row))
+    }
+
+    /// Where the results of the task in ledger row `row` are kept: each under it.
+    fn results_of(&self, row: i64) -> String {
         if self.prefix.is_empty() {
-            format!("results/{row}/{n}")
+            format!("results/{row}")
         } else {
-            format!("{}/results/{row}/{n}", self.prefix)
+            format!("{}/results/{row}", self.prefix)
         }
+    }
+
+    /// The keys of every object kept for the task in ledger row `row`.
+    pub async fn result_keys(&self, row: i64) -> Result<Vec<String>, StorageError> {
+        let dir = ObjectPath::from(self.results_of(row));
+        let mut listed = self.store.list(Some(&dir));
+        let mut keys = Vec::new();
+        while let Some(object) = listed.next().await {
+            keys.push(object?.location.to_string());
+        }
+        Ok(keys)
     }
 
     /// Where the uploaded input `name` is kept.

@@ -189,6 +189,35 @@ async fn without_storage_nothing_is_owed() {
     assert!(!gw.dir().path().join(".mediagate/media").exists());
 }
 
+/// A copy given up leaves in storage only the results the ledger records: an object
+/// under the task's keys that an earlier attempt finished after it was cut short
+/// (here put there by hand) is deleted; the result stored and recorded stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_given_up_leaves_no_object_but_its_recorded_results() {
+    let first = media(100_000);
+    let (fake, gw) = two_results(&first, b"never fetched").await;
+    let results = gw.dir().path().join(".mediagate/media/results/1");
+    std::fs::create_dir_all(&results).unwrap();
+    std::fs::write(
+        results.join("1"),
+        b"finished after its attempt was given up",
+    )
+    .unwrap();
+    // The second result is gone at the provider: the copy is given up after the first.
+    expire(&fake, &["/media/b.mp4"]);
+    let (http, id) = submitted(&gw).await;
+    let _ = http.query(MODEL_CENTER, DEMO, &id).await;
+    let ledger = copy_ends(&gw, "skipped").await;
+    let (recorded, _) = stored(&ledger);
+    assert_eq!(recorded.len(), 1, "{recorded:?}");
+    assert_eq!(recorded[0].3, sha256(&first));
+    assert_eq!(std::fs::read(results.join("0")).unwrap(), first);
+    assert!(
+        !results.join("1").exists(),
+        "the unrecorded object is still there"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stored_results_are_served_by_signed_links_after_the_provider_dropped_them() {
     let (first, second) = (media(100_000), b"the second result".to_vec());
