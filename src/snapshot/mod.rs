@@ -87,6 +87,13 @@ pub struct Webhooks {
 fn check_webhook_caps(settings: &WebhooksConfig, at: &mut Scope) {
     at.within("timeout_ms", settings.timeout_ms, 100..=600_000);
     at.within("first_retry_ms", settings.first_retry_ms, 100..=86_400_000);
+    // A wait is added to a time in ms: past a year it is no retry schedule, and far
+    // past it the sum would not fit.
+    at.within(
+        "max_retry_interval_ms",
+        settings.max_retry_interval_ms,
+        100..=31_536_000_000,
+    );
     at.within("retry_for_hours", settings.retry_for_hours, 1..=8_760);
     if settings.max_in_flight > tokio::sync::Semaphore::MAX_PERMITS {
         at.push("max_in_flight", "must not be absurdly large");

@@ -254,11 +254,25 @@ async fn webhook_and_copy_timings_out_of_range_are_refused() {
             "retry_for_hours = 9000000000000",
             "webhooks.retry_for_hours",
         ),
+        (
+            "webhooks",
+            "max_retry_interval_ms = 18446744073709551615",
+            "webhooks.max_retry_interval_ms",
+        ),
+        (
+            "webhooks",
+            "max_retry_interval_ms = 99",
+            "webhooks.max_retry_interval_ms",
+        ),
     ] {
         let e = problems_of(with(table, line)).await;
         assert!(e.contains(problem), "{line}: {e}");
     }
-    let ok = problems_of(with("webhooks", "timeout_ms = 100\nfirst_retry_ms = 100")).await;
+    let ok = problems_of(with(
+        "webhooks",
+        "timeout_ms = 100\nfirst_retry_ms = 100\nmax_retry_interval_ms = 31536000000",
+    ))
+    .await;
     assert!(!ok.contains("webhooks."), "{ok}");
     for (line, problem) in [
         ("copy_timeout_ms = 0", "storage.copy_timeout_ms"),

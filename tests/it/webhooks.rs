@@ -390,6 +390,51 @@ async fn replicas_sharing_postgres_deliver_every_webhook() {
     assert_eq!(seen.len(), ids.len());
 }
 
+/// A replica whose clock runs a minute behind PostgreSQL's writes its retries in the
+/// server's time, as it reads them: a failing receiver hears the next attempt after
+/// the backoff (2–4 s here), not at every round.
+#[tokio::test]
+async fn a_replica_behind_the_server_s_clock_keeps_to_the_backoff() {
+    let pg = Postgres::start();
+    let receiver = Fake::start().await;
+    receiver.on("POST /hook", Answer::json(500, json!({"error": "down"})));
+    let settings = replace_once(WEBHOOKS, "first_retry_ms = 100", "first_retry_ms = 4000");
+    let settings = replace_once(
+        &settings,
+        "max_retry_interval_ms = 200",
+        "max_retry_interval_ms = 4000",
+    );
+    let routes = Routes::tracked_simulator()
+        .top(&settings)
+        .demo_key("webhook_secret_file = \"webhook-secret\"")
+        .top(&format!("[ledger]\nurl = {:?}", pg.database("behind")));
+    let behind = crate::support::clock_moved("-60s");
+    let behind: Vec<(&str, &str)> = behind.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let gw = Proc::start_in(config(&routes, SECRET), &[], &behind).await;
+    let callback = format!("{}/hook", receiver.url());
+    let task = json!({"model": "m1", "prompt": "x", "callback_url": callback});
+    gw.client().submit_id(MODEL_CENTER, DEMO, &task).await;
+    let mut seen = Vec::new();
+    eventually("the first attempt", async || {
+        seen.extend(receiver.take());
+        !seen.is_empty()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    seen.extend(receiver.take());
+    assert_eq!(
+        seen.len(),
+        1,
+        "attempts within 1.5 s of the first: {}",
+        gw.log()
+    );
+    eventually("the retry after the backoff", async || {
+        seen.extend(receiver.take());
+        seen.len() == 2
+    })
+    .await;
+}
+
 /// The key whose task goes to a healthy receiver while the demo key's pile up at a
 /// dead one.
 const OTHER: &str = "sk-other";

@@ -85,7 +85,7 @@ impl Ledger {
         lease: Duration,
         limit: i64,
     ) -> Result<Vec<Leased>, LedgerError> {
-        let now = self.lease_now();
+        let now = now_ms();
         let until = now + lease.as_millis() as i64;
         let claim = PerEngine {
             sqlite: CLAIM_SQLITE,

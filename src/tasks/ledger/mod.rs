@@ -116,9 +116,6 @@ pub struct Ledger {
     /// so dispatch costs nothing more, and the ledger's methods are written once
     /// instead of once per engine or through a match in each.
     store: Box<dyn Store>,
-    /// The server's clock less this process's, in ms, as last learned (0 on SQLite):
-    /// see [`Ledger::lease_now`].
-    server_clock_ahead_ms: AtomicI64,
 }
 
 impl std::fmt::Debug for Ledger {
@@ -143,8 +140,24 @@ pub mod submit_statements {
     }
 }
 
-/// Milliseconds since the Unix epoch.
+/// The PostgreSQL server's clock less this machine's, in ms, as last learned: see
+/// [`now_ms`]. 0 on SQLite, and until a heartbeat has asked.
+static SERVER_CLOCK_AHEAD_MS: AtomicI64 = AtomicI64::new(0);
+
+/// Milliseconds since the Unix epoch, by the clock the ledger's times are written
+/// and compared in. Replicas sharing a PostgreSQL ledger read one another's
+/// heartbeats, leases and due times: by each one's own clock, a replica whose clock
+/// ran ahead of another's by more than a lease would take the other for dead and
+/// claim its tasks, copies and deliveries while it lived, and one behind would write
+/// retries already due for everyone. So on PostgreSQL the process keeps the server's
+/// time, learned at every heartbeat (to within half a round trip); on SQLite, one
+/// process's, its own.
 pub fn now_ms() -> i64 {
+    local_ms() + SERVER_CLOCK_AHEAD_MS.load(Ordering::Relaxed)
+}
+
+/// Milliseconds since the Unix epoch by this machine's clock.
+fn local_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
@@ -159,34 +172,22 @@ impl Ledger {
             LedgerUrl::Sqlite(path) => Box::new(SqliteStore::open(path, max_connections).await?),
             LedgerUrl::Postgres(url) => Box::new(PostgresStore::open(url, max_connections).await?),
         };
-        Ok(Some(Self {
-            store,
-            server_clock_ahead_ms: AtomicI64::new(0),
-        }))
+        Ok(Some(Self { store }))
     }
 
-    /// Now, by the clock heartbeats and leases are written and compared in. Replicas
-    /// sharing a PostgreSQL ledger read one another's: by each one's own clock, a
-    /// replica whose clock ran ahead of another's by more than a lease would take the
-    /// other's tasks, copies and deliveries while it is alive, again and again. So on
-    /// PostgreSQL they all keep the server's time, learned at every heartbeat (to
-    /// within half a round trip); on SQLite, one process's, its own.
-    pub fn lease_now(&self) -> i64 {
-        now_ms() + self.server_clock_ahead_ms.load(Ordering::Relaxed)
-    }
-
-    /// On PostgreSQL, how far the server's clock is from this process's, asked again.
+    /// On PostgreSQL, how far the server's clock is from this machine's, asked again
+    /// ([`now_ms`]).
     async fn learn_server_clock(&self) -> Result<(), LedgerError> {
         if !self.shared() {
             return Ok(());
         }
-        let before = now_ms();
+        let before = local_ms();
         let server = self.store.reads().int(record::SERVER_CLOCK, Vec::new());
         let server = server.await?;
-        let after = now_ms();
+        let after = local_ms();
         if let Some(server) = server {
             let ahead = server - before / 2 - after / 2;
-            self.server_clock_ahead_ms.store(ahead, Ordering::Relaxed);
+            SERVER_CLOCK_AHEAD_MS.store(ahead, Ordering::Relaxed);
         }
         Ok(())
     }
@@ -394,7 +395,7 @@ impl Ledger {
     /// followed at once.
     pub async fn register(&self, me: &str, alive: Duration) -> Result<(), LedgerError> {
         self.learn_server_clock().await?;
-        let now = self.lease_now();
+        let now = now_ms();
         if !self.shared() {
             self.store.execute(record::OTHERS_DEAD, params![me]).await?;
         }
@@ -409,7 +410,7 @@ impl Ledger {
     /// heartbeat expired: its tasks may be followed by another replica already).
     pub async fn heartbeat(&self, me: &str, alive: Duration) -> Result<bool, LedgerError> {
         self.learn_server_clock().await?;
-        let now = self.lease_now();
+        let now = now_ms();
         let until = now + alive.as_millis() as i64;
         let args = params![me, until, now];
         Ok(self.store.execute(record::HEARTBEAT, args).await? == 1)
@@ -423,7 +424,7 @@ impl Ledger {
             postgres: record::FOLLOW_NEW_POSTGRES,
         };
         self.store
-            .write_tasks(claim, params![me, self.lease_now(), limit])
+            .write_tasks(claim, params![me, now_ms(), limit])
             .await
     }
 
@@ -439,7 +440,7 @@ impl Ledger {
             postgres: record::FOLLOW_ORPHANS_POSTGRES,
         };
         self.store
-            .write_tasks(claim, params![me, self.lease_now(), limit])
+            .write_tasks(claim, params![me, now_ms(), limit])
             .await
     }
 
@@ -456,7 +457,7 @@ impl Ledger {
             let Some(Some(name)) = name.await? else {
                 break;
             };
-            let args = params![name.as_str(), self.lease_now()];
+            let args = params![name.as_str(), now_ms()];
             let n = self.store.execute(record::RELEASE_UNKNOWN, args).await?;
             released += n;
             if n == 0 {
@@ -487,14 +488,14 @@ impl Ledger {
         let share = self
             .store
             .reads()
-            .int(record::FAIR_SHARE, params![self.lease_now()]);
+            .int(record::FAIR_SHARE, params![now_ms()]);
         Ok(share.await?.unwrap_or(0))
     }
 
     /// Dead replicas whose tasks are all followed by others now, forgotten.
     pub async fn forget_dead(&self) -> Result<usize, LedgerError> {
         self.store
-            .execute(record::FORGET_DEAD, params![self.lease_now()])
+            .execute(record::FORGET_DEAD, params![now_ms()])
             .await
     }
 

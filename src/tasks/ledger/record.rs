@@ -581,7 +581,7 @@ pub(super) const FOLLOW_ORPHANS_POSTGRES: &str = concat!(
     "UPDATE tasks SET lease_owner = $1, lease_until_ms = NULL WHERE id IN (SELECT id FROM tasks WHERE state = 'submitted' AND lease_owner = (SELECT name FROM replicas WHERE alive_until_ms < $2 ORDER BY alive_until_ms LIMIT 1) LIMIT $3 FOR UPDATE SKIP LOCKED) AND EXISTS (SELECT 1 FROM replicas WHERE name = $1 AND alive_until_ms >= $2) RETURNING ",
     columns!()
 );
-/// PostgreSQL's clock, in ms since the epoch ([`super::Ledger::lease_now`]).
+/// PostgreSQL's clock, in ms since the epoch ([`super::now_ms`]).
 pub(super) const SERVER_CLOCK: &str =
     "SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)";
 /// A replica `$1` alive until `$2`, whether it was known or not.
