@@ -514,7 +514,7 @@ impl Metrics {
     fn register_webhooks(&mut self) {
         let registry = &mut self.registry;
         registry.register("webhook_deliveries", "Webhook deliveries ended, by result (delivered, gone: the receiver answered 410, expired: retried too long)", self.webhook_deliveries.clone());
-        registry.register("webhook_attempts", "Webhook delivery attempts, by result (success, http_error, unreachable, timeout, refused: a private address, not_sent: the key or its secret is gone)", self.webhook_attempts.clone());
+        registry.register("webhook_attempts", "Webhook delivery attempts, by result (success, http_error, unreachable, timeout, refused: the callback rule (a private address, plain http to a host not allowed), not_sent: the key or its secret is gone)", self.webhook_attempts.clone());
         registry.register("webhook_put_back", "Webhook deliveries put back untried, by reason (receiver_cooling_down: it did not answer lately, receiver_busy or key_busy: its share of max_in_flight is taken)", self.webhook_put_back.clone());
         registry.register(
             "webhooks_pending",

@@ -192,6 +192,45 @@ impl Deliverer {
     }
 }
 
+/// One attempt at `delivery`: the callback URL judged by the rule as configured now
+/// (a reload may have taken its host off `allow_http_hosts`, or its network off
+/// `allow_private_networks`), as at submit; its addresses are judged at connect.
+async fn try_once(
+    ledger: &Ledger,
+    snapshot: &Snapshot,
+    http: &UpstreamClient,
+    delivery: &Delivery,
+) -> Attempt {
+    if let Err(why) = snapshot.webhooks.callbacks.check(&delivery.url) {
+        return Attempt::failed("refused", None, format!("the callback URL {why}"));
+    }
+    let row = match ledger.row(delivery.task_row).await {
+        Ok(Some(row)) => row,
+        Ok(None) => {
+            return Attempt::failed("not_sent", None, "the task's ledger row is gone".into());
+        }
+        Err(e) => {
+            return Attempt::failed("not_sent", None, format!("the ledger cannot be read: {e}"));
+        }
+    };
+    match Message::of(&row, snapshot) {
+        Ok(message) => {
+            // Its own trace (the ledger keeps no trace context of the submit); its
+            // `traceparent` goes to the receiver.
+            let span = crate::traces::span(|| {
+                crate::traces::traced!(
+                    "webhook.delivery",
+                    otel.kind = "client",
+                    mediagate.task_row = delivery.task_row
+                )
+            });
+            let sent = send(http, &delivery.url, &message, &snapshot.webhooks.settings);
+            tracing::Instrument::instrument(sent, span).await
+        }
+        Err(e) => Attempt::failed("not_sent", None, e),
+    }
+}
+
 /// Give back a delivery that cannot start now, due again when `wait` says; given up
 /// instead when its time is up (it would be put back past `retry_for_hours`).
 async fn put_back(gateway: &Gateway, delivery: Delivery, wait: NotNow, settings: &WebhooksConfig) {
@@ -240,26 +279,7 @@ async fn attempt(gateway: &Gateway, http: &UpstreamClient, delivery: Delivery, h
     };
     let snapshot = gateway.snapshot();
     let settings = &snapshot.webhooks.settings;
-    let result = match ledger.row(delivery.task_row).await {
-        Ok(Some(row)) => match Message::of(&row, &snapshot) {
-            Ok(message) => {
-                // Its own trace (the ledger keeps no trace context of the submit); its
-                // `traceparent` goes to the receiver.
-                let span = crate::traces::span(|| {
-                    crate::traces::traced!(
-                        "webhook.delivery",
-                        otel.kind = "client",
-                        mediagate.task_row = delivery.task_row
-                    )
-                });
-                let sent = send(http, &delivery.url, &message, settings);
-                tracing::Instrument::instrument(sent, span).await
-            }
-            Err(e) => Attempt::failed("not_sent", None, e),
-        },
-        Ok(None) => Attempt::failed("not_sent", None, "the task's ledger row is gone".into()),
-        Err(e) => Attempt::failed("not_sent", None, format!("the ledger cannot be read: {e}")),
-    };
+    let result = try_once(ledger, &snapshot, http, &delivery).await;
     gateway.metrics.webhook_attempt(result.label);
     let host = delivery_host(&delivery.url);
     if let Some(cooldown_ms) = held.end(result.contact()) {

@@ -435,6 +435,44 @@ async fn a_replica_behind_the_server_s_clock_keeps_to_the_backoff() {
     .await;
 }
 
+/// `allow_http_hosts` follows a reload for deliveries already owed: once the
+/// receiver's host is off the list, its pending delivery is no longer posted to it
+/// over plain http; its attempts are counted `refused`.
+#[tokio::test]
+async fn a_delivery_owed_to_a_host_taken_off_allow_http_hosts_is_not_posted() {
+    let receiver = Fake::start().await;
+    receiver.on("POST /hook", Answer::json(500, json!({"error": "down"})));
+    let routes = routes("").server("metrics_listen = \"127.0.0.1:0\"");
+    let gw = Gateway::start_in(config(&routes, SECRET)).await;
+    let callback = format!("{}/hook", receiver.url());
+    let task = json!({"model": "m1", "prompt": "x", "callback_url": callback});
+    gw.client().submit_id(MODEL_CENTER, DEMO, &task).await;
+    let mut seen = 0;
+    eventually("the delivery is retried", async || {
+        seen += receiver.take().len();
+        seen >= 2
+    })
+    .await;
+    let without = replace_once(
+        &routes.render(),
+        r#"allow_http_hosts = ["127.0.0.1"]"#,
+        "allow_http_hosts = []",
+    );
+    gw.reload_with(&without).await.unwrap();
+    // An attempt under way at the reload may still land.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let _ = receiver.take();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        receiver.take().len(),
+        0,
+        "posted over http after the reload"
+    );
+    let metrics = gw.admin().metrics().await;
+    let refused = metrics.sum(&["webhook_attempts", "refused"]);
+    assert!(refused >= 2.0, "refused attempts counted: {refused}");
+}
+
 /// The key whose task goes to a healthy receiver while the demo key's pile up at a
 /// dead one.
 const OTHER: &str = "sk-other";
