@@ -171,6 +171,22 @@ impl TaskService {
             })
     }
 
+    /// Whether `task` was deleted by its owner (never, without a ledger: nothing was
+    /// kept to delete).
+    pub async fn was_deleted(&self, task: TaskRef<'_>) -> Result<bool, ApiError> {
+        let Some(ledger) = &self.ledger else {
+            return Ok(false);
+        };
+        ledger
+            .was_deleted(task.provider, task.upstream_id)
+            .await
+            .map_err(|e| {
+                self.ledger_errors.inc();
+                tracing::warn!(error = %e, "ledger read failed: whether a task was deleted");
+                ApiError::ledger_unavailable()
+            })
+    }
+
     /// The end the ledger recorded for `task`, if it has one.
     pub(super) async fn recorded_end(&self, task: TaskRef<'_>) -> Option<TaskState> {
         let ledger = self.ledger.as_ref()?;

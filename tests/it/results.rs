@@ -446,6 +446,22 @@ async fn deleting_a_finished_task_removes_its_results_and_its_listing() {
     assert_error(&http.get_bare(&link).await, 410, "result_expired", None);
 }
 
+/// Without storage the content is the provider's, passed through; once the task is
+/// deleted it is 410 as a stored result would be, though the provider still has it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_task_s_content_is_not_passed_on_from_its_provider() {
+    let media = b"kept by the provider".to_vec();
+    let fake = completed_with(&[("/media/a.mp4", media.clone())]).await;
+    let gw = Gateway::start(Routes::upstream(&fake.url(), "")).await;
+    let (http, id) = submitted(&gw).await;
+    let content = format!("{MODEL_CENTER}/{id}/content");
+    let r = http.get(&content, DEMO).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(&r.body[..], &media[..]);
+    assert_eq!(delete(&http, DEMO, &id).await.status, 200);
+    assert_error(&http.get(&content, DEMO).await, 410, "result_expired", None);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_copy_that_ends_after_its_task_was_deleted_keeps_nothing() {
     let (fake, held) = a_held_result().await;

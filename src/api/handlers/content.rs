@@ -56,6 +56,11 @@ pub(super) async fn content(
             .then(|| Duration::from_secs(storage_cfg.link_ttl_secs));
         return super::stored::answer(storage, result, request, direct, now_ms()).await;
     }
+    // Deleted by its owner: not passed on from the provider either (it may keep the
+    // media for a while), as no stored result of it is served.
+    if gateway.tasks.was_deleted(task).await? {
+        return Err(ApiError::result_expired());
+    }
     let state = open.state(gateway, ctx).await?;
     if state.status != TaskStatus::Completed {
         return Err(ApiError::content_not_ready());

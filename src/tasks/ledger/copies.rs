@@ -60,6 +60,7 @@ const EXPIRED: &str = "SELECT task_row, n, object_key, bytes, content_type, sha2
 const SET_DELETED: &str =
     "UPDATE results SET deleted_ms = $3 WHERE task_row = $1 AND n = $2 AND deleted_ms IS NULL";
 const SET_TASK_DELETED: &str = "UPDATE tasks SET deleted_ms = $3 WHERE provider = $1 AND upstream_id = $2 AND deleted_ms IS NULL";
+const DELETED: &str = "SELECT COUNT(*) FROM tasks WHERE provider = $1 AND upstream_id = $2 AND deleted_ms IS NOT NULL";
 const PENDING: &str = "SELECT COUNT(*) FROM copies WHERE state = 'pending'";
 
 impl Ledger {
@@ -188,6 +189,19 @@ impl Ledger {
             .execute(SET_TASK_DELETED, params![provider, upstream_id, now_ms()])
             .await?;
         Ok(())
+    }
+
+    /// Whether the task `upstream_id` of `provider` was deleted by its owner.
+    pub async fn was_deleted(
+        &self,
+        provider: &str,
+        upstream_id: &str,
+    ) -> Result<bool, LedgerError> {
+        let deleted = self
+            .store
+            .reads()
+            .int(DELETED, params![provider, upstream_id]);
+        Ok(deleted.await?.unwrap_or(0) > 0)
     }
 
     /// How many copies are owed, on every replica.
