@@ -123,6 +123,37 @@ async fn a_video_is_created_retrieved_downloaded_and_deleted_in_openai_shapes() 
     assert_error(&gone, 410, "result_expired", None);
 }
 
+/// A video's state is its provider's: with the ledger out of reach (here its table
+/// renamed away behind the gateway's back), `GET /v1/videos/{id}` still answers it,
+/// without what only the ledger's row says.
+#[tokio::test]
+async fn a_video_is_retrieved_while_the_ledger_cannot_be_read() {
+    let gw = Gateway::start(shipped_routes()).await;
+    let http = gw.client();
+    let body = json!({"model": "deltaq3-pro", "prompt": "a cat", "seconds": "8"});
+    let id = create(&http, DEMO, &body).await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let done = until_done(&http, &id).await;
+    assert_eq!(done["seconds"], "8");
+    let ledger = rusqlite::Connection::open(gw.dir().path().join(".mediagate/ledger.db")).unwrap();
+    ledger
+        .execute_batch("ALTER TABLE tasks RENAME TO tasks_away")
+        .unwrap();
+    let r = http.get(&format!("{VIDEOS}/{id}"), DEMO).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let video = r.json();
+    assert_eq!(
+        (video["id"].as_str(), video["status"].as_str()),
+        (Some(id.as_str()), Some("completed"))
+    );
+    assert!(
+        video["seconds"].is_null() && video["completed_at"].is_null(),
+        "{video}"
+    );
+}
+
 #[tokio::test]
 async fn a_value_the_model_does_not_take_is_refused_naming_the_openai_field() {
     let gw = Gateway::start(shipped_routes()).await;
