@@ -154,6 +154,38 @@ async fn a_video_is_retrieved_while_the_ledger_cannot_be_read() {
     );
 }
 
+/// A JSON body's fields are refused by the catalogue's codes whatever their values: a
+/// `model` that is no string is `missing_model`, a name the endpoint does not take is
+/// `unknown_parameter` (quoted, however long), a known field of the wrong type is
+/// `invalid_parameter`.
+#[tokio::test]
+async fn json_fields_of_the_wrong_type_or_name_are_refused_by_their_codes() {
+    let gw = Gateway::start(shipped_routes()).await;
+    let http = gw.client();
+    let r = http
+        .post_json(VIDEOS, DEMO, &json!({"model": 5, "prompt": "x"}))
+        .await;
+    assert_error(&r, 400, "missing_model", Some("model"));
+    let long = "n".repeat(100_000);
+    let body = json!({"model": "deltaq3-pro", "prompt": "x", long.as_str(): 1});
+    let r = http.post_json(VIDEOS, DEMO, &body).await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.json()["error"]["code"], "unknown_parameter");
+    assert!(
+        r.text().len() < 2_000,
+        "the name is quoted: {} bytes",
+        r.text().len()
+    );
+    let r = http
+        .post_json(
+            VIDEOS,
+            DEMO,
+            &json!({"model": "deltaq3-pro", "prompt": ["x"]}),
+        )
+        .await;
+    assert_error(&r, 400, "invalid_parameter", Some("prompt"));
+}
+
 #[tokio::test]
 async fn a_value_the_model_does_not_take_is_refused_naming_the_openai_field() {
     let gw = Gateway::start(shipped_routes()).await;

@@ -145,6 +145,9 @@ fn parse_json(bytes: &[u8]) -> Result<Asked, ApiError> {
             Value::String(s) => s,
             // `seconds` as a number is taken as the SDK's string would be.
             Value::Number(n) if name == "seconds" => n.to_string(),
+            // A name /v1/videos does not take is refused as such, whatever its value.
+            _ if !FIELDS.contains(&name.as_str()) => return Err(unknown_field(&name)),
+            _ if name == "model" => return Err(ApiError::missing_model()),
             _ => {
                 let msg = format!("`{name}` must be a string");
                 return Err(ApiError::invalid_parameter(name, msg));
@@ -185,6 +188,9 @@ async fn parse_form(bytes: Bytes, boundary: String) -> Result<Asked, ApiError> {
     Ok(asked)
 }
 
+/// The fields a request to /v1/videos may carry.
+const FIELDS: [&str; 5] = ["model", "prompt", "seconds", "size", "input_reference"];
+
 impl Asked {
     /// One field of the request; any other name is refused.
     fn set(&mut self, name: &str, value: String) -> Result<(), ApiError> {
@@ -195,17 +201,19 @@ impl Asked {
             "seconds" => &mut f.seconds,
             "size" => &mut f.size,
             "input_reference" => &mut f.input_reference,
-            other => {
-                let msg = format!(
-                    "unknown field `{}`: /v1/videos takes model, prompt, seconds, size and input_reference",
-                    crate::error::quote(other)
-                );
-                return Err(ApiError::unknown_parameter(other.to_string(), msg));
-            }
+            other => return Err(unknown_field(other)),
         };
         *slot = Some(value);
         Ok(())
     }
+}
+
+fn unknown_field(name: &str) -> ApiError {
+    let msg = format!(
+        "unknown field `{}`: /v1/videos takes model, prompt, seconds, size and input_reference",
+        crate::error::quote(name)
+    );
+    ApiError::unknown_parameter(name.to_string(), msg)
 }
 
 /// The types an uploaded `input_reference` may have, with the extension it is kept
