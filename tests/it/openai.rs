@@ -100,6 +100,18 @@ async fn a_video_is_created_retrieved_downloaded_and_deleted_in_openai_shapes() 
         .get(&format!("{VIDEOS}/{id}/content?variant=gif"), DEMO)
         .await;
     assert_error(&r, 400, "invalid_parameter", Some("variant"));
+    // Without a key, a link whose signature does not hold is refused as such first,
+    // whatever variant it asks for.
+    for variant in ["thumbnail", "gif"] {
+        let forged =
+            format!("{VIDEOS}/{id}/content?variant={variant}&expires=9999999999&signature=x");
+        assert_error(
+            &http.get_bare(&forged).await,
+            403,
+            "invalid_signature",
+            None,
+        );
+    }
 
     let remix = http
         .post_json(

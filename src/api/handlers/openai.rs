@@ -97,22 +97,32 @@ pub(super) fn remix(ctx: &RequestContext, id: &str) -> Result<Response<ResponseB
 
 /// The variant `GET /v1/videos/{id}/content` asks for: `Ok` for the video (the
 /// default; signed links name none), a 404 for the preview images no provider gives,
-/// 400 for anything else. The id is opened first (with the key), so that someone
-/// else's id is the same 404 as everywhere.
+/// 400 for anything else. The id is opened first (with the key, or as a signed link),
+/// so that someone else's id is the same 404 as everywhere, and a bad link the same
+/// 403.
 pub(super) fn variant(ctx: &RequestContext, id: &str, req: &Parts) -> Result<(), ApiError> {
     let query = req.uri.query().unwrap_or_default();
     let asked = form_urlencoded::parse(query.as_bytes())
         .find(|(k, _)| k == "variant")
         .map(|(_, v)| v.into_owned());
+    if matches!(asked.as_deref(), None | Some("video")) {
+        return Ok(());
+    }
+    // The id (with the key, or as a signed link) is judged first: what a request
+    // hears does not depend on its query when the id does not open.
+    match ctx.key_if_any() {
+        Some(_) => drop(OpenTask::open(ctx, ENDPOINT, id)?),
+        None => drop(OpenTask::open_signed(
+            ctx,
+            ENDPOINT,
+            id,
+            0,
+            req.uri.query(),
+        )?),
+    }
     match asked.as_deref() {
-        None | Some("video") => Ok(()),
-        Some(other @ ("thumbnail" | "spritesheet")) => {
-            if ctx.key_if_any().is_some() {
-                OpenTask::open(ctx, ENDPOINT, id)?;
-            }
-            Err(ApiError::variant_not_found(other))
-        }
-        Some(_) => {
+        Some(other @ ("thumbnail" | "spritesheet")) => Err(ApiError::variant_not_found(other)),
+        _ => {
             let msg = "`variant` must be video, thumbnail or spritesheet".to_string();
             Err(ApiError::invalid_parameter("variant", msg))
         }
