@@ -198,6 +198,37 @@ async fn json_fields_of_the_wrong_type_or_name_are_refused_by_their_codes() {
     assert_error(&r, 400, "invalid_parameter", Some("prompt"));
 }
 
+/// A retry is the same request as sent, not only as the model takes it: a model of
+/// a fixed resolution takes `1280x720` and `1920x1080` alike (both 16:9), but the
+/// answer echoes the size asked, so another size under the same `Idempotency-Key` is
+/// another request.
+#[tokio::test]
+async fn another_size_under_the_same_idempotency_key_is_another_request() {
+    let gw = Gateway::start(shipped_routes()).await;
+    let http = gw.client();
+    let auth = format!("Bearer {DEMO}");
+    let headers = [
+        ("authorization", auth.as_str()),
+        ("content-type", "application/json"),
+        ("idempotency-key", "sized-1"),
+    ];
+    let sized = |size: &str| {
+        json!({"model": "gamma_1_5_pro_720p", "prompt": "p", "size": size}).to_string()
+    };
+    let first = http
+        .send(Method::POST, VIDEOS, &headers, sized("1280x720"))
+        .await;
+    assert_eq!(first.status, 200, "{}", first.text());
+    let again = http
+        .send(Method::POST, VIDEOS, &headers, sized("1280x720"))
+        .await;
+    assert_eq!(again.header("idempotent-replayed"), Some("true"));
+    let other = http
+        .send(Method::POST, VIDEOS, &headers, sized("1920x1080"))
+        .await;
+    assert_error(&other, 422, "idempotency_key_reused", None);
+}
+
 #[tokio::test]
 async fn a_value_the_model_does_not_take_is_refused_naming_the_openai_field() {
     let gw = Gateway::start(shipped_routes()).await;

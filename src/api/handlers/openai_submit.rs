@@ -76,7 +76,11 @@ where
         uploaded = Some(input);
     }
     let params = model.openai_params(&asked.fields)?;
-    let same_request = uploaded.as_ref().map(|input| input.same_request(&params));
+    let openai = VideoAsked {
+        seconds: asked.fields.seconds,
+        size: asked.fields.size,
+    };
+    let same_request = same_request(&params, uploaded.as_ref(), &openai);
     let video_seconds = model.video_seconds(&params)?;
     let callback_url = match with_ledger {
         true => callback::target(ctx, key, None).await?,
@@ -86,16 +90,12 @@ where
     if let Some(input) = uploaded {
         input.keep().await?;
     }
-    let openai = VideoAsked {
-        seconds: asked.fields.seconds,
-        size: asked.fields.size,
-    };
     let snapshot = ctx.snapshot.clone();
     let order = SubmitOrder {
         idempotency_key,
         callback_url,
         openai: Some(openai.clone()),
-        same_request,
+        same_request: Some(same_request),
         ..SubmitOrder::new(
             snapshot,
             key,
@@ -117,6 +117,15 @@ where
         }
         Submitted::Replayed(answer) => idempotency::replay(&answer),
     })
+}
+
+/// What tells a retry of the request from another under the same `Idempotency-Key`:
+/// the model's parameters (an upload named by its stored input), and the `seconds`
+/// and `size` as sent, which the answer echoes though two sizes may map to one
+/// parameter of the model.
+fn same_request(params: &Value, input: Option<&Input>, asked: &VideoAsked) -> Value {
+    let params = input.map_or_else(|| params.clone(), |input| input.same_request(params));
+    serde_json::json!({"params": params, "seconds": asked.seconds, "size": asked.size})
 }
 
 /// The body as JSON or as a form.
