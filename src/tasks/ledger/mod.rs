@@ -1823,6 +1823,28 @@ mod tests {
         row
     }
 
+    /// A task of unknown outcome that the operator resolves never had an id its client
+    /// knows: no webhook is owed for it (it could never be made).
+    #[tokio::test]
+    async fn a_resolved_task_of_unknown_outcome_owes_no_webhook() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = ledger(&dir).await;
+        let hooked = NewTask {
+            callback_url: Some("https://hooks.example/h"),
+            ..new("a", None, "fp")
+        };
+        let Admission::Fresh(row) = l.admit(&hooked).await.unwrap() else {
+            panic!()
+        };
+        l.outcome_unknown(row, "p").await.unwrap();
+        assert!(l.resolve(row, true, None).await.unwrap());
+        assert_eq!(l.delivery_of(row).await.unwrap(), None);
+        // A task its client has the id of still owes one.
+        let created = finished_with_webhook(&l, 2).await;
+        let owed = l.delivery_of(created).await.unwrap().unwrap();
+        assert_eq!(owed.0, "pending");
+    }
+
     #[tokio::test]
     async fn a_delivery_put_back_counts_no_attempt_and_is_due_again_when_told() {
         let dir = tempfile::tempdir().unwrap();

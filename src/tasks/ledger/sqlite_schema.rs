@@ -30,7 +30,7 @@ macro_rules! migration {
 
 /// Every migration, in order. A new one is a file in `migrations/sqlite` and a line
 /// here (a test checks that the two agree).
-const MIGRATIONS: [Migration; 11] = [
+const MIGRATIONS: [Migration; 12] = [
     migration!(1, "ledger", "0001_ledger.sql"),
     migration!(2, "tracker", "0002_tracker.sql"),
     migration!(3, "deliveries", "0003_deliveries.sql"),
@@ -42,6 +42,7 @@ const MIGRATIONS: [Migration; 11] = [
     migration!(9, "keys by age", "0009_keys_by_age.sql"),
     migration!(10, "followers", "0010_followers.sql"),
     migration!(11, "closed days", "0011_closed_days.sql"),
+    migration!(12, "webhook needs an id", "0012_webhook_needs_an_id.sql"),
 ];
 
 const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS _sqlx_migrations (
