@@ -140,8 +140,8 @@ pub mod submit_statements {
     }
 }
 
-/// The PostgreSQL server's clock less this machine's, in ms, as last learned: see
-/// [`now_ms`]. 0 on SQLite, and until a heartbeat has asked.
+/// The PostgreSQL server's clock less this machine's, in ms, as last learned (at
+/// open, then at every heartbeat): see [`now_ms`]. 0 on SQLite.
 static SERVER_CLOCK_AHEAD_MS: AtomicI64 = AtomicI64::new(0);
 
 /// Milliseconds since the Unix epoch, by the clock the ledger's times are written
@@ -150,8 +150,8 @@ static SERVER_CLOCK_AHEAD_MS: AtomicI64 = AtomicI64::new(0);
 /// ran ahead of another's by more than a lease would take the other for dead and
 /// claim its tasks, copies and deliveries while it lived, and one behind would write
 /// retries already due for everyone. So on PostgreSQL the process keeps the server's
-/// time, learned at every heartbeat (to within half a round trip); on SQLite, one
-/// process's, its own.
+/// time, learned when the ledger opens and at every heartbeat (to within half a round
+/// trip); on SQLite, one process's, its own.
 pub fn now_ms() -> i64 {
     local_ms() + SERVER_CLOCK_AHEAD_MS.load(Ordering::Relaxed)
 }
@@ -172,7 +172,13 @@ impl Ledger {
             LedgerUrl::Sqlite(path) => Box::new(SqliteStore::open(path, max_connections).await?),
             LedgerUrl::Postgres(url) => Box::new(PostgresStore::open(url, max_connections).await?),
         };
-        Ok(Some(Self { store }))
+        let ledger = Self { store };
+        // Before the first submit's times, not only at the tracker's first heartbeat.
+        ledger
+            .learn_server_clock()
+            .await
+            .map_err(|e| format!("the ledger's clock cannot be read: {e}"))?;
+        Ok(Some(ledger))
     }
 
     /// On PostgreSQL, how far the server's clock is from this machine's, asked again
