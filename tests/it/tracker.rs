@@ -534,36 +534,11 @@ async fn an_unchanged_answer_adds_no_ledger_statement() {
 /// there hears how they ended.
 #[tokio::test]
 async fn a_killed_replica_s_tasks_are_followed_by_the_other_once_its_heartbeat_expires() {
-    let pg = Postgres::start();
-    let url = pg.database("killed");
-    let fake = Fake::start().await;
     let ids = ["k0", "k1", "k2"];
-    let routes = Routes::upstream(&fake.url(), "poll_interval_ms = 200")
-        .top(&format!("[ledger]\nurl = {url:?}"))
-        .top("[tracker]\nlease_ms = 1000")
-        .render();
-    let secret = "a-task-secret-shared-by-both-replicas-0123456789";
-    let dir = || crate::support::ConfigDir::new(&routes).with("task-secret", secret);
-    let mut a = Proc::start_in(dir(), &[], &[]).await;
-    let mut tasks = Vec::new();
-    for id in ids {
-        upstream_holds(&fake, id, "queued");
-        let task = json!({"model": "m1", "prompt": id});
-        tasks.push(a.client().submit_id(MODEL_CENTER, DEMO, &task).await);
-    }
-    let pool = sqlx::PgPool::connect(&url).await.unwrap();
-    let followers = async || -> Vec<Option<String>> {
-        sqlx::query_scalar("SELECT lease_owner FROM tasks ORDER BY id")
-            .fetch_all(&pool)
-            .await
-            .unwrap()
-    };
-    eventually("the only replica follows every task", async || {
-        followers().await.iter().all(Option::is_some)
-    })
-    .await;
-    let first = followers().await;
-    let b = Proc::start_in(dir(), &[], &[]).await;
+    let (f, mut a, tasks) = Following::start("killed", &ids).await;
+    let (fake, pool) = (&f.fake, f.pool.clone());
+    let first = f.followers().await;
+    let b = Proc::start_in(f.dir(), &[], &[]).await;
     a.kill();
     // Clients wait on the survivor (each wait asks once, and hears `queued`); then
     // the tasks end upstream, and only a tracker can tell the waiting clients.
@@ -600,35 +575,12 @@ async fn a_killed_replica_s_tasks_are_followed_by_the_other_once_its_heartbeat_e
 /// usual.
 #[tokio::test]
 async fn a_replica_paused_past_its_heartbeat_leaves_its_tasks_to_the_other() {
-    let pg = Postgres::start();
-    let url = pg.database("paused");
-    let fake = Fake::start().await;
     let ids = ["p0", "p1"];
-    let routes = Routes::upstream(&fake.url(), "poll_interval_ms = 200")
-        .top(&format!("[ledger]\nurl = {url:?}"))
-        .top("[tracker]\nlease_ms = 1000")
-        .render();
-    let secret = "a-task-secret-shared-by-both-replicas-0123456789";
-    let dir = || crate::support::ConfigDir::new(&routes).with("task-secret", secret);
-    let a = Proc::start_in(dir(), &[], &[]).await;
-    for id in ids {
-        upstream_holds(&fake, id, "queued");
-        let task = json!({"model": "m1", "prompt": id});
-        a.client().submit(MODEL_CENTER, DEMO, &task).await;
-    }
-    let pool = sqlx::PgPool::connect(&url).await.unwrap();
-    let followers = async || -> Vec<Option<String>> {
-        sqlx::query_scalar("SELECT lease_owner FROM tasks ORDER BY id")
-            .fetch_all(&pool)
-            .await
-            .unwrap()
-    };
-    eventually("the only replica follows every task", async || {
-        followers().await.iter().all(Option::is_some)
-    })
-    .await;
+    let (f, a, _) = Following::start("paused", &ids).await;
+    let (fake, pool) = (&f.fake, f.pool.clone());
+    let followers = async || f.followers().await;
     let first = followers().await[0].clone();
-    let b = Proc::start_in(dir(), &[], &[]).await;
+    let b = Proc::start_in(f.dir(), &[], &[]).await;
     a.pause(true);
     eventually("the other replica follows them", async || {
         followers().await.iter().all(|f| f.is_some() && f != &first)
@@ -665,37 +617,14 @@ async fn a_replica_paused_past_its_heartbeat_leaves_its_tasks_to_the_other() {
 /// hold, in the server's time.
 #[tokio::test]
 async fn a_replica_whose_clock_runs_ahead_takes_no_task_from_a_live_one() {
-    let pg = Postgres::start();
-    let url = pg.database("skewed");
-    let fake = Fake::start().await;
     let ids = ["s0", "s1"];
-    let routes = Routes::upstream(&fake.url(), "poll_interval_ms = 200")
-        .top(&format!("[ledger]\nurl = {url:?}"))
-        .top("[tracker]\nlease_ms = 1000")
-        .render();
-    let secret = "a-task-secret-shared-by-both-replicas-0123456789";
-    let dir = || crate::support::ConfigDir::new(&routes).with("task-secret", secret);
-    let a = Proc::start_in(dir(), &[], &[]).await;
-    for id in ids {
-        upstream_holds(&fake, id, "queued");
-        let task = json!({"model": "m1", "prompt": id});
-        a.client().submit(MODEL_CENTER, DEMO, &task).await;
-    }
-    let pool = sqlx::PgPool::connect(&url).await.unwrap();
-    let followers = async || -> Vec<Option<String>> {
-        sqlx::query_scalar("SELECT lease_owner FROM tasks ORDER BY id")
-            .fetch_all(&pool)
-            .await
-            .unwrap()
-    };
-    eventually("the only replica follows every task", async || {
-        followers().await.iter().all(Option::is_some)
-    })
-    .await;
+    let (f, a, _) = Following::start("skewed", &ids).await;
+    let (fake, pool) = (&f.fake, f.pool.clone());
+    let followers = async || f.followers().await;
     let first = followers().await;
     let ahead = crate::support::clock_moved("+30s");
     let ahead: Vec<(&str, &str)> = ahead.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let b = Proc::start_in(dir(), &[], &ahead).await;
+    let b = Proc::start_in(f.dir(), &[], &ahead).await;
     let alive_for = async || -> Vec<i64> {
         sqlx::query_scalar(
             "SELECT alive_until_ms - CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT) FROM replicas ORDER BY name",
@@ -832,6 +761,63 @@ fn status(id: &str, s: &str) -> Answer {
         json!([])
     };
     Answer::json(200, json!({"id": id, "status": s, "urls": urls}))
+}
+
+/// Replica `a` of a fleet on a PostgreSQL ledger of its own (status requests every
+/// 200 ms, `lease_ms` 1 s, one task secret for every replica), following tasks it
+/// was sent, each held at its status upstream; what starts other replicas beside it.
+struct Following {
+    _pg: Postgres,
+    fake: Fake,
+    routes: String,
+    pool: sqlx::PgPool,
+}
+
+impl Following {
+    /// The fleet on database `name`, its first replica and the ids of `ids`, each a
+    /// task submitted to it, held `queued` upstream and followed by it.
+    async fn start(name: &str, ids: &[&str]) -> (Self, Proc, Vec<String>) {
+        let pg = Postgres::start();
+        let url = pg.database(name);
+        let fake = Fake::start().await;
+        let routes = Routes::upstream(&fake.url(), "poll_interval_ms = 200")
+            .top(&format!("[ledger]\nurl = {url:?}"))
+            .top("[tracker]\nlease_ms = 1000")
+            .render();
+        let pool = sqlx::PgPool::connect(&url).await.unwrap();
+        let f = Self {
+            _pg: pg,
+            fake,
+            routes,
+            pool,
+        };
+        let a = Proc::start_in(f.dir(), &[], &[]).await;
+        let mut tasks = Vec::new();
+        for id in ids {
+            upstream_holds(&f.fake, id, "queued");
+            let task = json!({"model": "m1", "prompt": id});
+            tasks.push(a.client().submit_id(MODEL_CENTER, DEMO, &task).await);
+        }
+        eventually("the only replica follows every task", async || {
+            f.followers().await.iter().all(Option::is_some)
+        })
+        .await;
+        (f, a, tasks)
+    }
+
+    /// A replica's configuration directory.
+    fn dir(&self) -> crate::support::ConfigDir {
+        let secret = "a-task-secret-shared-by-both-replicas-0123456789";
+        crate::support::ConfigDir::new(&self.routes).with("task-secret", secret)
+    }
+
+    /// Each task's follower, in the order of the tasks.
+    async fn followers(&self) -> Vec<Option<String>> {
+        sqlx::query_scalar("SELECT lease_owner FROM tasks ORDER BY id")
+            .fetch_all(&self.pool)
+            .await
+            .unwrap()
+    }
 }
 
 /// The fake upstream creates task `id` (`queued`) and answers its status requests `s`.
