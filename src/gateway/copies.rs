@@ -233,19 +233,23 @@ impl CopyJob {
             CopyOutcome::Failed { .. } => metrics.result_copy("failed", None),
             CopyOutcome::Retry { .. } => metrics.result_copy("retry", None),
         }
-        if matches!(
+        let given_up = matches!(
             outcome,
             CopyOutcome::Skipped { .. } | CopyOutcome::Failed { .. }
-        ) {
-            self.discard_unrecorded(copy.task_row).await;
-        }
-        if let Err(e) = self
+        );
+        match self
             .ledger
             .copy_attempted(copy.id, &self.replica, &outcome)
             .await
         {
+            // Written while this replica held the copy, and for good: nobody makes it
+            // again, so what lies under its keys unrecorded is nobody's.
+            Ok(true) if given_up => self.discard_unrecorded(copy.task_row).await,
+            Ok(_) => {}
             // The lease runs out and the copy is made again.
-            tracing::warn!(error = %e, task_row = copy.task_row, "storage: a copy's outcome cannot be written");
+            Err(e) => {
+                tracing::warn!(error = %e, task_row = copy.task_row, "storage: a copy's outcome cannot be written")
+            }
         }
     }
 
@@ -253,13 +257,14 @@ impl CopyJob {
     /// an earlier attempt cut short by `copy_timeout_ms` while finishing its upload
     /// may have had the object completed after all (S3 finished it as the timeout
     /// fired), and with no row nothing would ever delete it. Best effort: what cannot
-    /// be listed or deleted now is logged.
+    /// be listed or deleted now is logged, and an upload of this very attempt that
+    /// completes after the listing (cut short as it finished) stays.
     async fn discard_unrecorded(&self, task_row: i64) {
         let kept: Vec<String> = match self.ledger.results_of(task_row).await {
             Ok(results) => results
-                .into_iter()
+                .iter()
                 .filter(|r| r.deleted_ms.is_none())
-                .map(|r| r.object_key)
+                .map(|r| self.storage.listed_as(&r.object_key))
                 .collect(),
             Err(e) => {
                 tracing::warn!(error = %e, task_row, "storage: a copy given up cannot be cleared: its results cannot be read");

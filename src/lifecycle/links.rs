@@ -5,7 +5,7 @@
 //! content step); else the provider's own result URLs.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use crate::config::Endpoint;
 use crate::providers::Provider;
@@ -44,9 +44,8 @@ pub fn make_public(
             state.urls.len()
         };
         let ttl = Duration::from_secs(snapshot.storage.link_ttl_secs);
-        let expires = (SystemTime::now() + ttl)
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
+        // In the ledger's clock, as every replica checks it (`ledger::now_ms`).
+        let expires = crate::tasks::ledger::now_ms().max(0) as u64 / 1000 + ttl.as_secs();
         let urls = (0..count)
             .map(|n| {
                 let signature = snapshot.sealer.sign_link(id, n, expires);

@@ -10,7 +10,7 @@
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
 use serde_json::Value;
@@ -667,8 +667,7 @@ fn error_answer(e: &ApiError) -> Answer {
     }
 }
 
+/// Unix seconds in the ledger's clock, as the task's other times are written.
 fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
+    ledger::now_ms().max(0) as u64 / 1000
 }

@@ -214,6 +214,12 @@ impl Storage {
         }
     }
 
+    /// `key` as [`Storage::result_keys`] lists it (object_store's paths drop empty
+    /// segments, so a prefix with `//` lists otherwise than it was written).
+    pub fn listed_as(&self, key: &str) -> String {
+        ObjectPath::from(key).to_string()
+    }
+
     /// The keys of every object kept for the task in ledger row `row`.
     pub async fn result_keys(&self, row: i64) -> Result<Vec<String>, StorageError> {
         let dir = ObjectPath::from(self.results_of(row));

@@ -188,6 +188,14 @@ async fn json_fields_of_the_wrong_type_or_name_are_refused_by_their_codes() {
         "the name is quoted: {} bytes",
         r.text().len()
     );
+    let body = json!({"model": "deltaq3-pro", "prompt": "x", "bogus": null});
+    let r = http.post_json(VIDEOS, DEMO, &body).await;
+    assert_eq!(
+        r.json()["error"]["code"],
+        "unknown_parameter",
+        "{}",
+        r.text()
+    );
     let r = http
         .post_json(
             VIDEOS,

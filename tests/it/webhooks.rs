@@ -404,10 +404,11 @@ async fn a_replica_behind_the_server_s_clock_keeps_to_the_backoff() {
         "max_retry_interval_ms = 200",
         "max_retry_interval_ms = 4000",
     );
+    let url = pg.database("behind");
     let routes = Routes::tracked_simulator()
         .top(&settings)
         .demo_key("webhook_secret_file = \"webhook-secret\"")
-        .top(&format!("[ledger]\nurl = {:?}", pg.database("behind")));
+        .top(&format!("[ledger]\nurl = {url:?}"));
     let behind = crate::support::clock_moved("-60s");
     let behind: Vec<(&str, &str)> = behind.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let gw = Proc::start_in(config(&routes, SECRET), &[], &behind).await;
@@ -420,6 +421,25 @@ async fn a_replica_behind_the_server_s_clock_keeps_to_the_backoff() {
         !seen.is_empty()
     })
     .await;
+    // The retry is written in the server's time: due within the backoff from now.
+    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+    let retry = async || -> (i64, i64) {
+        sqlx::query_as(
+            "SELECT attempts, next_attempt_ms - CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT) FROM deliveries",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+    };
+    eventually("the first attempt's outcome is written", async || {
+        retry().await.0 == 1
+    })
+    .await;
+    let due_in = retry().await.1;
+    assert!(
+        (0..=4_000).contains(&due_in),
+        "the retry is due in {due_in} ms"
+    );
     tokio::time::sleep(Duration::from_millis(1500)).await;
     seen.extend(receiver.take());
     assert_eq!(

@@ -135,7 +135,7 @@ where
         Route::Content(endpoint, id, n) => {
             let (parts, _) = req.into_parts();
             if *endpoint == Endpoint::OpenAiVideos {
-                openai::variant(ctx, id, &parts)?;
+                openai::variant(ctx, id, *n, &parts)?;
             }
             Box::pin(content::content(gateway, ctx, *endpoint, id, *n, &parts)).await
         }

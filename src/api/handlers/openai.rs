@@ -100,7 +100,12 @@ pub(super) fn remix(ctx: &RequestContext, id: &str) -> Result<Response<ResponseB
 /// 400 for anything else. The id is opened first (with the key, or as a signed link),
 /// so that someone else's id is the same 404 as everywhere, and a bad link the same
 /// 403.
-pub(super) fn variant(ctx: &RequestContext, id: &str, req: &Parts) -> Result<(), ApiError> {
+pub(super) fn variant(
+    ctx: &RequestContext,
+    id: &str,
+    n: usize,
+    req: &Parts,
+) -> Result<(), ApiError> {
     let query = req.uri.query().unwrap_or_default();
     let asked = form_urlencoded::parse(query.as_bytes())
         .find(|(k, _)| k == "variant")
@@ -116,7 +121,7 @@ pub(super) fn variant(ctx: &RequestContext, id: &str, req: &Parts) -> Result<(),
             ctx,
             ENDPOINT,
             id,
-            0,
+            n,
             req.uri.query(),
         )?),
     }

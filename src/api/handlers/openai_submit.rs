@@ -5,7 +5,7 @@
 //! video object.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::request::Parts;
@@ -149,13 +149,15 @@ fn parse_json(bytes: &[u8]) -> Result<Asked, ApiError> {
     };
     let mut asked = Asked::default();
     for (name, value) in object {
+        // A name /v1/videos does not take is refused as such, whatever its value.
+        if !FIELDS.contains(&name.as_str()) {
+            return Err(unknown_field(&name));
+        }
         let text = match value {
             Value::Null => continue,
             Value::String(s) => s,
             // `seconds` as a number is taken as the SDK's string would be.
             Value::Number(n) if name == "seconds" => n.to_string(),
-            // A name /v1/videos does not take is refused as such, whatever its value.
-            _ if !FIELDS.contains(&name.as_str()) => return Err(unknown_field(&name)),
             _ if name == "model" => return Err(ApiError::missing_model()),
             _ => {
                 let msg = format!("`{name}` must be a string");
@@ -292,9 +294,8 @@ impl<'a> Input<'a> {
         let name = format!("{sha}-{}.{ext}", upload.bytes.len());
         let snapshot = &ctx.snapshot;
         let ttl = Duration::from_secs(snapshot.storage.link_ttl_secs);
-        let expires = (SystemTime::now() + ttl)
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
+        // In the ledger's clock, as every replica checks it (`ledger::now_ms`).
+        let expires = crate::tasks::ledger::now_ms().max(0) as u64 / 1000 + ttl.as_secs();
         let signature = snapshot.sealer.sign_input(&name, expires);
         let base = match &snapshot.storage.public_base_url {
             Some(base) => base.clone(),

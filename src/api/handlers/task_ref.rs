@@ -53,9 +53,7 @@ impl<'s> OpenTask<'s> {
         if !ctx.snapshot.sealer.link_signed(id, n, expires, &signature) {
             return Err(ApiError::invalid_signature());
         }
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
+        let now = crate::tasks::ledger::now_ms().max(0) as u64 / 1000;
         if expires < now {
             return Err(ApiError::link_expired());
         }

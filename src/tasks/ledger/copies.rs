@@ -86,6 +86,7 @@ impl Ledger {
         lease: Duration,
         limit: i64,
     ) -> Result<Vec<Leased>, LedgerError> {
+        self.refresh_server_clock().await;
         let now = now_ms();
         let until = now + lease.as_millis() as i64;
         let claim = PerEngine {
@@ -118,13 +119,14 @@ impl Ledger {
         Ok(())
     }
 
-    /// Write down what became of an attempt on a copy `owner` leased.
+    /// Write down what became of an attempt on a copy `owner` leased; false when
+    /// `owner` no longer held it (its lease ran out, another replica took it).
     pub async fn copy_attempted(
         &self,
         id: i64,
         owner: &str,
         outcome: &CopyOutcome,
-    ) -> Result<(), LedgerError> {
+    ) -> Result<bool, LedgerError> {
         let now = now_ms();
         let none = None::<&str>;
         let (sql, args) = match outcome {
@@ -141,8 +143,7 @@ impl Ledger {
                 (SET_RETRY, params![id, owner, error.as_str(), *next_ms])
             }
         };
-        self.store.execute(sql, args).await?;
-        Ok(())
+        Ok(self.store.execute(sql, args).await? == 1)
     }
 
     /// The results stored for the task in `task_row`, in order.

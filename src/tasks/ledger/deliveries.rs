@@ -74,6 +74,7 @@ impl Ledger {
         limit: i64,
         copy_wait: Duration,
     ) -> Result<Vec<Delivery>, LedgerError> {
+        self.refresh_server_clock().await;
         let now = now_ms();
         let until = now + lease.as_millis() as i64;
         let waited_since = now.saturating_sub(copy_wait.as_millis() as i64);

@@ -140,9 +140,18 @@ pub mod submit_statements {
     }
 }
 
-/// The PostgreSQL server's clock less this machine's, in ms, as last learned (at
-/// open, then at every heartbeat): see [`now_ms`]. 0 on SQLite.
+/// The PostgreSQL server's clock less this machine's, in ms, as last learned: see
+/// [`now_ms`]. 0 on SQLite. One per process, as a process has one ledger.
 static SERVER_CLOCK_AHEAD_MS: AtomicI64 = AtomicI64::new(0);
+/// When (by this machine's clock) it was learned last.
+static SERVER_CLOCK_LEARNED_MS: AtomicI64 = AtomicI64::new(0);
+/// A sample of the server's clock whose round trip took longer (a wait for a pooled
+/// connection, a busy server) says too little of when the server read its clock: it
+/// is dropped, and the offset learned before stands.
+const CLOCK_SAMPLE_MAX_MS: i64 = 50;
+/// How old the offset may grow before a claim of copies or deliveries asks again:
+/// with the tracker off, no heartbeat does.
+const CLOCK_REFRESH_MS: i64 = 30_000;
 
 /// Milliseconds since the Unix epoch, by the clock the ledger's times are written
 /// and compared in. Replicas sharing a PostgreSQL ledger read one another's
@@ -150,8 +159,9 @@ static SERVER_CLOCK_AHEAD_MS: AtomicI64 = AtomicI64::new(0);
 /// ran ahead of another's by more than a lease would take the other for dead and
 /// claim its tasks, copies and deliveries while it lived, and one behind would write
 /// retries already due for everyone. So on PostgreSQL the process keeps the server's
-/// time, learned when the ledger opens and at every heartbeat (to within half a round
-/// trip); on SQLite, one process's, its own.
+/// time, learned when the ledger opens, at every heartbeat and at least every 30 s
+/// (each sample's round trip under 50 ms, so within 25 ms); on SQLite, one process's,
+/// its own.
 pub fn now_ms() -> i64 {
     local_ms() + SERVER_CLOCK_AHEAD_MS.load(Ordering::Relaxed)
 }
@@ -174,28 +184,38 @@ impl Ledger {
         };
         let ledger = Self { store };
         // Before the first submit's times, not only at the tracker's first heartbeat.
-        ledger
-            .learn_server_clock()
-            .await
-            .map_err(|e| format!("the ledger's clock cannot be read: {e}"))?;
+        ledger.learn_server_clock().await;
         Ok(Some(ledger))
     }
 
     /// On PostgreSQL, how far the server's clock is from this machine's, asked again
-    /// ([`now_ms`]).
-    async fn learn_server_clock(&self) -> Result<(), LedgerError> {
+    /// ([`now_ms`]). A sample that cannot be taken, or took too long, leaves the offset
+    /// as it was.
+    async fn learn_server_clock(&self) {
         if !self.shared() {
-            return Ok(());
+            return;
         }
         let before = local_ms();
         let server = self.store.reads().int(record::SERVER_CLOCK, Vec::new());
-        let server = server.await?;
+        let server = server.await;
         let after = local_ms();
-        if let Some(server) = server {
-            let ahead = server - before / 2 - after / 2;
-            SERVER_CLOCK_AHEAD_MS.store(ahead, Ordering::Relaxed);
+        match server {
+            Ok(Some(server)) if after - before <= CLOCK_SAMPLE_MAX_MS => {
+                let ahead = server - before / 2 - after / 2;
+                SERVER_CLOCK_AHEAD_MS.store(ahead, Ordering::Relaxed);
+                SERVER_CLOCK_LEARNED_MS.store(after, Ordering::Relaxed);
+            }
+            Ok(_) => {}
+            Err(e) => tracing::debug!(error = %e, "ledger: the server's clock cannot be read"),
         }
-        Ok(())
+    }
+
+    /// The server's clock asked again when it was learned too long ago.
+    async fn refresh_server_clock(&self) {
+        let learned = SERVER_CLOCK_LEARNED_MS.load(Ordering::Relaxed);
+        if self.shared() && local_ms() - learned > CLOCK_REFRESH_MS {
+            self.learn_server_clock().await;
+        }
     }
 
     /// Write the row of a new submit, unless the key's `Idempotency-Key` was seen
@@ -400,7 +420,7 @@ impl Ledger {
     /// file is one process's, every other replica is dead from now: their tasks are
     /// followed at once.
     pub async fn register(&self, me: &str, alive: Duration) -> Result<(), LedgerError> {
-        self.learn_server_clock().await?;
+        self.learn_server_clock().await;
         let now = now_ms();
         if !self.shared() {
             self.store.execute(record::OTHERS_DEAD, params![me]).await?;
@@ -415,7 +435,7 @@ impl Ledger {
     /// `me` is alive for `alive` more; false when it was not alive any more (its
     /// heartbeat expired: its tasks may be followed by another replica already).
     pub async fn heartbeat(&self, me: &str, alive: Duration) -> Result<bool, LedgerError> {
-        self.learn_server_clock().await?;
+        self.learn_server_clock().await;
         let now = now_ms();
         let until = now + alive.as_millis() as i64;
         let args = params![me, until, now];
