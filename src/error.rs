@@ -498,7 +498,7 @@ impl ApiError {
             StatusCode::SERVICE_UNAVAILABLE,
             "service_unavailable",
             "ledger_unavailable",
-            "the task ledger is unavailable; nothing was submitted, retry later",
+            "the task ledger is unavailable; retry later (a submit refused so reached no provider)",
         )
         .with_retry_after(Duration::from_secs(1))
     }

@@ -57,7 +57,8 @@ pub(super) async fn content(
         return super::stored::answer(storage, result, request, direct, now_ms()).await;
     }
     // Deleted by its owner: not passed on from the provider either (it may keep the
-    // media for a while), as no stored result of it is served.
+    // media for a while), as no stored result of it is served. A ledger out of reach
+    // refuses rather than serve what may have been deleted.
     if gateway.tasks.was_deleted(task).await? {
         return Err(ApiError::result_expired());
     }

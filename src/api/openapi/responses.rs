@@ -73,6 +73,7 @@ pub(super) const CONTENT: &[&str] = &[
     "invalid_signature",
     "result_expired",
     "storage_unavailable",
+    "ledger_unavailable",
 ];
 pub(super) const MODEL: &[&str] = &["model_not_found", "not_found"];
 /// `/v1/videos`' own: a form that cannot be read, the remix, the preview variants.

@@ -146,7 +146,7 @@ fn retrieve(ops: &Ops) -> Operation {
         "getVideo".into(),
         "Retrieve a video".into(),
         ("The video.", reference("Video")),
-        &[QUERY, &["ledger_unavailable"], UPSTREAM],
+        &[QUERY, UPSTREAM],
     );
     op.parameters.push(id_parameter("The video's id."));
     op
