@@ -577,7 +577,6 @@ async fn a_killed_replica_s_tasks_are_followed_by_the_other_once_its_heartbeat_e
 async fn a_replica_paused_past_its_heartbeat_leaves_its_tasks_to_the_other() {
     let ids = ["p0", "p1"];
     let (f, a, _) = Following::start("paused", &ids).await;
-    let (fake, pool) = (&f.fake, f.pool.clone());
     let followers = async || f.followers().await;
     let first = followers().await[0].clone();
     let b = Proc::start_in(f.dir(), &[], &[]).await;
@@ -592,22 +591,7 @@ async fn a_replica_paused_past_its_heartbeat_leaves_its_tasks_to_the_other() {
     // Its next look claims nothing the other follows.
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert_eq!(followers().await, second);
-    for id in ids {
-        fake.on(
-            &format!("GET /v2/model-center/tasks/{id}"),
-            status(id, "completed"),
-        );
-    }
-    let states = async || -> Vec<String> {
-        sqlx::query_scalar("SELECT state FROM tasks")
-            .fetch_all(&pool)
-            .await
-            .unwrap()
-    };
-    eventually("both tasks end", async || {
-        states().await == ["completed"; 2]
-    })
-    .await;
+    f.all_complete(&ids).await;
     assert!(b.count_in_log("heartbeat had expired") == 0, "{}", b.log());
 }
 
@@ -619,7 +603,7 @@ async fn a_replica_paused_past_its_heartbeat_leaves_its_tasks_to_the_other() {
 async fn a_replica_whose_clock_runs_ahead_takes_no_task_from_a_live_one() {
     let ids = ["s0", "s1"];
     let (f, a, _) = Following::start("skewed", &ids).await;
-    let (fake, pool) = (&f.fake, f.pool.clone());
+    let pool = f.pool.clone();
     let followers = async || f.followers().await;
     let first = followers().await;
     let ahead = crate::support::clock_moved("+30s");
@@ -645,22 +629,7 @@ async fn a_replica_whose_clock_runs_ahead_takes_no_task_from_a_live_one() {
         left.len() == 2 && left.iter().all(|ms| (0..=1500).contains(ms)),
         "each heartbeat holds for about a lease from the server's now: {left:?}"
     );
-    for id in ids {
-        fake.on(
-            &format!("GET /v2/model-center/tasks/{id}"),
-            status(id, "completed"),
-        );
-    }
-    let states = async || -> Vec<String> {
-        sqlx::query_scalar("SELECT state FROM tasks")
-            .fetch_all(&pool)
-            .await
-            .unwrap()
-    };
-    eventually("both tasks end", async || {
-        states().await == ["completed"; 2]
-    })
-    .await;
+    f.all_complete(&ids).await;
     for replica in [&a, &b] {
         assert_eq!(
             replica.count_in_log("heartbeat had expired"),
@@ -809,6 +778,23 @@ impl Following {
     fn dir(&self) -> crate::support::ConfigDir {
         let secret = "a-task-secret-shared-by-both-replicas-0123456789";
         crate::support::ConfigDir::new(&self.routes).with("task-secret", secret)
+    }
+
+    /// The tasks `ids` complete upstream; back once the ledger has every one
+    /// completed (a follower asked, and recorded it).
+    async fn all_complete(&self, ids: &[&str]) {
+        for id in ids {
+            let path = format!("GET /v2/model-center/tasks/{id}");
+            self.fake.on(&path, status(id, "completed"));
+        }
+        eventually("every task ends", async || {
+            let states: Vec<String> = sqlx::query_scalar("SELECT state FROM tasks")
+                .fetch_all(&self.pool)
+                .await
+                .unwrap();
+            states.iter().all(|s| s == "completed")
+        })
+        .await;
     }
 
     /// Each task's follower, in the order of the tasks.
