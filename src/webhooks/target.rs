@@ -5,10 +5,11 @@
 //! (routes.toml or a submit), its resolved addresses at submit and again at every
 //! delivery, by the connector, so DNS rebinding gains nothing.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use http::Uri;
+use tokio::sync::Semaphore;
 
 use crate::config::{Network, WebhooksConfig};
 use crate::outbound::Reach;
@@ -17,12 +18,27 @@ use crate::outbound::Reach;
 pub const MAX_URL_LEN: usize = 2_048;
 /// How long a submit waits for the callback host's addresses.
 const RESOLVE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Lookups of callback hosts under way at once, in the process. A lookup runs on a
+/// blocking thread until the system resolver gives up (tens of seconds for a name
+/// whose servers never answer), whether or not the submit still waits: without a
+/// bound, a key sending such names could fill tokio's blocking pool, which the
+/// ledger's and storage's file work shares.
+const MAX_LOOKUPS: usize = 32;
+
+/// The places of [`MAX_LOOKUPS`], shared by every configuration a reload makes.
+fn lookups() -> Arc<Semaphore> {
+    static LOOKUPS: OnceLock<Arc<Semaphore>> = OnceLock::new();
+    LOOKUPS
+        .get_or_init(|| Arc::new(Semaphore::new(MAX_LOOKUPS)))
+        .clone()
+}
 
 /// The callback URL rule of one configuration.
 #[derive(Debug, Clone)]
 pub struct CallbackPolicy {
     allow_http_hosts: Vec<String>,
     reach: Arc<Reach>,
+    lookups: Arc<Semaphore>,
 }
 
 impl CallbackPolicy {
@@ -40,6 +56,7 @@ impl CallbackPolicy {
                 .map(|h| h.trim_end_matches('.').to_ascii_lowercase())
                 .collect(),
             reach: Arc::new(Reach::without_origin(networks)),
+            lookups: lookups(),
         })
     }
 
@@ -85,10 +102,20 @@ impl CallbackPolicy {
             return Ok(()); // judged as written by `check`
         }
         let port = uri.port_u16().unwrap_or(443);
-        let lookup = tokio::time::timeout(RESOLVE_TIMEOUT, tokio::net::lookup_host((host, port)));
-        let addrs: Vec<_> = match lookup.await {
-            Ok(Ok(addrs)) => addrs.collect(),
-            Ok(Err(_)) | Err(_) => return Err("its host cannot be resolved".into()),
+        let (host, lookups) = (host.to_string(), self.lookups.clone());
+        // The place is held by the lookup itself, in a task of its own, until the
+        // resolver answers: a submit that stops waiting does not free it early.
+        let lookup = async move {
+            let place = lookups.acquire_owned().await.ok()?;
+            let resolved = tokio::spawn(async move {
+                let addrs = tokio::net::lookup_host((host.as_str(), port)).await;
+                drop(place);
+                addrs.map(Iterator::collect::<Vec<_>>).ok()
+            });
+            resolved.await.ok().flatten()
+        };
+        let Ok(Some(addrs)) = tokio::time::timeout(RESOLVE_TIMEOUT, lookup).await else {
+            return Err("its host cannot be resolved".into());
         };
         if addrs.iter().any(|a| self.reach.allows(a.ip())) {
             Ok(())
@@ -147,6 +174,26 @@ mod tests {
         assert!(p.check("http://receiver.local/hook").is_ok());
         assert!(p.check("http://other.example/hook").is_err());
         assert!(p.check("https://10.0.0.1/x").is_err());
+    }
+
+    /// With every place for lookups taken (by lookups the resolver has not answered),
+    /// a submit's callback host is refused when its wait is over, and no further
+    /// lookup is started.
+    #[tokio::test(start_paused = true)]
+    async fn lookups_under_way_are_bounded() {
+        let mut p = policy(&[], &["127.0.0.0/8", "::1"]);
+        p.lookups = Arc::new(Semaphore::new(1));
+        let local: Uri = "https://localhost/x".parse().unwrap();
+        let taken = p.lookups.clone().acquire_owned().await.unwrap();
+        let started = tokio::time::Instant::now();
+        assert_eq!(
+            p.check_resolved(&local).await,
+            Err("its host cannot be resolved".to_string())
+        );
+        assert_eq!(started.elapsed(), RESOLVE_TIMEOUT);
+        drop(taken);
+        assert!(p.check_resolved(&local).await.is_ok());
+        assert_eq!(p.lookups.available_permits(), 1, "the place is given back");
     }
 
     #[tokio::test]
