@@ -149,12 +149,19 @@ impl Drop for IpSlot {
     }
 }
 
-/// Requests in progress on one connection, and when the last one ended.
+/// Requests in progress on one connection, and when the last one ended; responses
+/// being sent, and when one last moved.
 #[derive(Debug)]
 pub struct Activity {
     in_progress: AtomicUsize,
     /// Milliseconds since `epoch` at the last start or end of a request.
     last_ms: AtomicU64,
+    sending: AtomicUsize,
+    /// Of those, the ones whose body was asked for more and has none yet (its source,
+    /// such as a provider's stream, is slow; the client is not to blame).
+    waiting_on_source: AtomicUsize,
+    /// Milliseconds since `epoch` when a response body was last asked for more.
+    sent_ms: AtomicU64,
     epoch: Instant,
 }
 
@@ -163,13 +170,42 @@ impl Activity {
         Arc::new(Self {
             in_progress: AtomicUsize::new(0),
             last_ms: AtomicU64::new(0),
+            sending: AtomicUsize::new(0),
+            waiting_on_source: AtomicUsize::new(0),
+            sent_ms: AtomicU64::new(0),
             epoch: Instant::now(),
         })
     }
 
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
     fn touch(&self) {
-        let now = self.epoch.elapsed().as_millis() as u64;
-        self.last_ms.store(now, Ordering::Relaxed);
+        self.last_ms.store(self.now_ms(), Ordering::Relaxed);
+    }
+
+    /// A response body was asked for more: its client reads.
+    fn moved(&self) {
+        self.sent_ms.store(self.now_ms(), Ordering::Relaxed);
+    }
+
+    /// Resolves once a response is being sent and no response body has been asked
+    /// for more for `limit`: hyper asks only when it can write, so the client has
+    /// stopped reading (a zero window). Its request would otherwise stay in progress,
+    /// holding the connection, the key's place and an upstream connection, for good.
+    pub async fn stalled_for(&self, limit: Duration) {
+        loop {
+            let sending = self.sending.load(Ordering::Acquire)
+                > self.waiting_on_source.load(Ordering::Acquire);
+            let moved = Duration::from_millis(self.sent_ms.load(Ordering::Relaxed));
+            let still = self.epoch.elapsed().saturating_sub(moved);
+            if sending && still >= limit {
+                return;
+            }
+            let wait = if sending { limit - still } else { limit };
+            tokio::time::sleep(wait.max(Duration::from_millis(10))).await;
+        }
     }
 
     fn begin(self: &Arc<Self>) -> Busy {
@@ -199,6 +235,45 @@ impl Activity {
 /// A request in progress, until its response body ends (or is dropped).
 #[derive(Debug)]
 struct Busy(Arc<Activity>);
+
+/// A response being sent, until its body ends (or is dropped); whether its body's
+/// source owes the next frame.
+#[derive(Debug)]
+struct Sending {
+    activity: Arc<Activity>,
+    waiting: bool,
+}
+
+impl Sending {
+    fn of(activity: &Arc<Activity>) -> Self {
+        activity.sending.fetch_add(1, Ordering::AcqRel);
+        activity.moved();
+        Self {
+            activity: activity.clone(),
+            waiting: false,
+        }
+    }
+
+    /// The body was asked for more; `waiting`: its source has none yet.
+    fn asked(&mut self, waiting: bool) {
+        self.activity.moved();
+        if waiting != self.waiting {
+            let count = &self.activity.waiting_on_source;
+            match waiting {
+                true => count.fetch_add(1, Ordering::AcqRel),
+                false => count.fetch_sub(1, Ordering::AcqRel),
+            };
+            self.waiting = waiting;
+        }
+    }
+}
+
+impl Drop for Sending {
+    fn drop(&mut self) {
+        self.asked(false);
+        self.activity.sending.fetch_sub(1, Ordering::AcqRel);
+    }
+}
 
 impl Drop for Busy {
     fn drop(&mut self) {
@@ -267,6 +342,7 @@ where
             Ok(resp.map(|body| {
                 Held {
                     body,
+                    sending: Sending::of(&busy.0),
                     _busy: busy,
                     _slot: slot,
                 }
@@ -276,9 +352,11 @@ where
     }
 }
 
-/// A response body that keeps its request counted as in progress until it ends.
+/// A response body that keeps its request counted as in progress until it ends, and
+/// notes each time it is asked for more.
 struct Held {
     body: ResponseBody,
+    sending: Sending,
     _busy: Busy,
     _slot: Option<IpSlot>,
 }
@@ -291,7 +369,9 @@ impl http_body::Body for Held {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<Bytes>, BoxError>>> {
-        Pin::new(&mut self.body).poll_frame(cx)
+        let frame = Pin::new(&mut self.body).poll_frame(cx);
+        self.sending.asked(frame.is_pending());
+        frame
     }
 
     fn is_end_stream(&self) -> bool {

@@ -555,10 +555,18 @@ impl Conn {
         tokio::pin!(conn);
         let idle = activity.idle_for(self.idle);
         tokio::pin!(idle);
+        // A response its client stopped reading would hold the connection (and a
+        // graceful close would wait for it) for good: dropped, not closed gracefully.
+        let stalled = activity.stalled_for(self.idle);
+        tokio::pin!(stalled);
         let mut closing = false;
         let ended = loop {
             tokio::select! {
                 ended = conn.as_mut() => break ended,
+                () = &mut stalled => {
+                    tracing::debug!(peer = %self.peer, "a response its client stopped reading: connection dropped");
+                    break Ok(());
+                }
                 () = self.stop.cancelled(), if !closing => {}
                 () = &mut idle, if !closing => {
                     tracing::debug!(peer = %self.peer, "idle connection closed");

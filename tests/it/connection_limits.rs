@@ -150,3 +150,33 @@ async fn the_admin_listener_has_its_own_cap() {
     // The client listener is not affected.
     assert!(held_connection(gw.addr).await.is_some());
 }
+
+/// A client that stops reading a response (here a 64 MiB download) does not hold its
+/// connection, its request's place and the upstream connection for good: once the
+/// response has moved nothing for `idle_timeout_ms`, the gateway drops the
+/// connection, and the client finds the rest cut.
+#[tokio::test]
+async fn a_response_its_client_stopped_reading_ends_its_connection() {
+    let media = vec![7u8; 64 << 20];
+    let fake = crate::support::completed_with(&[("/media/big.mp4", media.clone())]).await;
+    let routes = Routes::upstream(&fake.url(), "").server("idle_timeout_ms = 500");
+    let gw = Gateway::start(routes).await;
+    let task = json!({"model": "m1", "prompt": "p"});
+    let id = gw.client().submit_id(MODEL_CENTER, DEMO, &task).await;
+    let mut s = TcpStream::connect(gw.addr).await.unwrap();
+    let get = format!(
+        "GET {MODEL_CENTER}/{id}/content HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {DEMO}\r\n\r\n"
+    );
+    s.write_all(get.as_bytes()).await.unwrap();
+    let mut head = [0u8; 12];
+    s.read_exact(&mut head).await.unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200");
+    // Reads nothing for five idle timeouts, then all there is.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let rest = read_to_close(&mut s, PATIENCE).await;
+    assert!(
+        rest.len() < media.len(),
+        "the whole response was sent: {} bytes",
+        rest.len()
+    );
+}
