@@ -127,6 +127,13 @@ fn check_copies(storage: &StorageConfig, at: &mut Scope) {
 /// idempotency key is remembered (a retry after its row was pruned would be
 /// submitted again) and at least a day (a day's quota counts the day's rows).
 fn check_retention(ledger: &LedgerConfig, at: &mut Scope) {
+    // An hour at least: a key forgotten sooner would let a client's retry of a
+    // submit still in flight (a provider's timeout, a failover) make a second task.
+    at.within(
+        "idempotency_ttl_hours",
+        ledger.idempotency_ttl_hours,
+        1..=87_600,
+    );
     let keep_hours = ledger.keep_days.saturating_mul(24);
     if ledger.keep_days != 0 && keep_hours < ledger.idempotency_ttl_hours.max(24) {
         at.push(

@@ -274,6 +274,8 @@ async fn webhook_and_copy_timings_out_of_range_are_refused() {
     ))
     .await;
     assert!(!ok.contains("webhooks."), "{ok}");
+    let e = problems_of(with("ledger", "idempotency_ttl_hours = 0")).await;
+    assert!(e.contains("ledger.idempotency_ttl_hours"), "{e}");
     for (line, problem) in [
         ("copy_timeout_ms = 0", "storage.copy_timeout_ms"),
         ("retry_for_hours = 0", "storage.retry_for_hours"),

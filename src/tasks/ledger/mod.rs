@@ -1197,6 +1197,14 @@ mod tests {
                 .is_empty()
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
+        // A key whose submit is still in flight is not forgotten, however old.
+        l.sweep(Duration::from_secs(60), Duration::ZERO)
+            .await
+            .unwrap();
+        assert!(matches!(
+            l.admit(&new("a", Some("k"), "fp")).await.unwrap(),
+            Admission::InFlight(r) if r == row
+        ));
         let expired = l
             .sweep(Duration::from_millis(10), Duration::from_secs(3600))
             .await

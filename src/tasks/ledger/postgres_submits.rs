@@ -23,6 +23,9 @@ const BATCHERS: usize = 1;
 /// first (a volatile CTE is evaluated once), so that each item's row is found by its
 /// id whatever order the insert returns them in; an item without a row found its
 /// idempotency key taken (by an earlier row, or by an item before it in the batch).
+/// Rows go in by owner: a priced task's insert adds its estimate to its owner's
+/// `spend` row (a trigger), so that batches on other threads or replicas lock those
+/// rows in one order and cannot deadlock.
 const INSERT_BATCH: &str = "WITH v AS MATERIALIZED (
     SELECT nextval('tasks_id_seq') AS id, u.*
     FROM unnest($1::int4[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
@@ -38,7 +41,7 @@ const INSERT_BATCH: &str = "WITH v AS MATERIALIZED (
     SELECT id, owner, endpoint, model, kind, fingerprint, idempotency_key,
         video_seconds, 'submitting', provider, now, now, callback_url, keep_days,
         cost_estimate, price_params
-    FROM v ORDER BY n
+    FROM v ORDER BY owner, n
     ON CONFLICT (owner, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id
 )

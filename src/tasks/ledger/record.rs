@@ -708,8 +708,9 @@ pub(super) const EXPIRE_SUBMITTING: &str = concat!(
     "UPDATE tasks SET state = 'unknown_outcome', updated_ms = $2 WHERE state = 'submitting' AND updated_ms < $1 RETURNING ",
     columns!()
 );
-pub(super) const FORGET_KEYS: &str =
-    "UPDATE tasks SET idempotency_key = NULL WHERE idempotency_key IS NOT NULL AND created_ms < $1";
+/// Keys older than `$1` forgotten, but a submit's still in flight: its retry must
+/// find it.
+pub(super) const FORGET_KEYS: &str = "UPDATE tasks SET idempotency_key = NULL WHERE idempotency_key IS NOT NULL AND created_ms < $1 AND state <> 'submitting'";
 /// The unfinished tasks per provider (whoever follows them).
 pub(super) const TRACKED: &str = "SELECT COALESCE(provider, '') AS provider, COUNT(*) AS tasks FROM tasks WHERE state = 'submitted' GROUP BY provider";
 pub(super) const COUNT_STATE: &str = "SELECT COUNT(*) FROM tasks WHERE state = $1";
