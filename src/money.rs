@@ -83,8 +83,10 @@ impl Period {
 }
 
 impl Budget {
-    /// The first period `cost` does not fit in, given what was spent (and reserved)
-    /// in the current day and month; with what remains of it.
+    /// The period `cost` does not fit in, given what was spent (and reserved) in the
+    /// current day and month; with what remains of it. The month when it fits in
+    /// neither: the day's reset would not let it in, so the month's is the one to
+    /// wait for.
     pub fn exceeded(
         &self,
         spent_day: Micros,
@@ -92,8 +94,8 @@ impl Budget {
         cost: Micros,
     ) -> Option<(Period, Micros)> {
         for (period, limit, spent) in [
-            (Period::Day, self.per_day, spent_day),
             (Period::Month, self.per_month, spent_month),
+            (Period::Day, self.per_day, spent_day),
         ] {
             if let Some(limit) = limit
                 && spent.0.saturating_add(cost.0) > limit.0
@@ -128,7 +130,7 @@ mod tests {
     }
 
     #[test]
-    fn a_budget_is_exceeded_by_the_first_period_the_cost_does_not_fit() {
+    fn a_budget_is_exceeded_by_the_period_whose_reset_lets_the_cost_in() {
         let budget = Budget {
             per_day: Some(Micros(10)),
             per_month: Some(Micros(15)),
@@ -137,6 +139,11 @@ mod tests {
         assert_eq!(
             budget.exceeded(Micros(6), Micros(6), Micros(5)),
             Some((Period::Day, Micros(4)))
+        );
+        // In neither: tomorrow it would not fit either, the next month it would.
+        assert_eq!(
+            budget.exceeded(Micros(8), Micros(14), Micros(5)),
+            Some((Period::Month, Micros(1)))
         );
         assert_eq!(
             budget.exceeded(Micros(0), Micros(12), Micros(5)),

@@ -916,8 +916,9 @@ async fn drive(
             };
             let over = |limit: Option<Micros>| limit.filter(|l| spent[owner] + cost > l.0);
             let refusal = match (owner, over(budget.per_day), over(budget.per_month)) {
-                (0, Some(day), _) => Some((Period::Day, day.0 - spent[0])),
-                (0, None, Some(month)) => Some((Period::Month, month.0 - spent[0])),
+                // In neither: the month's, whose reset lets it in.
+                (0, _, Some(month)) => Some((Period::Month, month.0 - spent[0])),
+                (0, Some(day), None) => Some((Period::Day, day.0 - spent[0])),
                 _ => None,
             };
             match (ledger.admit(&new).await.unwrap(), refusal) {
