@@ -277,15 +277,16 @@ impl ApiError {
         )
         .with_retry_after(after)
     }
+    /// `after`: when the provider said to come back; a second when it did not say,
+    /// as every 429 carries `Retry-After`.
     pub fn upstream_rate_limited(after: Option<Duration>) -> Self {
-        let mut e = Self::new(
+        Self::new(
             StatusCode::TOO_MANY_REQUESTS,
             "rate_limit_error",
             "upstream_rate_limited",
             "the provider is rate limiting requests; retry later",
-        );
-        e.retry_after = after;
-        e
+        )
+        .with_retry_after(after.unwrap_or(Duration::from_secs(1)))
     }
 
     // 502 / 503 / 504. Messages name the step that failed, never the provider: which

@@ -430,7 +430,7 @@ async fn the_document_is_valid_openapi_3_1() {
         .collect();
     assert_eq!(names, ["limit", "after"]);
     let headers = &ops[&(MODEL_CENTER.to_string(), "post".to_string())]["responses"];
-    assert_eq!(headers["429"]["headers"]["Retry-After"]["required"], false);
+    assert_eq!(headers["429"]["headers"]["Retry-After"]["required"], true);
     assert_eq!(headers["409"]["headers"]["Retry-After"]["required"], true);
     assert_eq!(
         headers["401"]["headers"]["WWW-Authenticate"]["required"],

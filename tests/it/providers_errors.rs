@@ -133,7 +133,7 @@ async fn submit_errors_are_mapped() {
     fake.on("POST /tasks", Answer::json(429, json!({})));
     let r = submit(&http, "m1").await;
     assert_eq!(r.status, 429);
-    assert_eq!(r.header("retry-after"), None);
+    assert_eq!(r.header("retry-after"), Some("1"), "every 429 says when");
 
     // 5xx: 502.
     fake.on("POST /tasks", Answer::json(500, json!({"message": "oops"})));

@@ -265,8 +265,9 @@ mod tests {
             Header::Ref { .. } => unreachable!(),
         };
         assert!(retry("409"));
-        // `upstream_rate_limited` has one only when the provider said when.
-        assert!(!retry("429"));
+        // Every 429, `upstream_rate_limited` too (a second when the provider said
+        // nothing).
+        assert!(retry("429"));
         assert!(!names("400").contains(&"Retry-After"));
         assert!(r.contains_key("413") && r.contains_key("415") && r.contains_key("422"));
         assert!(!r.contains_key("404"));
