@@ -34,8 +34,21 @@ pub(super) fn compile(cfg: &ServerConfig, dir: &Path, at: &mut Scope) -> Option<
         cfg.request_timeout_ms,
         100..=3_600_000,
     );
-    if cfg.idle_timeout_ms == 0 {
-        at.push("idle_timeout_ms", "must be greater than 0");
+    // 0 would close every connection, time out every body or fail every handshake;
+    // more than an hour would let a client hold its connection that long unheard.
+    for (key, ms) in [
+        ("idle_timeout_ms", cfg.idle_timeout_ms),
+        ("header_read_timeout_ms", cfg.header_read_timeout_ms),
+        ("body_read_timeout_ms", cfg.body_read_timeout_ms),
+    ] {
+        at.within(key, ms, 1..=3_600_000);
+    }
+    if let Some(tls) = &cfg.tls {
+        at.at("tls").within(
+            "handshake_timeout_ms",
+            tls.handshake_timeout_ms,
+            1..=3_600_000,
+        );
     }
     let clients = client_limits(cfg, at);
     let tls = match &cfg.tls {

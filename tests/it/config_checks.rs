@@ -44,6 +44,24 @@ async fn a_submit_longer_than_the_request_is_refused() {
     }
 }
 
+/// A connection's timeouts can neither be 0 (every connection closed, every body
+/// timed out at once) nor longer than an hour.
+#[tokio::test]
+async fn connection_timeouts_out_of_range_are_refused() {
+    for key in [
+        "idle_timeout_ms",
+        "header_read_timeout_ms",
+        "body_read_timeout_ms",
+    ] {
+        for (ms, refused) in [(0, true), (3_600_001, true), (1, false)] {
+            let server = format!("{key} = {ms}");
+            let e = problems_of(Routes::simulated(&["m1"]).server(&server)).await;
+            let out_of_range = format!("server.{key}: must be between 1 and 3600000");
+            assert_eq!(e.contains(&out_of_range), refused, "{server}: {e}");
+        }
+    }
+}
+
 #[tokio::test]
 async fn webhook_settings_that_cannot_work_are_refused_without_quoting_secrets() {
     let simulated = || Routes::simulated(&["m1"]);
