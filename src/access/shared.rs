@@ -353,6 +353,23 @@ struct Held {
     name: Arc<str>,
 }
 
+/// Leases of ended requests sent along with an admission; those whose call got no
+/// answer (dropped with its request, or failed) are released again on their own:
+/// removing a lease twice does nothing, while one never removed would hold its key's
+/// place until it expires.
+struct Along<'a> {
+    limits: &'a Arc<SharedLimits>,
+    leases: Vec<Held>,
+}
+
+impl Drop for Along<'_> {
+    fn drop(&mut self) {
+        for held in self.leases.drain(..) {
+            self.limits.release(held);
+        }
+    }
+}
+
 type Verdict = Result<(Option<RateHeaders>, Option<InProgress>), LimitExceeded>;
 
 /// The connections to Redis and this replica's leases.
@@ -571,9 +588,11 @@ impl SharedLimits {
 
     /// One admission script on this thread's connection, within `shared_timeout_ms`.
     /// Leases of requests that ended on this thread go with it (one round trip less
-    /// each); lost with it if Redis does not answer: then they expire.
+    /// each); put back to be removed on their own if the call gets no answer (its
+    /// request went away meanwhile, or Redis failed: then, when Redis is down, they
+    /// expire).
     async fn call(
-        &self,
+        self: &Arc<Self>,
         fleet: &FleetLimits,
         need: Need,
         wanted: &Wanted,
@@ -601,14 +620,20 @@ impl SharedLimits {
             .arg(u8::from(need.place))
             .arg(wanted.places)
             .arg(prefix);
-        let ended = std::mem::take(&mut *lock(&self.slot().ended));
-        for lease in &ended {
+        let mut along = Along {
+            limits: self,
+            leases: std::mem::take(&mut *lock(&self.slot().ended)),
+        };
+        for lease in &along.leases {
             call.key(&*lease.key).arg(&*lease.name);
         }
         let mut conn = self.conn();
         let answer = call.invoke_async::<Vec<i64>>(&mut conn);
         match tokio::time::timeout(self.settings.timeout, answer).await {
-            Ok(Ok(answer)) => Ok(answer),
+            Ok(Ok(answer)) => {
+                along.leases.clear();
+                Ok(answer)
+            }
             Ok(Err(e)) => Err(e.to_string()),
             Err(_) => Err("no answer within shared_timeout_ms".into()),
         }
