@@ -183,9 +183,17 @@ impl Gateway {
                 "listener addresses, server.max_connections and server.workers apply at startup only; restart to change them"
             );
         }
+        // The key limiters of the file would follow the new `[limits] shared` while the
+        // Redis client stays the one started with: refused, not half applied (turned
+        // off, every replica would admit the fleet's limit; turned on, its share).
         let server = |s: &Snapshot| s.shared_limits.as_ref().map(|s| s.server().to_string());
         if server(&current) != server(&next) {
-            tracing::warn!("limits.shared applies at startup only; restart to change it");
+            let mut problems = crate::config::Problems::default();
+            problems.push(
+                "limits.shared",
+                "applies at startup only: restart to change it (the file was not taken)",
+            );
+            return Err(problems.into_error(&self.config_path));
         }
         if current.ledger_url != next.ledger_url {
             tracing::warn!("ledger.url applies at startup only; restart to change it");

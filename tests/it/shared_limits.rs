@@ -449,3 +449,36 @@ async fn a_fast_key_is_admitted_mostly_without_asking_redis_and_never_past_its_b
     a.assert_no_panic();
     b.assert_no_panic();
 }
+
+/// `[limits] shared` applies at startup only: a reload that turns it off (or on) is
+/// refused, rather than leave the key limits following the file while the Redis
+/// client stays the one started with; the limit stays the fleet's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_turns_sharing_off_or_on_is_refused() {
+    let redis = Redis::start().await;
+    let limits = "limits = { rate_per_second = 1, burst = 2 }";
+    let plain = Routes::simulated(&["m1"]).demo_key(limits);
+    let sharing = plain
+        .clone()
+        .top(&shared(&redis, "shared_timeout_ms = 2000"));
+    let gw = Gateway::start(sharing).await;
+    let refused = gw.reload_with(&plain.render()).await.unwrap_err();
+    assert!(refused.contains("limits.shared"), "{refused}");
+    let http = gw.client();
+    let statuses: Vec<u16> = at_once(&[http], DEMO, 4)
+        .await
+        .iter()
+        .map(|r| r.status.as_u16())
+        .collect();
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 404).count(),
+        2,
+        "the burst of 2 still holds: {statuses:?}"
+    );
+    let alone = Gateway::start(Routes::simulated(&["m1"]).demo_key(limits)).await;
+    let refused = alone
+        .reload_with(&plain.top(&shared(&redis, "")).render())
+        .await
+        .unwrap_err();
+    assert!(refused.contains("limits.shared"), "{refused}");
+}
