@@ -397,20 +397,41 @@ fn protocol_of(first: &[u8]) -> Protocol {
     }
 }
 
-/// A connection's IO that fails if no byte arrives within the timeout. hyper's header
-/// read timeout starts only once the HTTP version is known, which takes a first byte;
-/// without this, a client that connects and stays silent would hold its slot forever.
+/// A connection's IO that fails if its protocol is not known within the timeout: no
+/// byte at all, or, when it was not known from the first bytes, neither the whole
+/// HTTP/2 preface nor a byte that is not the preface's (then it is HTTP/1). hyper's
+/// header read timeout starts only once the HTTP version is known; without this, a
+/// client that connects and stays silent (or stops inside the preface) would hold
+/// its slot forever, or until the idle timeout.
 struct FirstByte<I> {
     io: I,
     deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// Of the HTTP/2 preface, the bytes read so far match this many; `None` when the
+    /// protocol was known before the first byte.
+    preface: Option<usize>,
 }
 
 impl<I> FirstByte<I> {
-    fn new(io: I, timeout: Duration) -> Self {
+    fn new(io: I, timeout: Duration, protocol: Protocol) -> Self {
         Self {
             io,
             deadline: Some(Box::pin(tokio::time::sleep(timeout))),
+            preface: (protocol == Protocol::Unknown).then_some(0),
         }
+    }
+
+    /// Whether the protocol is known once `read` has been read too.
+    fn known_after(&mut self, read: &[u8]) -> bool {
+        let Some(seen) = self.preface else {
+            return !read.is_empty();
+        };
+        let rest = &H2_PREFACE[seen.min(H2_PREFACE.len())..];
+        let n = read.len().min(rest.len());
+        if read[..n] != rest[..n] {
+            return true;
+        }
+        self.preface = Some(seen + n);
+        seen + n == H2_PREFACE.len()
     }
 }
 
@@ -424,7 +445,7 @@ impl<I: AsyncRead + Unpin> AsyncRead for FirstByte<I> {
         let this = &mut *self;
         match Pin::new(&mut this.io).poll_read(cx, buf) {
             Poll::Ready(result) => {
-                if buf.filled().len() > before {
+                if this.deadline.is_some() && this.known_after(&buf.filled()[before..]) {
                     this.deadline = None;
                 }
                 Poll::Ready(result)
@@ -543,7 +564,7 @@ impl Conn {
         S: HttpService,
     {
         let activity = svc.activity.clone();
-        let io = FirstByte::new(io, self.first_byte);
+        let io = FirstByte::new(io, self.first_byte, protocol);
         let builder = match protocol {
             Protocol::Http1 => self.builder.http1_only(),
             Protocol::Http2 => self.builder.http2_only(),

@@ -14,6 +14,23 @@ use crate::support::{
 /// Well under the 10 s default: the configured timeout is what closes a connection.
 const CLOSED_WITHIN: Duration = Duration::from_secs(5);
 
+/// A client that stops inside the HTTP/2 preface is closed by the header read
+/// timeout, as a silent one is, not kept until the idle timeout (60 s).
+#[tokio::test]
+async fn a_connection_stopped_inside_the_http2_preface_is_cut_off() {
+    let gw =
+        Gateway::start(Routes::simulated(&["m1"]).server("header_read_timeout_ms = 300")).await;
+    let mut partial = TcpStream::connect(gw.addr).await.unwrap();
+    partial.write_all(b"PRI * HTTP/2.0\r\n").await.unwrap();
+    let started = std::time::Instant::now();
+    let got = read_to_close(&mut partial, CLOSED_WITHIN).await;
+    assert!(
+        started.elapsed() < CLOSED_WITHIN,
+        "still open after {:?}: {got:?}",
+        started.elapsed()
+    );
+}
+
 #[tokio::test]
 async fn slow_headers_are_cut_off() {
     let gw =
