@@ -33,6 +33,19 @@ impl Phase for Authenticate {
             && req.uri().query().is_some_and(|q| {
                 form_urlencoded::parse(q.as_bytes()).any(|(name, _)| name == "signature")
             });
+        if signed && let Route::Content(_, id, _) = &ctx.route {
+            // Anyone holding the link may fetch it: it counts against the limits of
+            // the key whose task it is, and dies with that key.
+            if let Some(task) = ctx.snapshot.sealer.open(id) {
+                match ctx.snapshot.keys.named(&task.owner) {
+                    Some(owner) => ctx.charge_to(owner.clone()),
+                    None => {
+                        let e = ApiError::invalid_signature();
+                        return Box::pin(async move { Ok(e.into_response()) });
+                    }
+                }
+            }
+        }
         if !ctx.route.is_public() && !signed {
             match ctx.snapshot.keys.authenticate(req.headers()) {
                 Ok(key) => ctx.authenticated(key),

@@ -24,6 +24,9 @@ pub struct RequestContext {
     /// The configuration the whole request runs on, even if a reload happens meanwhile.
     pub snapshot: Arc<Snapshot>,
     key: OnceLock<Arc<ApiKey>>,
+    /// A request without a key whose per-key limits are another's: a signed link's,
+    /// its task's owner.
+    charged_to: OnceLock<Arc<ApiKey>>,
     log: Mutex<LogFields>,
 }
 
@@ -43,6 +46,7 @@ impl RequestContext {
             route,
             snapshot,
             key: OnceLock::new(),
+            charged_to: OnceLock::new(),
             log: Mutex::default(),
         }
     }
@@ -61,6 +65,18 @@ impl RequestContext {
     /// Record the key that authenticated the request (once).
     pub fn authenticated(&self, key: Arc<ApiKey>) {
         let _ = self.key.set(key);
+    }
+
+    /// Count a request without a key against `key`'s limits (once); it stays
+    /// unauthenticated.
+    pub fn charge_to(&self, key: Arc<ApiKey>) {
+        let _ = self.charged_to.set(key);
+    }
+
+    /// The key whose limits the request counts against: the one that authenticated
+    /// it, else the one it is charged to.
+    pub fn limited_as(&self) -> Option<&Arc<ApiKey>> {
+        self.key.get().or(self.charged_to.get())
     }
 
     /// Fill in log fields.

@@ -1,6 +1,6 @@
 //! The per-key limits layer: the authenticated key's request rate, submit rate and
-//! requests in progress (`access::limits`), with `x-ratelimit-*` on every answer.
-//! Public routes (no key) pass.
+//! requests in progress (`access::limits`), with `x-ratelimit-*` on every answer; a
+//! signed link's, its task owner's. Public routes (no key) pass.
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -37,7 +37,7 @@ impl Phase for KeyLimit {
         mut next: S,
     ) -> ResponseFuture {
         let limiter = ctx
-            .key_if_any()
+            .limited_as()
             .and_then(|key| ctx.snapshot.limits.get(&key.name))
             .cloned();
         let Some(limiter) = limiter else {

@@ -462,6 +462,39 @@ async fn a_deleted_task_s_content_is_not_passed_on_from_its_provider() {
     assert_error(&http.get(&content, DEMO).await, 410, "result_expired", None);
 }
 
+/// Anyone holding a signed link may fetch it without a key, but not without limit:
+/// it counts against its task owner's rate (here a burst of 4, hardly refilled),
+/// with the owner's rate headers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signed_link_counts_against_its_owner_s_limits() {
+    let fake = completed_with(&[("/media/a.mp4", b"limited".to_vec())]).await;
+    let routes = Routes::upstream(&fake.url(), "")
+        .storage(FILES)
+        .demo_key("limits = { rate_per_second = 0.01, burst = 4 }");
+    let gw = Gateway::start(routes).await;
+    let (http, id) = submitted(&gw).await;
+    let link = link_of(&http, &id).await;
+    copy_ends(&gw, "stored").await;
+    // The submit and the query took two of the four.
+    let fetches: Vec<_> = (0..4)
+        .map(|_| {
+            let (http, link) = (http.clone(), link.clone());
+            tokio::spawn(async move { http.get_bare(&link).await })
+        })
+        .collect();
+    let mut statuses = Vec::new();
+    for fetch in fetches {
+        let r = fetch.await.unwrap();
+        if r.status == 429 {
+            assert_error(&r, 429, "rate_limited", None);
+            assert_eq!(r.header("x-ratelimit-limit"), Some("4"));
+        }
+        statuses.push(r.status.as_u16());
+    }
+    statuses.sort_unstable();
+    assert_eq!(statuses, [200, 200, 429, 429]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_copy_that_ends_after_its_task_was_deleted_keeps_nothing() {
     let (fake, held) = a_held_result().await;
