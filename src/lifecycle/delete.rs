@@ -32,11 +32,7 @@ impl TaskService {
         let Some(ledger) = &self.ledger else {
             return Ok(());
         };
-        let unavailable = |e: crate::tasks::ledger::LedgerError| {
-            self.ledger_errors.inc();
-            tracing::warn!(error = %e, "ledger write failed: a task's deletion");
-            ApiError::ledger_unavailable()
-        };
+        let unavailable = |e| self.ledger_unavailable("a task's deletion", &e);
         // Marked deleted first: a copy that records a result after this reads the
         // mark, and its result is expired at once rather than kept.
         ledger

@@ -164,11 +164,7 @@ impl TaskService {
         ledger
             .results_of_task(task.provider, task.upstream_id)
             .await
-            .map_err(|e| {
-                self.ledger_errors.inc();
-                tracing::warn!(error = %e, "ledger read failed: the stored results of a task");
-                ApiError::ledger_unavailable()
-            })
+            .map_err(|e| self.ledger_unavailable("the stored results of a task", &e))
     }
 
     /// Whether `task` was deleted by its owner (never, without a ledger: nothing was
@@ -180,11 +176,7 @@ impl TaskService {
         ledger
             .was_deleted(task.provider, task.upstream_id)
             .await
-            .map_err(|e| {
-                self.ledger_errors.inc();
-                tracing::warn!(error = %e, "ledger read failed: whether a task was deleted");
-                ApiError::ledger_unavailable()
-            })
+            .map_err(|e| self.ledger_unavailable("whether a task was deleted", &e))
     }
 
     /// The end the ledger recorded for `task`, if it has one.

@@ -95,6 +95,18 @@ impl TaskService {
         }
     }
 
+    /// A ledger failure a client's request cannot do without: counted, logged with
+    /// `what` the request needed, and answered 503 `ledger_unavailable`.
+    fn ledger_unavailable(
+        &self,
+        what: &str,
+        e: &crate::tasks::ledger::LedgerError,
+    ) -> crate::error::ApiError {
+        self.ledger_errors.inc();
+        tracing::warn!(error = %e, "ledger failed: {what}");
+        crate::error::ApiError::ledger_unavailable()
+    }
+
     /// The task ledger, when the gateway keeps one.
     pub fn ledger(&self) -> Option<&Arc<Ledger>> {
         self.ledger.as_ref()
