@@ -109,7 +109,7 @@ cleanup() {
   if [[ ${#PG_STOP[@]} -gt 0 ]]; then "${PG_STOP[@]}" >/dev/null 2>&1 || true; rm -rf "$PG_DIR"; fi
   wait 2>/dev/null || true
   # A ledger written outside $WORK (LEDGER_DIR) is not left there.
-  [[ $LEDGER_DIR == "$WORK" ]] || rm -f "$LEDGER_DB"{,-wal,-shm} "$LEDGER_DB-money"{,-wal,-shm}
+  [[ $LEDGER_DIR == "$WORK" ]] || rm -f "$LEDGER_DB"{,-wal,-shm} "$LEDGER_DB-money"{,-wal,-shm} "$LEDGER_DB-priced"{,-wal,-shm}
   # Nor is $WORK: its SQLite ledger alone grows to hundreds of megabytes a run.
   # KEEP_WORK=1 keeps it (gateway logs, configs) to look at.
   remove_work
@@ -171,12 +171,14 @@ log "fast upstream on $UP_ADDR"
 
 # --- mediagate ----------------------------------------------------------------------
 key_sha=$(printf %s "$KEY" | sha256sum | cut -d' ' -f1)
-routes() { # $1 = poll cache ttl (ms), $2 = ledger url (default none), $3 = money: a price and a budget, $4 = [limits] shared: "URL" or "URL STOCK_MS", $5 = [telemetry]: "ENDPOINT RATIO"
+routes() { # $1 = poll cache ttl (ms), $2 = ledger url (default none), $3 = money: a price and a budget, or priced: the price alone, $4 = [limits] shared: "URL" or "URL STOCK_MS", $5 = [telemetry]: "ENDPOINT RATIO"
   local budget="" price=""
   if [[ ${3:-} == money ]]; then
     # Far above what the runs spend: the budget is read and the estimate reserved on
     # every submit, never refused.
     budget='budget = { per_day = 1000000000, per_month = 1000000000 }'
+  fi
+  if [[ ${3:-} == money || ${3:-} == priced ]]; then
     price="price = { estimate = '(.duration // 5) * 0.05', settle = '(\$answer.seconds // .duration // 5) * 0.05' }"
   fi
   cat <<EOF
@@ -375,6 +377,8 @@ serving_pids() { # $1 = URL
     *"//${MGP_ADDR:-none}/"*) cat "$WORK/mediagate-pg.pid" ;;
     *"//${MGM_ADDR:-none}/"*) cat "$WORK/mediagate-sqlite-money.pid" ;;
     *"//${MGPM_ADDR:-none}/"*) cat "$WORK/mediagate-pg-money.pid" ;;
+    *"//${MGMP_ADDR:-none}/"*) cat "$WORK/mediagate-sqlite-priced.pid" ;;
+    *"//${MGPP_ADDR:-none}/"*) cat "$WORK/mediagate-pg-priced.pid" ;;
     *"//${MGT1_ADDR:-none}/"*) cat "$WORK/mediagate-traces-1.pid" ;;
     *"//${MGT001_ADDR:-none}/"*) cat "$WORK/mediagate-traces-001.pid" ;;
     *"//${MGR_ADDR:-none}/"*) cat "$WORK/mediagate-redis.pid" ;;
@@ -768,12 +772,18 @@ ledger_cost "SQLite (WAL, synchronous=NORMAL)" "$MGS_ADDR"
 # submit, in the admission's transaction).
 MGM_ADDR=$(start_gateway mediagate-sqlite-money "$POLL_TTL_MS" "sqlite://$LEDGER_DB-money" money)
 ledger_cost "SQLite, priced, a budget" "$MGM_ADDR"
+# Priced, by a key without a budget: what the budget adds is the difference of the two.
+MGMP_ADDR=$(start_gateway mediagate-sqlite-priced "$POLL_TTL_MS" "sqlite://$LEDGER_DB-priced" priced)
+ledger_cost "SQLite, priced, no budget" "$MGMP_ADDR"
 if start_postgres; then
   MGP_ADDR=$(start_gateway mediagate-pg "$POLL_TTL_MS" "postgres://postgres@127.0.0.1:$PG_PORT/postgres")
   ledger_cost "PostgreSQL $("$PG_BIN/postgres" --version | awk '{print $3}') (same machine)" "$MGP_ADDR"
   "${as_pg[@]}" "$PG_BIN/createdb" -h "$PG_DIR" -p "$PG_PORT" -U postgres money
   MGPM_ADDR=$(start_gateway mediagate-pg-money "$POLL_TTL_MS" "postgres://postgres@127.0.0.1:$PG_PORT/money" money)
   ledger_cost "PostgreSQL, priced, a budget" "$MGPM_ADDR"
+  "${as_pg[@]}" "$PG_BIN/createdb" -h "$PG_DIR" -p "$PG_PORT" -U postgres priced
+  MGPP_ADDR=$(start_gateway mediagate-pg-priced "$POLL_TTL_MS" "postgres://postgres@127.0.0.1:$PG_PORT/priced" priced)
+  ledger_cost "PostgreSQL, priced, no budget" "$MGPP_ADDR"
 fi
 fi # ONLY != memory
 

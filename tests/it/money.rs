@@ -151,6 +151,10 @@ fn assert_budget_refusal(r: &Reply, asked: u64, period: &str, remaining: &str, r
     );
 }
 
+/// On PostgreSQL, a `spend` row's micros less what budget grants of its owner and
+/// day hold and no task has reserved yet (`postgres_grants.rs`).
+const SPEND_NOT_HELD: &str = "micros - (SELECT CAST(COALESCE(SUM(g.micros - (SELECT COALESCE(SUM(t.cost_estimate), 0) FROM tasks t WHERE t.budget_grant = g.id)), 0) AS BIGINT) FROM budget_grants g WHERE g.owner = spend.owner AND g.day = spend.day)";
+
 /// The ledger's database, read by the test beside the gateway.
 enum Db {
     Sqlite(PathBuf),
@@ -178,7 +182,8 @@ impl Db {
         Self::Postgres(sqlx::PgPool::connect(url).await.expect("connect"))
     }
 
-    /// The owner's `spend` rows, summed over days.
+    /// The owner's `spend` rows, summed over days; on PostgreSQL less what budget
+    /// grants hold ahead and no task has reserved yet.
     async fn spend(&self, owner: &str) -> i64 {
         const SQL: &str =
             "SELECT CAST(COALESCE(SUM(micros), 0) AS BIGINT) FROM spend WHERE owner = $1";
@@ -186,12 +191,42 @@ impl Db {
             Self::Sqlite(path) => rusqlite::Connection::open(path)
                 .and_then(|db| db.query_row(&SQL.replace('$', "?"), [owner], |r| r.get(0)))
                 .expect("read spend"),
-            Self::Postgres(pool) => sqlx::query_scalar(SQL)
-                .bind(owner)
-                .fetch_one(pool)
-                .await
-                .expect("read spend"),
+            Self::Postgres(pool) => {
+                sqlx::query_scalar(sqlx::AssertSqlSafe(SQL.replace("micros", SPEND_NOT_HELD)))
+                    .bind(owner)
+                    .fetch_one(pool)
+                    .await
+                    .expect("read spend")
+            }
         }
+    }
+
+    /// The owner's `spend` rows, summed, with what budget grants hold (PostgreSQL).
+    async fn spend_with_held(&self, owner: &str) -> i64 {
+        let Self::Postgres(pool) = self else {
+            panic!("budget grants are PostgreSQL's");
+        };
+        sqlx::query_scalar(
+            "SELECT CAST(COALESCE(SUM(micros), 0) AS BIGINT) FROM spend WHERE owner = $1",
+        )
+        .bind(owner)
+        .fetch_one(pool)
+        .await
+        .expect("read spend")
+    }
+
+    /// The owner's tasks admitted against a budget grant, and the grants held now
+    /// (PostgreSQL).
+    async fn grants(&self, owner: &str) -> [i64; 2] {
+        let Self::Postgres(pool) = self else {
+            panic!("budget grants are PostgreSQL's");
+        };
+        let (tasks, grants) = sqlx::query_as("SELECT (SELECT COUNT(*) FROM tasks WHERE owner = $1 AND budget_grant IS NOT NULL), (SELECT COUNT(*) FROM budget_grants WHERE owner = $1)")
+            .bind(owner)
+            .fetch_one(pool)
+            .await
+            .expect("read grants");
+        [tasks, grants]
     }
 
     /// The owner's priced tasks, oldest first.
@@ -314,6 +349,74 @@ async fn two_replicas(routes: Routes, url: &str) -> [Proc; 2] {
         Proc::start_in(dir(), &[], &[]).await,
         Proc::start_in(dir(), &[], &[]).await,
     ]
+}
+
+/// A busy key on two replicas sharing PostgreSQL: each replica admits it against a
+/// share of its budget granted ahead (its tasks name the grant), what is spent never
+/// passes the budget, and what the replicas held comes back once they go quiet; the
+/// budget then fills to its last unit, and the next submit is refused with nothing
+/// remaining.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_key_is_admitted_against_grants_ahead_and_its_budget_still_fills_exactly() {
+    const BUDGET: i64 = 300;
+    let pg = Postgres::start();
+    let url = pg.database("grants");
+    let fake = busy_provider().await;
+    let routes = Routes::new()
+        .provider(provider(&fake, ""))
+        .family(priced_family(&["m1"], FLAT))
+        .demo_key(&format!("budget = {{ per_day = {BUDGET} }}"));
+    let replicas = two_replicas(routes, &url).await;
+    let ledger = Db::postgres(&url).await;
+    // Sixteen clients, eight on each replica, each submitting 25 times in a row.
+    let mut clients = JoinSet::new();
+    for n in 0..16 {
+        let http = replicas[n % 2].client();
+        clients.spawn(async move {
+            let mut taken = 0;
+            for _ in 0..25 {
+                let r = http.post_json(MODEL_CENTER, DEMO, &body(5)).await;
+                if r.status == 200 {
+                    taken += 1;
+                } else {
+                    assert_error(&r, 429, "budget_exceeded", None);
+                }
+            }
+            taken
+        });
+    }
+    let mut taken = 0;
+    while let Some(joined) = clients.join_next().await {
+        taken += joined.unwrap();
+    }
+    assert!(taken <= BUDGET, "{taken} admitted on a budget of {BUDGET}");
+    let [granted, held] = ledger.grants("demo").await;
+    assert!(granted > 0, "no task was admitted against a grant");
+    assert!(
+        ledger.spend_with_held("demo").await <= BUDGET * MILLION,
+        "reserved and held ahead past the budget"
+    );
+    eventually("the replicas give back what they hold", async || {
+        ledger.grants("demo").await[1] == 0
+    })
+    .await;
+    assert_eq!(ledger.spent("demo").await, taken * MILLION, "held: {held}");
+    assert_eq!(ledger.spend_with_held("demo").await, taken * MILLION);
+    // The rest, one submit at a time, alternating replicas: every unit is taken.
+    for n in taken..BUDGET {
+        let r = replicas[n as usize % 2]
+            .client()
+            .post_json(MODEL_CENTER, DEMO, &body(5))
+            .await;
+        assert_eq!(r.status, 200, "submit {n}: {}", r.text());
+    }
+    let asked = unix_now();
+    let r = replicas[0]
+        .client()
+        .post_json(MODEL_CENTER, DEMO, &body(5))
+        .await;
+    assert_budget_refusal(&r, asked, "per_day", "0 USD", next_midnight(asked));
+    assert_eq!(ledger.spent("demo").await, BUDGET * MILLION);
 }
 
 /// Two keys at their budgets' edges, each submitting to both replicas at once: the
@@ -1030,11 +1133,13 @@ impl Db {
                             .collect()
                     })
                     .expect("read the ledger"),
-                Self::Postgres(pool) => sqlx::query_as(sql)
-                    .bind(&like)
-                    .fetch_all(pool)
-                    .await
-                    .expect("read the ledger"),
+                Self::Postgres(pool) => sqlx::query_as(sqlx::AssertSqlSafe(
+                    sql.replace(", micros", &format!(", {SPEND_NOT_HELD}")),
+                ))
+                .bind(&like)
+                .fetch_all(pool)
+                .await
+                .expect("read the ledger"),
             };
         }
         out

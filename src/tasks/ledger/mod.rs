@@ -20,6 +20,7 @@ mod error;
 mod postgres;
 mod postgres_admissions;
 mod postgres_batch;
+mod postgres_grants;
 mod postgres_reads;
 mod postgres_submits;
 mod reads;
@@ -628,7 +629,8 @@ impl Ledger {
     }
 
     /// Housekeeping: rows still `submitting` after `stale` become `unknown_outcome`
-    /// (returned, to be logged), and keys older than `idempotency_ttl` are forgotten.
+    /// (returned, to be logged), keys older than `idempotency_ttl` are forgotten, and
+    /// expired budget grants given back (PostgreSQL).
     pub async fn sweep(
         &self,
         stale: Duration,
@@ -647,6 +649,11 @@ impl Ledger {
             .await?;
         let forget = params![forget_before];
         self.store.execute(record::FORGET_KEYS, forget).await?;
+        if self.store.engine() == "postgres" {
+            // Budget grants of replicas that died (`postgres_grants.rs`).
+            let give_back = "SELECT mediagate_give_back_expired(NULL)";
+            self.store.execute(give_back, Vec::new()).await?;
+        }
         Ok(expired)
     }
 

@@ -1,7 +1,8 @@
 //! The ledger on PostgreSQL, shared by replicas: every statement through one sqlx
 //! pool; a submit's writes are batched (`postgres_submits.rs`), and admissions with a
 //! quota or a budget too (`postgres_admissions.rs`), serialised per owner on the
-//! server.
+//! server, but for a busy key's admissions against a budget granted ahead
+//! (`postgres_grants.rs`).
 
 use std::time::Duration;
 
@@ -9,8 +10,9 @@ use sqlx::postgres::{PgConnection, PgPoolOptions};
 
 use super::admission::{self, KeyLookup};
 use super::postgres_admissions::{Admissions, Counted};
+use super::postgres_grants::Grants;
 use super::postgres_reads::{PostgresReads, arguments};
-use super::postgres_submits::{Insert, SetCreated, Submits};
+use super::postgres_submits::{Insert, Inserted, SetCreated, Submits};
 use super::reads::Reader;
 use super::record::{self, Created, NewTask, RawTaskRecord, TaskRecord};
 use super::store::{Clock, Leased, Param, PerEngine, Store, StoreFuture};
@@ -25,6 +27,8 @@ pub(super) struct PostgresStore {
     counted: Admissions,
     /// The writes of the other submits.
     submits: Submits,
+    /// What this replica holds ahead of busy keys' budgets.
+    grants: Grants,
 }
 
 impl PostgresStore {
@@ -46,6 +50,7 @@ impl PostgresStore {
         Ok(Self {
             counted: Admissions::new(pool.clone()),
             submits: Submits::new(pool.clone()),
+            grants: Grants::new(pool.clone()),
             reads: PostgresReads(pool),
         })
     }
@@ -57,12 +62,31 @@ impl PostgresStore {
     ) -> Result<Option<Admission>, LedgerError> {
         if !new.counted() {
             // No count to agree on: the insert takes the key or finds it taken.
-            if let Some(row) = self.submits.insert(Insert::new(new, at.now)).await? {
-                return Ok(Some(Admission::Fresh(row)));
-            }
-            return self.seen(new).await;
+            return match self.submits.insert(Insert::new(new, at.now)).await? {
+                Inserted::Row(row) => Ok(Some(Admission::Fresh(row))),
+                _ => self.seen(new).await,
+            };
         }
-        match self.counted.admit(new, at).await? {
+        if let Some(grant) = self.grants.draw(new, at) {
+            // The estimate is covered by what this replica holds of the budget.
+            let row = Insert::new(new, at.now).against(grant);
+            match self.submits.insert(row).await? {
+                Inserted::Row(row) => return Ok(Some(Admission::Fresh(row))),
+                Inserted::KeyTaken => {
+                    let cost = new.cost_estimate.map_or(0, |c| c.0);
+                    self.grants.undraw(new.owner, grant, cost);
+                    return self.seen(new).await;
+                }
+                // Given back or expired meanwhile: admitted under the lock instead.
+                Inserted::GrantGone => self.grants.gone(new.owner, grant),
+            }
+        }
+        let mut counted = self.counted.admit(new, at).await?;
+        if matches!(counted, Counted::KeptOut(_)) && self.grants.give_back(new.owner).await? {
+            // What this replica held ahead of the budget may be what the submit needs.
+            counted = self.counted.admit(new, at).await?;
+        }
+        match counted {
             Counted::Inserted(row) => Ok(Some(Admission::Fresh(row))),
             Counted::KeySeen => self.seen(new).await,
             Counted::KeptOut(standing) => match admission::refusal(new, at, standing) {

@@ -22,7 +22,9 @@ const BATCHERS: usize = 1;
 /// The write-ahead rows of a batch, `record::INSERT_SQLITE`'s for each. The ids are drawn
 /// first (a volatile CTE is evaluated once), so that each item's row is found by its
 /// id whatever order the insert returns them in; an item without a row found its
-/// idempotency key taken (by an earlier row, or by an item before it in the batch).
+/// idempotency key taken (by an earlier row, or by an item before it in the batch), or
+/// the budget grant it was admitted against given back or expired (`g`, whose rows
+/// the batch holds until it commits: migration 0015).
 /// Rows go in by owner: a priced task's insert adds its estimate to its owner's
 /// `spend` row (a trigger), so that batches on other threads or replicas lock those
 /// rows in one order and cannot deadlock.
@@ -30,22 +32,28 @@ const INSERT_BATCH: &str = "WITH v AS MATERIALIZED (
     SELECT nextval('tasks_id_seq') AS id, u.*
     FROM unnest($1::int4[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
         $7::text[], $8::int8[], $9::int8[], $10::text[], $11::text[], $12::int8[],
-        $13::int8[], $14::text[])
+        $13::int8[], $14::text[], $15::int8[])
         AS u(n, owner, endpoint, model, kind, fingerprint, idempotency_key,
             video_seconds, now, provider, callback_url, keep_days, cost_estimate,
-            price_params)
+            price_params, budget_grant)
+), g AS MATERIALIZED (
+    SELECT id FROM budget_grants
+    WHERE id IN (SELECT budget_grant FROM v) AND expires_ms > mediagate_now_ms()
+    FOR KEY SHARE
 ), inserted AS (
     INSERT INTO tasks (id, owner, endpoint, model, kind, fingerprint, idempotency_key,
         video_seconds, state, provider, created_ms, updated_ms, callback_url, keep_days,
-        cost_estimate, price_params)
+        cost_estimate, price_params, budget_grant)
     SELECT id, owner, endpoint, model, kind, fingerprint, idempotency_key,
         video_seconds, 'submitting', provider, now, now, callback_url, keep_days,
-        cost_estimate, price_params
-    FROM v ORDER BY owner, n
+        cost_estimate, price_params, budget_grant
+    FROM v WHERE budget_grant IS NULL OR budget_grant IN (SELECT id FROM g)
+    ORDER BY owner, n
     ON CONFLICT (owner, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id
 )
-SELECT v.n, inserted.id FROM v LEFT JOIN inserted ON inserted.id = v.id";
+SELECT v.n, inserted.id, v.budget_grant IS NULL OR v.budget_grant IN (SELECT id FROM g)
+FROM v LEFT JOIN inserted ON inserted.id = v.id";
 
 /// `record::SET_CREATED` for each item of a batch, row by row (migration 0008: a
 /// join's plan, kept by the connection, could scan the whole table for each batch).
@@ -66,6 +74,17 @@ pub(super) struct Insert {
     keep_days: Option<i64>,
     cost_estimate: Option<i64>,
     price_params: Option<String>,
+    budget_grant: Option<i64>,
+}
+
+/// What became of a write-ahead row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Inserted {
+    Row(i64),
+    /// The owner's idempotency key is held by another row.
+    KeyTaken,
+    /// The budget grant it was admitted against is given back or expired.
+    GrantGone,
 }
 
 impl Insert {
@@ -84,6 +103,15 @@ impl Insert {
             keep_days: new.keep_days,
             cost_estimate: new.cost_estimate.map(|c| c.0),
             price_params: new.price_params.clone(),
+            budget_grant: None,
+        }
+    }
+
+    /// The same row, admitted against budget grant `id`.
+    pub(super) fn against(self, id: i64) -> Self {
+        Self {
+            budget_grant: Some(id),
+            ..self
         }
     }
 }
@@ -119,7 +147,7 @@ impl SetCreated {
 
 /// The batchers of a submit's writes.
 pub(super) struct Submits {
-    inserts: Batcher<Insert, Option<i64>>,
+    inserts: Batcher<Insert, Inserted>,
     created: Batcher<SetCreated, ()>,
 }
 
@@ -144,8 +172,8 @@ impl Submits {
         }
     }
 
-    /// The write-ahead row's id; `None` when the idempotency key is taken.
-    pub(super) async fn insert(&self, row: Insert) -> Result<Option<i64>, LedgerError> {
+    /// The write-ahead row, or why there is none.
+    pub(super) async fn insert(&self, row: Insert) -> Result<Inserted, LedgerError> {
         self.inserts.call(row).await
     }
 
@@ -155,7 +183,7 @@ impl Submits {
     }
 }
 
-async fn insert(pool: PgPool, batch: Vec<Insert>) -> Answers<Option<i64>> {
+async fn insert(pool: PgPool, batch: Vec<Insert>) -> Answers<Inserted> {
     let len = batch.len();
     let mut n = Vec::with_capacity(len);
     let mut owner = Vec::with_capacity(len);
@@ -171,6 +199,7 @@ async fn insert(pool: PgPool, batch: Vec<Insert>) -> Answers<Option<i64>> {
     let mut keep_days = Vec::with_capacity(len);
     let mut cost_estimate = Vec::with_capacity(len);
     let mut price_params = Vec::with_capacity(len);
+    let mut budget_grant = Vec::with_capacity(len);
     for (i, row) in batch.into_iter().enumerate() {
         n.push(i as i32);
         owner.push(row.owner);
@@ -186,8 +215,9 @@ async fn insert(pool: PgPool, batch: Vec<Insert>) -> Answers<Option<i64>> {
         keep_days.push(row.keep_days);
         cost_estimate.push(row.cost_estimate);
         price_params.push(row.price_params);
+        budget_grant.push(row.budget_grant);
     }
-    let rows: Vec<(i32, Option<i64>)> = sqlx::query_as(INSERT_BATCH)
+    let rows: Vec<(i32, Option<i64>, bool)> = sqlx::query_as(INSERT_BATCH)
         .bind(n)
         .bind(owner)
         .bind(endpoint)
@@ -202,12 +232,17 @@ async fn insert(pool: PgPool, batch: Vec<Insert>) -> Answers<Option<i64>> {
         .bind(keep_days)
         .bind(cost_estimate)
         .bind(price_params)
+        .bind(budget_grant)
         .fetch_all(&pool)
         .await?;
-    let mut answers: Vec<Option<Option<i64>>> = vec![None; len];
-    for (n, id) in rows {
+    let mut answers: Vec<Option<Inserted>> = vec![None; len];
+    for (n, id, granted) in rows {
         if let Some(answer) = usize::try_from(n).ok().and_then(|n| answers.get_mut(n)) {
-            *answer = Some(id);
+            *answer = Some(match (id, granted) {
+                (Some(row), _) => Inserted::Row(row),
+                (None, true) => Inserted::KeyTaken,
+                (None, false) => Inserted::GrantGone,
+            });
         }
     }
     Ok(answers)

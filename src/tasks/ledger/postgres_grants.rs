@@ -1,0 +1,482 @@
+//! Budgets granted ahead on PostgreSQL (migration 0015): where a key with a budget
+//! submits fast, this replica holds a share of what the budget has left, and admits
+//! the key's submits against it with the plain batched insert instead of the locked
+//! admission. Replicas agree on a key's spend through the owner's lock, held to each
+//! admission's commit, so a busy key's admissions otherwise follow one another at the
+//! pace of the server's commits; a grant takes that lock once for many submits.
+//!
+//! - **When.** Only for a key that had [`BUSY`] admissions on this replica within the
+//!   last [`WINDOW`], and has no quota (a quota counts tasks under the same lock).
+//!   Quiet keys are admitted exactly as before.
+//! - **How much.** About two windows of the key's arrivals here, at most a sixteenth
+//!   of what its budget has left (day and month, every reservation and grant
+//!   counted), none below [`LEAST_TASKS`] estimates: near a budget's edge every
+//!   admission is the exact, locked one again.
+//! - **Taken ahead.** In the background, when what is left of the grant falls below
+//!   half or it nears its expiry, so that no submit waits for a grant.
+//! - **Given back.** A grant is part of the owner's spend from the moment it is taken;
+//!   what its tasks did not reserve goes back when it has gone unused for [`IDLE`],
+//!   when a newer one replaces it, or, after the replica died, when it expires
+//!   ([`LIFETIME_MS`]; the sweep and the next grant of the owner give it back).
+//!   Meanwhile other replicas see it as reserved: a submit elsewhere may be refused
+//!   for what this replica holds, for at most that long. What is spent never passes the
+//!   budget.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use sqlx::PgPool;
+
+use super::LedgerError;
+use super::admission::DAY_MS;
+use super::record::NewTask;
+use super::store::Clock;
+use crate::money::Budget;
+
+/// Arrivals are counted over windows this long.
+const WINDOW: Duration = Duration::from_secs(1);
+
+/// Admissions of a key within a window that make it worth a grant.
+const BUSY: u32 = 8;
+
+/// A grant holds at least this many estimates, else none is taken.
+const LEAST_TASKS: i64 = 4;
+
+/// A grant expires this long after it is taken, by the server's clock.
+const LIFETIME_MS: i64 = 10_000;
+
+/// A grant is drawn on until this long before it expires: an insert sent then
+/// arrives well before.
+const MARGIN_MS: i64 = 2_000;
+
+/// A grant nearer its expiry than this is replaced.
+const RENEW_MS: i64 = 4_000;
+
+/// A grant unused this long, or replaced this long ago, is given back.
+const IDLE: Duration = Duration::from_secs(1);
+
+/// How often held grants are looked over for giving back.
+const REAP_EVERY: Duration = Duration::from_millis(250);
+
+/// After a grant was refused (too little left), or given back for a submit the
+/// budget refused, none is asked for this long.
+const QUIET: Duration = Duration::from_secs(1);
+
+/// A give-back waits for a grant being asked for, this often and at most this many
+/// times.
+const ASK_WAIT: Duration = Duration::from_millis(2);
+const ASK_WAITS: usize = 500;
+
+const TAKE: &str =
+    "SELECT grant_id, micros, expires_ms FROM mediagate_take_grant($1, $2, $3, $4, $5, $6, $7, $8)";
+const GIVE_BACK: &str = "SELECT mediagate_give_back(g) FROM unnest($1::int8[]) AS g";
+
+/// The grants this replica holds, per owner.
+pub(super) struct Grants {
+    pool: PgPool,
+    held: Arc<Mutex<HashMap<String, Held>>>,
+    reaping: AtomicBool,
+}
+
+/// What this replica holds of one owner's budget.
+#[derive(Default)]
+struct Held {
+    current: Option<Grant>,
+    /// Grants replaced, given back once the submits drawn on them are written.
+    retired: Vec<(i64, Instant)>,
+    /// Admissions in this window, and in the one before.
+    window: Option<Instant>,
+    arrivals: u32,
+    arrivals_before: u32,
+    /// A grant is being asked for.
+    asking: bool,
+    quiet_until: Option<Instant>,
+}
+
+struct Grant {
+    id: i64,
+    /// The UTC day (days since the epoch) its tasks must be submitted on.
+    day: i64,
+    /// The budget it was sized against: another budget (a reload) stops its use.
+    budget: Budget,
+    left: i64,
+    micros: i64,
+    expires_ms: i64,
+    last_used: Instant,
+}
+
+/// A grant to ask for.
+struct Ask {
+    owner: String,
+    budget: Budget,
+    at: Clock,
+    want: i64,
+    least: i64,
+}
+
+impl Grants {
+    pub(super) fn new(pool: PgPool) -> Self {
+        Self {
+            pool,
+            held: Arc::default(),
+            reaping: AtomicBool::new(false),
+        }
+    }
+
+    /// A grant `new`'s estimate was drawn from, if one can cover it; asks for the next
+    /// grant in the background when the key is busy and this one runs low.
+    pub(super) fn draw(&self, new: &NewTask<'_>, at: Clock) -> Option<i64> {
+        let (Some(budget), None, Some(cost)) = (new.budget, new.quota, new.cost_estimate) else {
+            return None;
+        };
+        let cost = cost.0;
+        let now = Instant::now();
+        let (drawn, ask) = {
+            let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+            let h = held.entry(new.owner.to_owned()).or_default();
+            h.count(now);
+            let drawn = h.draw(budget, cost, at, now);
+            let ask = h.ask(new.owner, budget, cost, at, now);
+            (drawn, ask)
+        };
+        if let Some(ask) = ask {
+            self.ask(ask);
+        }
+        drawn
+    }
+
+    /// A draw on grant `id` that wrote no row (the idempotency key was taken): its
+    /// estimate is the grant's again.
+    pub(super) fn undraw(&self, owner: &str, id: i64, cost: i64) {
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(g) = held.get_mut(owner).and_then(|h| h.current.as_mut())
+            && g.id == id
+        {
+            g.left += cost;
+        }
+    }
+
+    /// Grant `id` was given back or expired on the server: not drawn on again.
+    pub(super) fn gone(&self, owner: &str, id: i64) {
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(h) = held.get_mut(owner)
+            && h.current.as_ref().is_some_and(|g| g.id == id)
+        {
+            h.current = None;
+        }
+    }
+
+    /// Gives back at once what this replica holds of `owner`'s budget (after a grant
+    /// being asked for has come), for a submit the budget refused: that may be what
+    /// it needs. Whether anything was given back.
+    pub(super) async fn give_back(&self, owner: &str) -> Result<bool, LedgerError> {
+        let mut ids = Vec::new();
+        for _ in 0..ASK_WAITS {
+            match self.take_back(owner) {
+                Some(held) => {
+                    ids = held;
+                    break;
+                }
+                None => tokio::time::sleep(ASK_WAIT).await,
+            }
+        }
+        if ids.is_empty() {
+            return Ok(false);
+        }
+        sqlx::query(GIVE_BACK)
+            .bind(&ids)
+            .execute(&self.pool)
+            .await?;
+        Ok(true)
+    }
+
+    /// The grants held for `owner`, taken off; `None` while one is being asked for.
+    fn take_back(&self, owner: &str) -> Option<Vec<i64>> {
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(h) = held.get_mut(owner) else {
+            return Some(Vec::new());
+        };
+        if h.asking {
+            return None;
+        }
+        h.quiet_until = Some(Instant::now() + QUIET);
+        let mut ids: Vec<i64> = h.current.take().map(|g| g.id).into_iter().collect();
+        ids.extend(h.retired.drain(..).map(|(id, _)| id));
+        Some(ids)
+    }
+
+    fn ask(&self, ask: Ask) {
+        if !self.reaping.swap(true, Ordering::Relaxed) {
+            tokio::spawn(reap(self.pool.clone(), Arc::clone(&self.held)));
+        }
+        tokio::spawn(take(self.pool.clone(), Arc::clone(&self.held), ask));
+    }
+}
+
+impl Held {
+    fn count(&mut self, now: Instant) {
+        match self.window {
+            Some(start) if now.duration_since(start) < WINDOW => {}
+            Some(start) if now.duration_since(start) < WINDOW * 2 => {
+                self.window = Some(now);
+                self.arrivals_before = self.arrivals;
+                self.arrivals = 0;
+            }
+            _ => {
+                self.window = Some(now);
+                self.arrivals_before = 0;
+                self.arrivals = 0;
+            }
+        }
+        self.arrivals += 1;
+    }
+
+    fn draw(&mut self, budget: Budget, cost: i64, at: Clock, now: Instant) -> Option<i64> {
+        let g = self.current.as_mut()?;
+        let usable = g.day == at.day_start / DAY_MS
+            && g.budget == budget
+            && at.now < g.expires_ms - MARGIN_MS
+            && g.left >= cost;
+        if !usable {
+            return None;
+        }
+        g.left -= cost;
+        g.last_used = now;
+        Some(g.id)
+    }
+
+    /// The grant to ask for, if the key is busy and the one held runs low.
+    fn ask(
+        &mut self,
+        owner: &str,
+        budget: Budget,
+        cost: i64,
+        at: Clock,
+        now: Instant,
+    ) -> Option<Ask> {
+        let busy = self.arrivals.max(self.arrivals_before) >= BUSY;
+        let quiet = self.quiet_until.is_some_and(|until| now < until);
+        let low = self.current.as_ref().is_none_or(|g| {
+            g.left * 2 < g.micros
+                || g.left < cost
+                || g.expires_ms - at.now < RENEW_MS
+                || g.day != at.day_start / DAY_MS
+                || g.budget != budget
+        });
+        if !busy || quiet || self.asking || !low {
+            return None;
+        }
+        self.asking = true;
+        let arrivals = i64::from(self.arrivals.max(self.arrivals_before));
+        Some(Ask {
+            owner: owner.to_owned(),
+            budget,
+            at,
+            want: cost.saturating_mul((arrivals * 2).max(LEAST_TASKS * 4)),
+            least: cost.saturating_mul(LEAST_TASKS).max(1),
+        })
+    }
+}
+
+/// `mediagate_take_grant`'s answer: the grant's id, amount and expiry; all `None`
+/// when there was too little left to grant.
+type Taken = (Option<i64>, Option<i64>, Option<i64>);
+
+/// Asks the server for a grant and holds it; the one it replaces is retired.
+async fn take(pool: PgPool, held: Arc<Mutex<HashMap<String, Held>>>, ask: Ask) {
+    let limit = |m: Option<crate::money::Micros>| m.map(|m| m.0);
+    let answer: Result<Taken, sqlx::Error> = sqlx::query_as(TAKE)
+        .bind(&ask.owner)
+        .bind(ask.at.day_start / DAY_MS)
+        .bind(ask.at.month_start / DAY_MS)
+        .bind(limit(ask.budget.per_day))
+        .bind(limit(ask.budget.per_month))
+        .bind(ask.want)
+        .bind(ask.least)
+        .bind(LIFETIME_MS)
+        .fetch_one(&pool)
+        .await;
+    let now = Instant::now();
+    let mut held = held.lock().unwrap_or_else(PoisonError::into_inner);
+    let h = held.entry(ask.owner).or_default();
+    h.asking = false;
+    match answer {
+        Ok((Some(id), Some(micros), Some(expires_ms))) => {
+            if let Some(old) = h.current.take() {
+                h.retired.push((old.id, now));
+            }
+            h.current = Some(Grant {
+                id,
+                day: ask.at.day_start / DAY_MS,
+                budget: ask.budget,
+                left: micros,
+                micros,
+                expires_ms,
+                last_used: now,
+            });
+        }
+        Ok(_) => h.quiet_until = Some(now + QUIET),
+        Err(e) => {
+            tracing::warn!(error = %e, "budget grant not taken; admissions of the key take the owner's lock");
+            h.quiet_until = Some(now + QUIET);
+        }
+    }
+}
+
+/// Gives back, for as long as the process runs, the grants idle or retired for
+/// [`IDLE`]; one that fails to go back expires on the server.
+async fn reap(pool: PgPool, held: Arc<Mutex<HashMap<String, Held>>>) {
+    let mut tick = tokio::time::interval(REAP_EVERY);
+    loop {
+        tick.tick().await;
+        let ids = done_with(&held, Instant::now());
+        if ids.is_empty() {
+            continue;
+        }
+        if let Err(e) = sqlx::query(GIVE_BACK).bind(&ids).execute(&pool).await {
+            tracing::warn!(error = %e, grants = ids.len(), "budget grants not given back; they expire");
+        }
+    }
+}
+
+/// The grants to give back now, taken off what is held.
+fn done_with(held: &Mutex<HashMap<String, Held>>, now: Instant) -> Vec<i64> {
+    let mut held = held.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut ids = Vec::new();
+    held.retain(|_, h| {
+        h.retired.retain(|&(id, at)| {
+            let done = now.duration_since(at) >= IDLE;
+            if done {
+                ids.push(id);
+            }
+            !done
+        });
+        // Unused that long: no submit drawn on it is still being written.
+        if h.current
+            .as_ref()
+            .is_some_and(|g| now.duration_since(g.last_used) >= IDLE)
+        {
+            ids.extend(h.current.take().map(|g| g.id));
+        }
+        // An owner quiet for a while is forgotten.
+        let recent = h.window.is_some_and(|w| now.duration_since(w) < WINDOW * 4);
+        h.current.is_some() || !h.retired.is_empty() || h.asking || recent
+    });
+    ids
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::money::Micros;
+
+    fn budget() -> Budget {
+        Budget {
+            per_day: Some(Micros(1_000_000_000)),
+            per_month: None,
+        }
+    }
+
+    fn grant(left: i64, expires_ms: i64) -> Grant {
+        Grant {
+            id: 7,
+            day: 0,
+            budget: budget(),
+            left,
+            micros: 100,
+            expires_ms,
+            last_used: Instant::now(),
+        }
+    }
+
+    #[test]
+    fn a_grant_covers_what_it_has_left_on_its_day_and_budget_only() {
+        let now = Instant::now();
+        let mut h = Held {
+            current: Some(grant(25, 60_000)),
+            ..Held::default()
+        };
+        let at = Clock::at(1_000);
+        assert_eq!(h.draw(budget(), 20, at, now), Some(7));
+        assert_eq!(h.draw(budget(), 20, at, now), None, "5 left");
+        assert_eq!(h.draw(budget(), 5, at, now), Some(7));
+        h.current = Some(grant(100, 60_000));
+        let other = Budget {
+            per_day: Some(Micros(5)),
+            per_month: None,
+        };
+        assert_eq!(h.draw(other, 1, at, now), None, "sized for another budget");
+        assert_eq!(
+            h.draw(budget(), 1, Clock::at(DAY_MS), now),
+            None,
+            "another day"
+        );
+        assert_eq!(
+            h.draw(budget(), 1, Clock::at(60_000 - MARGIN_MS), now),
+            None,
+            "too near its expiry"
+        );
+    }
+
+    #[test]
+    fn only_a_busy_key_asks_and_one_ask_at_a_time() {
+        let now = Instant::now();
+        let mut h = Held::default();
+        let at = Clock::at(1_000);
+        for _ in 1..BUSY {
+            h.count(now);
+            assert!(h.ask("k", budget(), 10, at, now).is_none(), "not busy yet");
+        }
+        h.count(now);
+        let ask = h
+            .ask("k", budget(), 10, at, now)
+            .expect("busy, nothing held");
+        assert_eq!(ask.least, 10 * LEAST_TASKS);
+        assert!(ask.want >= ask.least);
+        assert!(
+            h.ask("k", budget(), 10, at, now).is_none(),
+            "already asking"
+        );
+        h.asking = false;
+        h.current = Some(grant(60, 60_000));
+        assert!(
+            h.ask("k", budget(), 10, at, now).is_none(),
+            "more than half left"
+        );
+        h.current = Some(grant(40, 60_000));
+        assert!(
+            h.ask("k", budget(), 10, at, now).is_some(),
+            "under half left"
+        );
+        h.asking = false;
+        h.quiet_until = Some(now + QUIET);
+        h.current = None;
+        assert!(
+            h.ask("k", budget(), 10, at, now).is_none(),
+            "refused a moment ago"
+        );
+    }
+
+    #[test]
+    fn idle_and_replaced_grants_are_given_back_after_a_while() {
+        let start = Instant::now();
+        let held = Mutex::new(HashMap::from([(
+            "k".to_owned(),
+            Held {
+                current: Some(Grant {
+                    last_used: start + Duration::from_millis(1),
+                    ..grant(10, 60_000)
+                }),
+                retired: vec![(3, start)],
+                ..Held::default()
+            },
+        )]));
+        assert!(done_with(&held, start).is_empty());
+        let later = start + IDLE;
+        assert_eq!(done_with(&held, later), vec![3], "the retired one");
+        assert_eq!(done_with(&held, later + IDLE), vec![7], "idle");
+        assert!(held.lock().unwrap().is_empty(), "the owner forgotten");
+    }
+}
