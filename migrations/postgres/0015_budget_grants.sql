@@ -38,41 +38,52 @@ FOR EACH ROW
 WHEN (NEW.cost_estimate IS NOT NULL AND NEW.budget_grant IS NULL)
 EXECUTE FUNCTION mediagate_reserve();
 
--- Grant p_id given back: what its tasks did not reserve leaves its owner's spend. The
--- DELETE waits for the inserts holding the grant; the sum after it, a statement of its
--- own, sees what they committed. Tasks are looked up through the owner's tasks since
--- the grant was taken (a minute's margin for replicas' clocks).
-CREATE FUNCTION mediagate_give_back(p_id BIGINT) RETURNS VOID LANGUAGE plpgsql AS $$
+-- Grants p_ids given back: what their tasks did not reserve leaves their owners'
+-- spend. The owners' locks first, in the order admissions take them; then the grants'
+-- rows in id order, the order inserts hold them in (postgres_submits.rs), so that
+-- neither can deadlock with a give-back. The DELETE waits for the inserts holding a
+-- grant; the sums after it, statements of their own, see what those committed.
+CREATE FUNCTION mediagate_give_back(p_ids BIGINT[]) RETURNS INT LANGUAGE plpgsql AS $$
 DECLARE
+    h INT;
     g RECORD;
     used BIGINT;
-BEGIN
-    DELETE FROM budget_grants WHERE id = p_id RETURNING * INTO g;
-    IF NOT FOUND THEN
-        RETURN;
-    END IF;
-    SELECT CAST(COALESCE(SUM(cost_estimate), 0) AS BIGINT) INTO used FROM tasks
-    WHERE owner = g.owner AND created_ms >= g.created_ms - 60000 AND budget_grant = g.id;
-    UPDATE spend SET micros = micros - (g.micros - used)
-    WHERE owner = g.owner AND day = g.day;
-END
-$$;
-
--- Every expired grant (of p_owner, or of all owners when NULL) given back: those of a
--- replica that died, or whose give-back was lost.
-CREATE FUNCTION mediagate_give_back_expired(p_owner TEXT) RETURNS INT LANGUAGE plpgsql AS $$
-DECLARE
-    g BIGINT;
     n INT := 0;
+    ids BIGINT[];
+    owners TEXT[];
+    days BIGINT[];
+    amounts BIGINT[];
 BEGIN
-    FOR g IN SELECT id FROM budget_grants
-        WHERE (p_owner IS NULL OR owner = p_owner) AND expires_ms < mediagate_now_ms()
+    FOR h IN SELECT DISTINCT hashtext(owner) FROM budget_grants WHERE id = ANY(p_ids) ORDER BY 1 LOOP
+        PERFORM pg_advisory_xact_lock(h);
+    END LOOP;
+    PERFORM 1 FROM budget_grants WHERE id = ANY(p_ids) ORDER BY id FOR UPDATE;
+    WITH gone AS (
+        DELETE FROM budget_grants WHERE id = ANY(p_ids) RETURNING id, owner, day, micros
+    )
+    SELECT array_agg(id), array_agg(owner), array_agg(day), array_agg(micros)
+    INTO ids, owners, days, amounts FROM gone;
+    FOR g IN SELECT x.owner, x.day, SUM(x.micros) AS micros, array_agg(x.id) AS ids
+        FROM unnest(ids, owners, days, amounts) AS x(id, owner, day, micros)
+        GROUP BY x.owner, x.day ORDER BY x.owner, x.day
     LOOP
-        PERFORM mediagate_give_back(g);
+        SELECT CAST(COALESCE(SUM(cost_estimate), 0) AS BIGINT) INTO used FROM tasks
+        WHERE budget_grant = ANY(g.ids);
+        UPDATE spend SET micros = micros - (g.micros - used)
+        WHERE owner = g.owner AND day = g.day;
         n := n + 1;
     END LOOP;
     RETURN n;
 END
+$$;
+CREATE INDEX tasks_by_budget_grant ON tasks (budget_grant) WHERE budget_grant IS NOT NULL;
+
+-- Every expired grant (of p_owner, or of all owners when NULL) given back: those of a
+-- replica that died, or whose give-back was lost.
+CREATE FUNCTION mediagate_give_back_expired(p_owner TEXT) RETURNS INT LANGUAGE sql AS $$
+    SELECT mediagate_give_back(ARRAY(
+        SELECT id FROM budget_grants
+        WHERE (p_owner IS NULL OR owner = p_owner) AND expires_ms < mediagate_now_ms()))
 $$;
 
 -- A grant of at most p_want for p_owner on day p_day, under the owner's lock (the one

@@ -229,6 +229,17 @@ impl Db {
         [tasks, grants]
     }
 
+    /// What `sql` counts (PostgreSQL).
+    async fn count(&self, sql: &'static str) -> i64 {
+        let Self::Postgres(pool) = self else {
+            panic!("PostgreSQL only");
+        };
+        sqlx::query_scalar(sql)
+            .fetch_one(pool)
+            .await
+            .expect("count")
+    }
+
     /// The owner's priced tasks, oldest first.
     async fn costs(&self, owner: &str) -> Vec<Cost> {
         const SQL: &str = "SELECT upstream_id, state, cost_estimate, cost_settled FROM tasks WHERE owner = $1 AND cost_estimate IS NOT NULL ORDER BY id";
@@ -417,6 +428,88 @@ async fn a_busy_key_is_admitted_against_grants_ahead_and_its_budget_still_fills_
         .await;
     assert_budget_refusal(&r, asked, "per_day", "0 USD", next_midnight(asked));
     assert_eq!(ledger.spent("demo").await, BUDGET * MILLION);
+}
+
+/// A replica killed while it holds a grant: the grant stays counted (nothing is spent
+/// past the budget meanwhile), and once it has expired the other replica's next grant
+/// of the key gives back what it held unused; the budget then fills to its last unit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_held_by_a_replica_killed_comes_back_once_it_expires() {
+    const BUDGET: i64 = 300;
+    let pg = Postgres::start();
+    let url = pg.database("grant_kill");
+    let fake = busy_provider().await;
+    let routes = Routes::new()
+        .provider(provider(&fake, ""))
+        .family(priced_family(&["m1"], FLAT))
+        .demo_key(&format!("budget = {{ per_day = {BUDGET} }}"));
+    let [mut a, b] = two_replicas(routes, &url).await;
+    let ledger = Db::postgres(&url).await;
+    // Eight clients busy on `a` until it holds a grant; then `a` dies.
+    let busy = burst(&a.client(), 8, usize::MAX);
+    eventually("the busy replica holds a grant", async || {
+        ledger.grants("demo").await[1] > 0
+    })
+    .await;
+    a.kill();
+    busy.join_all().await;
+    assert!(
+        ledger.grants("demo").await[1] > 0,
+        "the dead replica's grant"
+    );
+    let expired = "SELECT COUNT(*) FROM budget_grants WHERE expires_ms < mediagate_now_ms()";
+    eventually("the grant expires", async || {
+        ledger.count(expired).await > 0
+    })
+    .await;
+    // The other replica, busy in turn, asks for a grant of its own: the expired one
+    // is given back first; its own goes back when it is quiet again.
+    burst(&b.client(), 8, 10).join_all().await;
+    eventually("every grant is given back", async || {
+        ledger.grants("demo").await[1] == 0
+    })
+    .await;
+    let reserved = ledger.spent("demo").await;
+    assert_eq!(ledger.spend_with_held("demo").await, reserved);
+    for n in reserved / MILLION..BUDGET {
+        let r = b.client().post_json(MODEL_CENTER, DEMO, &body(5)).await;
+        assert_eq!(r.status, 200, "submit {n}: {}", r.text());
+    }
+    let asked = unix_now();
+    let r = b.client().post_json(MODEL_CENTER, DEMO, &body(5)).await;
+    assert_budget_refusal(&r, asked, "per_day", "0 USD", next_midnight(asked));
+    assert_eq!(ledger.spent("demo").await, BUDGET * MILLION);
+}
+
+/// `clients` submitting `each` times in a row as the demo key, until the gateway
+/// stops answering; each admitted or refused by the budget.
+fn burst(http: &Http, clients: usize, each: usize) -> JoinSet<()> {
+    let mut set = JoinSet::new();
+    for _ in 0..clients {
+        let http = http.clone();
+        set.spawn(async move {
+            let auth = format!("Bearer {DEMO}");
+            let headers = [
+                ("authorization", auth.as_str()),
+                ("content-type", "application/json"),
+            ];
+            for _ in 0..each {
+                let sent = http
+                    .try_send(
+                        http::Method::POST,
+                        MODEL_CENTER,
+                        &headers,
+                        body(5).to_string(),
+                    )
+                    .await;
+                let Ok(r) = sent else { break };
+                if r.status != 200 {
+                    assert_error(&r, 429, "budget_exceeded", None);
+                }
+            }
+        });
+    }
+    set
 }
 
 /// Two keys at their budgets' edges, each submitting to both replicas at once: the

@@ -82,7 +82,7 @@ impl PostgresStore {
             }
         }
         let mut counted = self.counted.admit(new, at).await?;
-        if matches!(counted, Counted::KeptOut(_)) && self.grants.give_back(new.owner).await? {
+        if matches!(counted, Counted::KeptOut(_)) && self.grants.give_back(new.owner).await {
             // What this replica held ahead of the budget may be what the submit needs.
             counted = self.counted.admit(new, at).await?;
         }

@@ -29,7 +29,6 @@ use std::time::{Duration, Instant};
 
 use sqlx::PgPool;
 
-use super::LedgerError;
 use super::admission::DAY_MS;
 use super::record::NewTask;
 use super::store::Clock;
@@ -45,14 +44,15 @@ const BUSY: u32 = 8;
 const LEAST_TASKS: i64 = 4;
 
 /// A grant expires this long after it is taken, by the server's clock.
-const LIFETIME_MS: i64 = 10_000;
+const LIFETIME: Duration = Duration::from_secs(10);
 
-/// A grant is drawn on until this long before it expires: an insert sent then
-/// arrives well before.
-const MARGIN_MS: i64 = 2_000;
+/// A grant is drawn on until this long before it expires (counted here from when it
+/// was asked for, which is before the server took it): an insert sent then arrives
+/// well before.
+const MARGIN: Duration = Duration::from_secs(2);
 
 /// A grant nearer its expiry than this is replaced.
-const RENEW_MS: i64 = 4_000;
+const RENEW: Duration = Duration::from_secs(4);
 
 /// A grant unused this long, or replaced this long ago, is given back.
 const IDLE: Duration = Duration::from_secs(1);
@@ -71,7 +71,11 @@ const ASK_WAITS: usize = 500;
 
 const TAKE: &str =
     "SELECT grant_id, micros, expires_ms FROM mediagate_take_grant($1, $2, $3, $4, $5, $6, $7, $8)";
-const GIVE_BACK: &str = "SELECT mediagate_give_back(g) FROM unnest($1::int8[]) AS g";
+const GIVE_BACK: &str = "SELECT mediagate_give_back($1::int8[])";
+
+/// A grant asked for longer than this is given up on (the server may hold it; it
+/// expires there).
+const ASK_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The grants this replica holds, per owner.
 pub(super) struct Grants {
@@ -103,7 +107,8 @@ struct Grant {
     budget: Budget,
     left: i64,
     micros: i64,
-    expires_ms: i64,
+    /// When it expires on the server at the latest, by this replica's clock.
+    expires: Instant,
     last_used: Instant,
 }
 
@@ -135,7 +140,10 @@ impl Grants {
         let now = Instant::now();
         let (drawn, ask) = {
             let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-            let h = held.entry(new.owner.to_owned()).or_default();
+            if !held.contains_key(new.owner) {
+                held.insert(new.owner.to_owned(), Held::default());
+            }
+            let h = held.get_mut(new.owner).expect("inserted above");
             h.count(now);
             let drawn = h.draw(budget, cost, at, now);
             let ask = h.ask(new.owner, budget, cost, at, now);
@@ -171,7 +179,7 @@ impl Grants {
     /// Gives back at once what this replica holds of `owner`'s budget (after a grant
     /// being asked for has come), for a submit the budget refused: that may be what
     /// it needs. Whether anything was given back.
-    pub(super) async fn give_back(&self, owner: &str) -> Result<bool, LedgerError> {
+    pub(super) async fn give_back(&self, owner: &str) -> bool {
         let mut ids = Vec::new();
         for _ in 0..ASK_WAITS {
             match self.take_back(owner) {
@@ -183,13 +191,16 @@ impl Grants {
             }
         }
         if ids.is_empty() {
-            return Ok(false);
+            return false;
         }
-        sqlx::query(GIVE_BACK)
-            .bind(&ids)
-            .execute(&self.pool)
-            .await?;
-        Ok(true)
+        match sqlx::query(GIVE_BACK).bind(&ids).execute(&self.pool).await {
+            Ok(_) => true,
+            Err(e) => {
+                // The refusal stands; the grants expire on the server.
+                tracing::warn!(error = %e, grants = ids.len(), "budget grants not given back; they expire");
+                false
+            }
+        }
     }
 
     /// The grants held for `owner`, taken off; `None` while one is being asked for.
@@ -237,7 +248,7 @@ impl Held {
         let g = self.current.as_mut()?;
         let usable = g.day == at.day_start / DAY_MS
             && g.budget == budget
-            && at.now < g.expires_ms - MARGIN_MS
+            && now + MARGIN < g.expires
             && g.left >= cost;
         if !usable {
             return None;
@@ -261,7 +272,7 @@ impl Held {
         let low = self.current.as_ref().is_none_or(|g| {
             g.left * 2 < g.micros
                 || g.left < cost
-                || g.expires_ms - at.now < RENEW_MS
+                || now + RENEW > g.expires
                 || g.day != at.day_start / DAY_MS
                 || g.budget != budget
         });
@@ -287,7 +298,8 @@ type Taken = (Option<i64>, Option<i64>, Option<i64>);
 /// Asks the server for a grant and holds it; the one it replaces is retired.
 async fn take(pool: PgPool, held: Arc<Mutex<HashMap<String, Held>>>, ask: Ask) {
     let limit = |m: Option<crate::money::Micros>| m.map(|m| m.0);
-    let answer: Result<Taken, sqlx::Error> = sqlx::query_as(TAKE)
+    let asked = Instant::now();
+    let taking = sqlx::query_as(TAKE)
         .bind(&ask.owner)
         .bind(ask.at.day_start / DAY_MS)
         .bind(ask.at.month_start / DAY_MS)
@@ -295,15 +307,18 @@ async fn take(pool: PgPool, held: Arc<Mutex<HashMap<String, Held>>>, ask: Ask) {
         .bind(limit(ask.budget.per_month))
         .bind(ask.want)
         .bind(ask.least)
-        .bind(LIFETIME_MS)
-        .fetch_one(&pool)
-        .await;
+        .bind(LIFETIME.as_millis() as i64)
+        .fetch_one(&pool);
+    let answer: Result<Taken, String> = match tokio::time::timeout(ASK_TIMEOUT, taking).await {
+        Ok(answer) => answer.map_err(|e| e.to_string()),
+        Err(_) => Err("no answer in time".to_owned()),
+    };
     let now = Instant::now();
     let mut held = held.lock().unwrap_or_else(PoisonError::into_inner);
     let h = held.entry(ask.owner).or_default();
     h.asking = false;
     match answer {
-        Ok((Some(id), Some(micros), Some(expires_ms))) => {
+        Ok((Some(id), Some(micros), Some(_))) => {
             if let Some(old) = h.current.take() {
                 h.retired.push((old.id, now));
             }
@@ -313,13 +328,13 @@ async fn take(pool: PgPool, held: Arc<Mutex<HashMap<String, Held>>>, ask: Ask) {
                 budget: ask.budget,
                 left: micros,
                 micros,
-                expires_ms,
+                expires: asked + LIFETIME,
                 last_used: now,
             });
         }
         Ok(_) => h.quiet_until = Some(now + QUIET),
         Err(e) => {
-            tracing::warn!(error = %e, "budget grant not taken; admissions of the key take the owner's lock");
+            tracing::warn!(error = %e, "budget grant not taken; the key's admissions take the owner's lock");
             h.quiet_until = Some(now + QUIET);
         }
     }
@@ -379,14 +394,14 @@ mod tests {
         }
     }
 
-    fn grant(left: i64, expires_ms: i64) -> Grant {
+    fn grant(left: i64, expires: Instant) -> Grant {
         Grant {
             id: 7,
             day: 0,
             budget: budget(),
             left,
             micros: 100,
-            expires_ms,
+            expires,
             last_used: Instant::now(),
         }
     }
@@ -395,14 +410,14 @@ mod tests {
     fn a_grant_covers_what_it_has_left_on_its_day_and_budget_only() {
         let now = Instant::now();
         let mut h = Held {
-            current: Some(grant(25, 60_000)),
+            current: Some(grant(25, now + LIFETIME)),
             ..Held::default()
         };
         let at = Clock::at(1_000);
         assert_eq!(h.draw(budget(), 20, at, now), Some(7));
         assert_eq!(h.draw(budget(), 20, at, now), None, "5 left");
         assert_eq!(h.draw(budget(), 5, at, now), Some(7));
-        h.current = Some(grant(100, 60_000));
+        h.current = Some(grant(100, now + LIFETIME));
         let other = Budget {
             per_day: Some(Micros(5)),
             per_month: None,
@@ -414,7 +429,7 @@ mod tests {
             "another day"
         );
         assert_eq!(
-            h.draw(budget(), 1, Clock::at(60_000 - MARGIN_MS), now),
+            h.draw(budget(), 1, at, now + LIFETIME - MARGIN),
             None,
             "too near its expiry"
         );
@@ -440,12 +455,12 @@ mod tests {
             "already asking"
         );
         h.asking = false;
-        h.current = Some(grant(60, 60_000));
+        h.current = Some(grant(60, now + LIFETIME));
         assert!(
             h.ask("k", budget(), 10, at, now).is_none(),
             "more than half left"
         );
-        h.current = Some(grant(40, 60_000));
+        h.current = Some(grant(40, now + LIFETIME));
         assert!(
             h.ask("k", budget(), 10, at, now).is_some(),
             "under half left"
@@ -467,7 +482,7 @@ mod tests {
             Held {
                 current: Some(Grant {
                     last_used: start + Duration::from_millis(1),
-                    ..grant(10, 60_000)
+                    ..grant(10, start + LIFETIME)
                 }),
                 retired: vec![(3, start)],
                 ..Held::default()

@@ -24,7 +24,8 @@ const BATCHERS: usize = 1;
 /// id whatever order the insert returns them in; an item without a row found its
 /// idempotency key taken (by an earlier row, or by an item before it in the batch), or
 /// the budget grant it was admitted against given back or expired (`g`, whose rows
-/// the batch holds until it commits: migration 0015).
+/// the batch holds until it commits, taken in id order as give-backs take them:
+/// migration 0015).
 /// Rows go in by owner: a priced task's insert adds its estimate to its owner's
 /// `spend` row (a trigger), so that batches on other threads or replicas lock those
 /// rows in one order and cannot deadlock.
@@ -39,7 +40,7 @@ const INSERT_BATCH: &str = "WITH v AS MATERIALIZED (
 ), g AS MATERIALIZED (
     SELECT id FROM budget_grants
     WHERE id IN (SELECT budget_grant FROM v) AND expires_ms > mediagate_now_ms()
-    FOR KEY SHARE
+    ORDER BY id FOR KEY SHARE
 ), inserted AS (
     INSERT INTO tasks (id, owner, endpoint, model, kind, fingerprint, idempotency_key,
         video_seconds, state, provider, created_ms, updated_ms, callback_url, keep_days,

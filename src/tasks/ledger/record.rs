@@ -820,6 +820,8 @@ pub(super) const PRUNE_SQLITE: &str = concat!("DELETE FROM tasks WHERE ", prunab
 pub(super) const PRUNE_POSTGRES: &str = concat!(
     "DELETE FROM tasks WHERE id IN (SELECT id FROM tasks WHERE ",
     prunable!(),
+    // A budget grant still held counts its tasks when it is given back.
+    " AND NOT EXISTS (SELECT 1 FROM budget_grants g WHERE g.id = tasks.budget_grant)",
     // Two 32-bit keys: a space apart from the owners' locks of admissions (one key).
     " AND (SELECT pg_try_advisory_xact_lock(34, 3)) ORDER BY id FOR UPDATE SKIP LOCKED)"
 );
