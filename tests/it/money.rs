@@ -151,9 +151,13 @@ fn assert_budget_refusal(r: &Reply, asked: u64, period: &str, remaining: &str, r
     );
 }
 
-/// On PostgreSQL, a `spend` row's micros less what budget grants of its owner and
-/// day hold and no task has reserved yet (`postgres_grants.rs`).
-const SPEND_NOT_HELD: &str = "micros - (SELECT CAST(COALESCE(SUM(g.micros - (SELECT COALESCE(SUM(t.cost_estimate), 0) FROM tasks t WHERE t.budget_grant = g.id)), 0) AS BIGINT) FROM budget_grants g WHERE g.owner = spend.owner AND g.day = spend.day)";
+/// On PostgreSQL, what the budget grants of the owner (and day) matched by `$which`
+/// hold and no task has reserved yet (`postgres_grants.rs`).
+fn held_ahead(which: &str) -> String {
+    format!(
+        "(SELECT CAST(COALESCE(SUM(g.micros - (SELECT COALESCE(SUM(t.cost_estimate), 0) FROM tasks t WHERE t.budget_grant = g.id)), 0) AS BIGINT) FROM budget_grants g WHERE {which})"
+    )
+}
 
 /// The ledger's database, read by the test beside the gateway.
 enum Db {
@@ -182,8 +186,8 @@ impl Db {
         Self::Postgres(sqlx::PgPool::connect(url).await.expect("connect"))
     }
 
-    /// The owner's `spend` rows, summed over days; on PostgreSQL less what budget
-    /// grants hold ahead and no task has reserved yet.
+    /// The owner's `spend` rows, summed over days (and slots); on PostgreSQL less
+    /// what budget grants hold ahead and no task has reserved yet.
     async fn spend(&self, owner: &str) -> i64 {
         const SQL: &str =
             "SELECT CAST(COALESCE(SUM(micros), 0) AS BIGINT) FROM spend WHERE owner = $1";
@@ -192,7 +196,8 @@ impl Db {
                 .and_then(|db| db.query_row(&SQL.replace('$', "?"), [owner], |r| r.get(0)))
                 .expect("read spend"),
             Self::Postgres(pool) => {
-                sqlx::query_scalar(sqlx::AssertSqlSafe(SQL.replace("micros", SPEND_NOT_HELD)))
+                let sql = format!("SELECT ({SQL}) - {}", held_ahead("g.owner = $1"));
+                sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
                     .bind(owner)
                     .fetch_one(pool)
                     .await
@@ -1212,8 +1217,7 @@ impl Db {
     /// `(owner, day) → micros` of the `spend` rows of owners starting with `prefix`,
     /// and the same summed from their priced tasks (settled, else reserved).
     async fn by_day(&self, prefix: &str) -> [Vec<(String, i64, i64)>; 2] {
-        const SPEND: &str =
-            "SELECT owner, day, micros FROM spend WHERE owner LIKE $1 ORDER BY owner, day";
+        const SPEND: &str = "SELECT owner, day, CAST(SUM(micros) AS BIGINT) FROM spend WHERE owner LIKE $1 GROUP BY owner, day ORDER BY owner, day";
         const TASKS: &str = "SELECT owner, created_ms / 86400000, CAST(SUM(COALESCE(cost_settled, cost_estimate)) AS BIGINT) FROM tasks WHERE owner LIKE $1 AND cost_estimate IS NOT NULL GROUP BY owner, created_ms / 86400000 ORDER BY owner, 2";
         let like = format!("{prefix}%");
         let mut out = [Vec::new(), Vec::new()];
@@ -1226,9 +1230,13 @@ impl Db {
                             .collect()
                     })
                     .expect("read the ledger"),
-                Self::Postgres(pool) => sqlx::query_as(sqlx::AssertSqlSafe(
-                    sql.replace(", micros", &format!(", {SPEND_NOT_HELD}")),
-                ))
+                Self::Postgres(pool) => sqlx::query_as(sqlx::AssertSqlSafe(sql.replace(
+                    "CAST(SUM(micros) AS BIGINT)",
+                    &format!(
+                        "CAST(SUM(micros) AS BIGINT) - {}",
+                        held_ahead("g.owner = spend.owner AND g.day = spend.day")
+                    ),
+                )))
                 .bind(&like)
                 .fetch_all(pool)
                 .await

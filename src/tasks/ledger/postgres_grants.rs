@@ -1,4 +1,4 @@
-//! Budgets granted ahead on PostgreSQL (migration 0015): where a key with a budget
+//! Budgets granted ahead on PostgreSQL (migration 0016): where a key with a budget
 //! submits fast, this replica holds a share of what the budget has left, and admits
 //! the key's submits against it with the plain batched insert instead of the locked
 //! admission. Replicas agree on a key's spend through the owner's lock, held to each

@@ -25,7 +25,7 @@ const BATCHERS: usize = 1;
 /// idempotency key taken (by an earlier row, or by an item before it in the batch), or
 /// the budget grant it was admitted against given back or expired (`g`, whose rows
 /// the batch holds until it commits, taken in id order as give-backs take them:
-/// migration 0015).
+/// migration 0016).
 /// Rows go in by owner: a priced task's insert adds its estimate to its owner's
 /// `spend` row (a trigger), so that batches on other threads or replicas lock those
 /// rows in one order and cannot deadlock.

@@ -69,8 +69,7 @@ BEGIN
     LOOP
         SELECT CAST(COALESCE(SUM(cost_estimate), 0) AS BIGINT) INTO used FROM tasks
         WHERE budget_grant = ANY(g.ids);
-        UPDATE spend SET micros = micros - (g.micros - used)
-        WHERE owner = g.owner AND day = g.day;
+        PERFORM mediagate_add_spend(g.owner, g.day, CAST(used - g.micros AS BIGINT));
         n := n + 1;
     END LOOP;
     RETURN n;
@@ -120,7 +119,6 @@ BEGIN
     INSERT INTO budget_grants (owner, day, micros, created_ms, expires_ms)
     VALUES (p_owner, p_day, micros, now_ms, expires_ms)
     RETURNING id INTO grant_id;
-    INSERT INTO spend (owner, day, micros) VALUES (p_owner, p_day, micros)
-    ON CONFLICT (owner, day) DO UPDATE SET micros = spend.micros + EXCLUDED.micros;
+    PERFORM mediagate_add_spend(p_owner, p_day, micros);
 END
 $$;
