@@ -24,12 +24,23 @@ RETURNS VOID LANGUAGE sql AS $$
     ON CONFLICT (owner, day, slot) DO UPDATE SET micros = spend.micros + EXCLUDED.micros
 $$;
 
+-- The reservations of a statement's rows, added per owner and day at once: one
+-- upsert per statement (a batch of up to 64 submits), not a trigger call and an
+-- upsert per row, which were most of the server's work for a priced submit.
+DROP TRIGGER tasks_reserve ON tasks;
 CREATE OR REPLACE FUNCTION mediagate_reserve() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM mediagate_add_spend(NEW.owner, NEW.created_ms / 86400000, NEW.cost_estimate);
+    INSERT INTO spend (owner, day, slot, micros)
+    SELECT owner, created_ms / 86400000, mediagate_spend_slot(), SUM(cost_estimate)
+    FROM new_tasks WHERE cost_estimate IS NOT NULL
+    GROUP BY owner, created_ms / 86400000 ORDER BY 1, 2
+    ON CONFLICT (owner, day, slot) DO UPDATE SET micros = spend.micros + EXCLUDED.micros;
     RETURN NULL;
 END
 $$;
+CREATE TRIGGER tasks_reserve AFTER INSERT ON tasks
+REFERENCING NEW TABLE AS new_tasks
+FOR EACH STATEMENT EXECUTE FUNCTION mediagate_reserve();
 
 CREATE OR REPLACE FUNCTION mediagate_settle() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN

@@ -32,11 +32,18 @@ CREATE FUNCTION mediagate_now_ms() RETURNS BIGINT LANGUAGE sql VOLATILE AS $$
     SELECT CAST(extract(epoch FROM clock_timestamp()) * 1000 AS BIGINT)
 $$;
 
-DROP TRIGGER tasks_reserve ON tasks;
-CREATE TRIGGER tasks_reserve AFTER INSERT ON tasks
-FOR EACH ROW
-WHEN (NEW.cost_estimate IS NOT NULL AND NEW.budget_grant IS NULL)
-EXECUTE FUNCTION mediagate_reserve();
+-- Reservations leave out the rows admitted against a grant (migration 0015's
+-- statement-level trigger).
+CREATE OR REPLACE FUNCTION mediagate_reserve() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO spend (owner, day, slot, micros)
+    SELECT owner, created_ms / 86400000, mediagate_spend_slot(), SUM(cost_estimate)
+    FROM new_tasks WHERE cost_estimate IS NOT NULL AND budget_grant IS NULL
+    GROUP BY owner, created_ms / 86400000 ORDER BY 1, 2
+    ON CONFLICT (owner, day, slot) DO UPDATE SET micros = spend.micros + EXCLUDED.micros;
+    RETURN NULL;
+END
+$$;
 
 -- Grants p_ids given back: what their tasks did not reserve leaves their owners'
 -- spend. The owners' locks first, in the order admissions take them; then the grants'
