@@ -1214,8 +1214,9 @@ async fn drive(
 }
 
 impl Db {
-    /// `(owner, day) → micros` of the `spend` rows of owners starting with `prefix`,
-    /// and the same summed from their priced tasks (settled, else reserved).
+    /// `(owner, day) → micros` of the `spend` rows of owners starting with `prefix`
+    /// (on PostgreSQL, summed over slots, less what budget grants hold unused), and
+    /// the same summed from their priced tasks (settled, else reserved).
     async fn by_day(&self, prefix: &str) -> [Vec<(String, i64, i64)>; 2] {
         const SPEND: &str = "SELECT owner, day, CAST(SUM(micros) AS BIGINT) FROM spend WHERE owner LIKE $1 GROUP BY owner, day ORDER BY owner, day";
         const TASKS: &str = "SELECT owner, created_ms / 86400000, CAST(SUM(COALESCE(cost_settled, cost_estimate)) AS BIGINT) FROM tasks WHERE owner LIKE $1 AND cost_estimate IS NOT NULL GROUP BY owner, created_ms / 86400000 ORDER BY owner, 2";

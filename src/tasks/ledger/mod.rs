@@ -639,6 +639,14 @@ impl Ledger {
         let now = now_ms();
         let stale_before = now - stale.as_millis() as i64;
         let forget_before = now - idempotency_ttl.as_millis() as i64;
+        if self.store.engine() == "postgres" {
+            // Budget grants of replicas that died (`postgres_grants.rs`); a failure
+            // leaves them for the next sweep.
+            let give_back = "SELECT mediagate_give_back_expired(NULL)";
+            if let Err(e) = self.store.execute(give_back, Vec::new()).await {
+                tracing::warn!(error = %e, "expired budget grants not given back");
+            }
+        }
         let expire = PerEngine {
             sqlite: record::EXPIRE_SUBMITTING,
             postgres: record::EXPIRE_SUBMITTING,
@@ -649,14 +657,6 @@ impl Ledger {
             .await?;
         let forget = params![forget_before];
         self.store.execute(record::FORGET_KEYS, forget).await?;
-        if self.store.engine() == "postgres" {
-            // Budget grants of replicas that died (`postgres_grants.rs`); a failure
-            // leaves them for the next sweep, and the rows above still to be logged.
-            let give_back = "SELECT mediagate_give_back_expired(NULL)";
-            if let Err(e) = self.store.execute(give_back, Vec::new()).await {
-                tracing::warn!(error = %e, "expired budget grants not given back");
-            }
-        }
         Ok(expired)
     }
 

@@ -24,8 +24,8 @@ const BATCHERS: usize = 1;
 /// id whatever order the insert returns them in; an item without a row found its
 /// idempotency key taken (by an earlier row, or by an item before it in the batch), or
 /// the budget grant it was admitted against given back or expired (`g`, whose rows
-/// the batch holds until it commits, taken in id order as give-backs take them:
-/// migration 0016).
+/// the batch holds until it commits, taken in id order as give-backs take them, and
+/// before any row goes in (the count, evaluated once first): migration 0016).
 /// Rows go in by owner: a priced task's insert adds its estimate to its owner's
 /// `spend` row (a trigger), so that batches on other threads or replicas lock those
 /// rows in one order and cannot deadlock.
@@ -48,7 +48,8 @@ const INSERT_BATCH: &str = "WITH v AS MATERIALIZED (
     SELECT id, owner, endpoint, model, kind, fingerprint, idempotency_key,
         video_seconds, 'submitting', provider, now, now, callback_url, keep_days,
         cost_estimate, price_params, budget_grant
-    FROM v WHERE budget_grant IS NULL OR budget_grant IN (SELECT id FROM g)
+    FROM v WHERE (SELECT count(*) FROM g) >= 0
+        AND (budget_grant IS NULL OR budget_grant IN (SELECT id FROM g))
     ORDER BY owner, n
     ON CONFLICT (owner, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id
