@@ -17,7 +17,7 @@
 //! - **Given back.** A grant is part of the owner's spend from the moment it is taken;
 //!   what its tasks did not reserve goes back when it has gone unused for [`IDLE`],
 //!   when a newer one replaces it, or, after the replica died, when it expires
-//!   ([`LIFETIME_MS`]; the sweep and the next grant of the owner give it back).
+//!   ([`LIFETIME`]; the sweep and the next grant of the owner give it back).
 //!   Meanwhile other replicas see it as reserved: a submit elsewhere may be refused
 //!   for what this replica holds, for at most that long. What is spent never passes the
 //!   budget.
