@@ -15,7 +15,8 @@ use crate::gateway::Gateway;
 use crate::snapshot::SIMULATOR_URL;
 use crate::workers::Workers;
 
-/// How long a stop waits for the tracker to give its tasks back.
+/// How long a stop waits for the tracker to give its tasks back (and the ledger its
+/// budget grants).
 const GIVE_BACK_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Why the gateway did not start.
@@ -188,6 +189,7 @@ impl Running {
             .await
             .unwrap_or_else(|e| Err(std::io::Error::other(e)));
         self.finish_submits().await;
+        self.give_back_held().await;
         if let Some(tracker) = self.tracker.take() {
             // Bounded: a ledger out of reach leaves the tasks to the heartbeat's expiry.
             let _ = tokio::time::timeout(GIVE_BACK_WAIT, tracker).await;
@@ -204,6 +206,19 @@ impl Running {
             tracing::info!(submits = submits.len(), "waiting for submits in flight");
         }
         submits.wait().await;
+    }
+
+    /// With every submit done, what the ledger held ahead of keys' budgets goes back:
+    /// other replicas need not wait for it to expire. Bounded as the tracker's is.
+    async fn give_back_held(&self) {
+        let Some(ledger) = self.gateway.tasks.ledger() else {
+            return;
+        };
+        match tokio::time::timeout(GIVE_BACK_WAIT, ledger.give_back_held()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "budget grants not given back; they expire"),
+            Err(_) => tracing::warn!("budget grants not given back in time; they expire"),
+        }
     }
 
     /// Serve until `signal` resolves, then stop as [`Running::stop`] does.

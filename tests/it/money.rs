@@ -6,6 +6,7 @@
 //! says what remains and when it resets; prices that cannot work are refused at load.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio::task::JoinSet;
@@ -484,6 +485,33 @@ async fn a_grant_held_by_a_replica_killed_comes_back_once_it_expires() {
     let r = b.client().post_json(MODEL_CENTER, DEMO, &body(5)).await;
     assert_budget_refusal(&r, asked, "per_day", "0 USD", next_midnight(asked));
     assert_eq!(ledger.spent("demo").await, BUDGET * MILLION);
+}
+
+/// A replica stopped gracefully while it holds a grant gives it back before it exits,
+/// rather than leaving it to expire: the spend is its tasks' at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_stopped_gives_back_its_grants_before_it_exits() {
+    let pg = Postgres::start();
+    let url = pg.database("grant_stop");
+    let fake = busy_provider().await;
+    let routes = Routes::new()
+        .provider(provider(&fake, ""))
+        .family(priced_family(&["m1"], FLAT))
+        .demo_key("budget = { per_day = 300 }");
+    let [mut a, _b] = two_replicas(routes, &url).await;
+    let ledger = Db::postgres(&url).await;
+    let busy = burst(&a.client(), 8, usize::MAX);
+    eventually("the busy replica holds a grant", async || {
+        ledger.grants("demo").await[1] > 0
+    })
+    .await;
+    a.signal("TERM").await;
+    assert!(a.wait_exit(Duration::from_secs(20)).await.success());
+    busy.join_all().await;
+    assert_eq!(ledger.grants("demo").await[1], 0, "a grant left to expire");
+    let reserved = ledger.spent("demo").await;
+    assert!(reserved > 0);
+    assert_eq!(ledger.spend_with_held("demo").await, reserved);
 }
 
 /// `clients` submitting `each` times in a row as the demo key, until the gateway

@@ -443,6 +443,12 @@ impl Ledger {
         Ok(self.store.execute(record::HEARTBEAT, args).await? == 1)
     }
 
+    /// The process stops: what it holds ahead of keys' budgets is given back now
+    /// (PostgreSQL), not when it expires.
+    pub async fn give_back_held(&self) -> Result<(), LedgerError> {
+        self.store.give_back_held().await
+    }
+
     /// Up to `limit` unfinished tasks nobody follows (new submits, tasks given back),
     /// followed by `me` from now; none when `me`'s heartbeat expired.
     pub async fn follow_new(&self, me: &str, limit: i64) -> Result<Vec<TaskRecord>, LedgerError> {

@@ -156,6 +156,10 @@ impl Store for PostgresStore {
     fn reads(&self) -> &dyn Reader {
         &self.reads
     }
+
+    fn give_back_held(&self) -> StoreFuture<'_, ()> {
+        Box::pin(self.grants.give_back_all())
+    }
 }
 
 /// One connection, to look up the row holding a key.

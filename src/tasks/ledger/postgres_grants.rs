@@ -16,7 +16,8 @@
 //!   half or it nears its expiry, so that no submit waits for a grant.
 //! - **Given back.** A grant is part of the owner's spend from the moment it is taken;
 //!   what its tasks did not reserve goes back when it has gone unused for [`IDLE`],
-//!   when a newer one replaces it, or, after the replica died, when it expires
+//!   when a newer one replaces it, when the process stops, or, after the replica
+//!   died, when it expires
 //!   ([`LIFETIME`]; the sweep and the next grant of the owner give it back).
 //!   Meanwhile other replicas see it as reserved: a submit elsewhere may be refused
 //!   for what this replica holds, for at most that long. What is spent never passes the
@@ -29,6 +30,7 @@ use std::time::{Duration, Instant};
 
 use sqlx::PgPool;
 
+use super::LedgerError;
 use super::admission::DAY_MS;
 use super::record::NewTask;
 use super::store::Clock;
@@ -201,6 +203,29 @@ impl Grants {
                 false
             }
         }
+    }
+
+    /// The process stops: every grant held goes back at once, rather than when it
+    /// expires.
+    pub(super) async fn give_back_all(&self) -> Result<(), LedgerError> {
+        let ids: Vec<i64> = {
+            let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+            held.drain()
+                .flat_map(|(_, h)| {
+                    let current = h.current.map(|g| g.id);
+                    current
+                        .into_iter()
+                        .chain(h.retired.into_iter().map(|(id, _)| id))
+                })
+                .collect()
+        };
+        if !ids.is_empty() {
+            sqlx::query(GIVE_BACK)
+                .bind(&ids)
+                .execute(&self.pool)
+                .await?;
+        }
+        Ok(())
     }
 
     /// The grants held for `owner`, taken off; `None` while one is being asked for.

@@ -179,6 +179,12 @@ pub(super) trait Store: Send + Sync {
     /// The engine's reads.
     fn reads(&self) -> &dyn Reader;
 
+    /// The process stops: what it holds ahead of keys' budgets goes back (PostgreSQL's
+    /// budget grants); elsewhere nothing is held.
+    fn give_back_held(&self) -> StoreFuture<'_, ()> {
+        Box::pin(async { Ok(()) })
+    }
+
     /// `owner`'s usage per model and UTC day, of the rows created from `since_ms` to
     /// before `until_ms` ([`record::USAGE_OF`]).
     fn usage_of<'a>(
