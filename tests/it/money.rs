@@ -368,6 +368,23 @@ async fn two_replicas(routes: Routes, url: &str) -> [Proc; 2] {
     ]
 }
 
+/// What the demo key may spend a day in the tests of budgets granted ahead.
+const BUSY_BUDGET: i64 = 300;
+
+/// The demo key with a budget of [`BUSY_BUDGET`] a day, submitting to a model priced
+/// 1.00 a task on two replicas sharing database `name` of `pg`: the replicas, the
+/// ledger, the provider (kept for as long as the replicas run).
+async fn busy_key_replicas(pg: &Postgres, name: &str) -> ([Proc; 2], Db, Fake) {
+    let url = pg.database(name);
+    let fake = busy_provider().await;
+    let routes = Routes::new()
+        .provider(provider(&fake, ""))
+        .family(priced_family(&["m1"], FLAT))
+        .demo_key(&format!("budget = {{ per_day = {BUSY_BUDGET} }}"));
+    let replicas = two_replicas(routes, &url).await;
+    (replicas, Db::postgres(&url).await, fake)
+}
+
 /// A busy key on two replicas sharing PostgreSQL: each replica admits it against a
 /// share of its budget granted ahead (its tasks name the grant), what is spent never
 /// passes the budget, and what the replicas held comes back once they go quiet; the
@@ -375,16 +392,8 @@ async fn two_replicas(routes: Routes, url: &str) -> [Proc; 2] {
 /// remaining.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_key_is_admitted_against_grants_ahead_and_its_budget_still_fills_exactly() {
-    const BUDGET: i64 = 300;
     let pg = Postgres::start();
-    let url = pg.database("grants");
-    let fake = busy_provider().await;
-    let routes = Routes::new()
-        .provider(provider(&fake, ""))
-        .family(priced_family(&["m1"], FLAT))
-        .demo_key(&format!("budget = {{ per_day = {BUDGET} }}"));
-    let replicas = two_replicas(routes, &url).await;
-    let ledger = Db::postgres(&url).await;
+    let (replicas, ledger, _fake) = busy_key_replicas(&pg, "grants").await;
     // Sixteen clients, eight on each replica, each submitting 25 times in a row.
     let mut clients = JoinSet::new();
     for n in 0..16 {
@@ -406,11 +415,14 @@ async fn a_busy_key_is_admitted_against_grants_ahead_and_its_budget_still_fills_
     while let Some(joined) = clients.join_next().await {
         taken += joined.unwrap();
     }
-    assert!(taken <= BUDGET, "{taken} admitted on a budget of {BUDGET}");
+    assert!(
+        taken <= BUSY_BUDGET,
+        "{taken} admitted on a budget of {BUSY_BUDGET}"
+    );
     let [granted, held] = ledger.grants("demo").await;
     assert!(granted > 0, "no task was admitted against a grant");
     assert!(
-        ledger.spend_with_held("demo").await <= BUDGET * MILLION,
+        ledger.spend_with_held("demo").await <= BUSY_BUDGET * MILLION,
         "reserved and held ahead past the budget"
     );
     eventually("the replicas give back what they hold", async || {
@@ -420,7 +432,7 @@ async fn a_busy_key_is_admitted_against_grants_ahead_and_its_budget_still_fills_
     assert_eq!(ledger.spent("demo").await, taken * MILLION, "held: {held}");
     assert_eq!(ledger.spend_with_held("demo").await, taken * MILLION);
     // The rest, one submit at a time, alternating replicas: every unit is taken.
-    for n in taken..BUDGET {
+    for n in taken..BUSY_BUDGET {
         let r = replicas[n as usize % 2]
             .client()
             .post_json(MODEL_CENTER, DEMO, &body(5))
@@ -433,7 +445,7 @@ async fn a_busy_key_is_admitted_against_grants_ahead_and_its_budget_still_fills_
         .post_json(MODEL_CENTER, DEMO, &body(5))
         .await;
     assert_budget_refusal(&r, asked, "per_day", "0 USD", next_midnight(asked));
-    assert_eq!(ledger.spent("demo").await, BUDGET * MILLION);
+    assert_eq!(ledger.spent("demo").await, BUSY_BUDGET * MILLION);
 }
 
 /// A replica killed while it holds a grant: the grant stays counted (nothing is spent
@@ -441,16 +453,8 @@ async fn a_busy_key_is_admitted_against_grants_ahead_and_its_budget_still_fills_
 /// of the key gives back what it held unused; the budget then fills to its last unit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grant_held_by_a_replica_killed_comes_back_once_it_expires() {
-    const BUDGET: i64 = 300;
     let pg = Postgres::start();
-    let url = pg.database("grant_kill");
-    let fake = busy_provider().await;
-    let routes = Routes::new()
-        .provider(provider(&fake, ""))
-        .family(priced_family(&["m1"], FLAT))
-        .demo_key(&format!("budget = {{ per_day = {BUDGET} }}"));
-    let [mut a, b] = two_replicas(routes, &url).await;
-    let ledger = Db::postgres(&url).await;
+    let ([mut a, b], ledger, _fake) = busy_key_replicas(&pg, "grant_kill").await;
     // Eight clients busy on `a` until it holds a grant; then `a` dies.
     let busy = burst(&a.client(), 8, usize::MAX);
     eventually("the busy replica holds a grant", async || {
@@ -477,14 +481,14 @@ async fn a_grant_held_by_a_replica_killed_comes_back_once_it_expires() {
     .await;
     let reserved = ledger.spent("demo").await;
     assert_eq!(ledger.spend_with_held("demo").await, reserved);
-    for n in reserved / MILLION..BUDGET {
+    for n in reserved / MILLION..BUSY_BUDGET {
         let r = b.client().post_json(MODEL_CENTER, DEMO, &body(5)).await;
         assert_eq!(r.status, 200, "submit {n}: {}", r.text());
     }
     let asked = unix_now();
     let r = b.client().post_json(MODEL_CENTER, DEMO, &body(5)).await;
     assert_budget_refusal(&r, asked, "per_day", "0 USD", next_midnight(asked));
-    assert_eq!(ledger.spent("demo").await, BUDGET * MILLION);
+    assert_eq!(ledger.spent("demo").await, BUSY_BUDGET * MILLION);
 }
 
 /// A replica stopped gracefully while it holds a grant gives it back before it exits,
@@ -492,14 +496,7 @@ async fn a_grant_held_by_a_replica_killed_comes_back_once_it_expires() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_stopped_gives_back_its_grants_before_it_exits() {
     let pg = Postgres::start();
-    let url = pg.database("grant_stop");
-    let fake = busy_provider().await;
-    let routes = Routes::new()
-        .provider(provider(&fake, ""))
-        .family(priced_family(&["m1"], FLAT))
-        .demo_key("budget = { per_day = 300 }");
-    let [mut a, _b] = two_replicas(routes, &url).await;
-    let ledger = Db::postgres(&url).await;
+    let ([mut a, _b], ledger, _fake) = busy_key_replicas(&pg, "grant_stop").await;
     let busy = burst(&a.client(), 8, usize::MAX);
     eventually("the busy replica holds a grant", async || {
         ledger.grants("demo").await[1] > 0
