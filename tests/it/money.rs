@@ -431,21 +431,7 @@ async fn a_busy_key_is_admitted_against_grants_ahead_and_its_budget_still_fills_
     .await;
     assert_eq!(ledger.spent("demo").await, taken * MILLION, "held: {held}");
     assert_eq!(ledger.spend_with_held("demo").await, taken * MILLION);
-    // The rest, one submit at a time, alternating replicas: every unit is taken.
-    for n in taken..BUSY_BUDGET {
-        let r = replicas[n as usize % 2]
-            .client()
-            .post_json(MODEL_CENTER, DEMO, &body(5))
-            .await;
-        assert_eq!(r.status, 200, "submit {n}: {}", r.text());
-    }
-    let asked = unix_now();
-    let r = replicas[0]
-        .client()
-        .post_json(MODEL_CENTER, DEMO, &body(5))
-        .await;
-    assert_budget_refusal(&r, asked, "per_day", "0 USD", next_midnight(asked));
-    assert_eq!(ledger.spent("demo").await, BUSY_BUDGET * MILLION);
+    fill_the_budget(&[&replicas[0], &replicas[1]], taken, &ledger).await;
 }
 
 /// A replica killed while it holds a grant: the grant stays counted (nothing is spent
@@ -455,12 +441,7 @@ async fn a_busy_key_is_admitted_against_grants_ahead_and_its_budget_still_fills_
 async fn a_grant_held_by_a_replica_killed_comes_back_once_it_expires() {
     let pg = Postgres::start();
     let ([mut a, b], ledger, _fake) = busy_key_replicas(&pg, "grant_kill").await;
-    // Eight clients busy on `a` until it holds a grant; then `a` dies.
-    let busy = burst(&a.client(), 8, usize::MAX);
-    eventually("the busy replica holds a grant", async || {
-        ledger.grants("demo").await[1] > 0
-    })
-    .await;
+    let busy = busy_until_it_holds_a_grant(&a, &ledger).await;
     a.kill();
     busy.join_all().await;
     assert!(
@@ -481,14 +462,7 @@ async fn a_grant_held_by_a_replica_killed_comes_back_once_it_expires() {
     .await;
     let reserved = ledger.spent("demo").await;
     assert_eq!(ledger.spend_with_held("demo").await, reserved);
-    for n in reserved / MILLION..BUSY_BUDGET {
-        let r = b.client().post_json(MODEL_CENTER, DEMO, &body(5)).await;
-        assert_eq!(r.status, 200, "submit {n}: {}", r.text());
-    }
-    let asked = unix_now();
-    let r = b.client().post_json(MODEL_CENTER, DEMO, &body(5)).await;
-    assert_budget_refusal(&r, asked, "per_day", "0 USD", next_midnight(asked));
-    assert_eq!(ledger.spent("demo").await, BUSY_BUDGET * MILLION);
+    fill_the_budget(&[&b], reserved / MILLION, &ledger).await;
 }
 
 /// A replica stopped gracefully while it holds a grant gives it back before it exits,
@@ -497,11 +471,7 @@ async fn a_grant_held_by_a_replica_killed_comes_back_once_it_expires() {
 async fn a_replica_stopped_gives_back_its_grants_before_it_exits() {
     let pg = Postgres::start();
     let ([mut a, _b], ledger, _fake) = busy_key_replicas(&pg, "grant_stop").await;
-    let busy = burst(&a.client(), 8, usize::MAX);
-    eventually("the busy replica holds a grant", async || {
-        ledger.grants("demo").await[1] > 0
-    })
-    .await;
+    let busy = busy_until_it_holds_a_grant(&a, &ledger).await;
     a.signal("TERM").await;
     assert!(a.wait_exit(Duration::from_secs(20)).await.success());
     busy.join_all().await;
@@ -511,6 +481,38 @@ async fn a_replica_stopped_gives_back_its_grants_before_it_exits() {
     assert_eq!(ledger.spend_with_held("demo").await, reserved);
 }
 
+/// Eight clients submitting on `replica` until it holds a grant of the demo key's
+/// budget; they go on until it stops answering.
+async fn busy_until_it_holds_a_grant(replica: &Proc, ledger: &Db) -> JoinSet<()> {
+    let busy = burst(&replica.client(), 8, usize::MAX);
+    eventually("the busy replica holds a grant", async || {
+        ledger.grants("demo").await[1] > 0
+    })
+    .await;
+    busy
+}
+
+/// The rest of the demo key's budget from `taken` units, one submit at a time on
+/// `replicas` in turn: every unit is taken, and the next submit is refused with
+/// nothing remaining.
+async fn fill_the_budget(replicas: &[&Proc], taken: i64, ledger: &Db) {
+    for n in taken..BUSY_BUDGET {
+        let replica = replicas[n as usize % replicas.len()];
+        let r = replica
+            .client()
+            .post_json(MODEL_CENTER, DEMO, &body(5))
+            .await;
+        assert_eq!(r.status, 200, "submit {n}: {}", r.text());
+    }
+    let asked = unix_now();
+    let r = replicas[0]
+        .client()
+        .post_json(MODEL_CENTER, DEMO, &body(5))
+        .await;
+    assert_budget_refusal(&r, asked, "per_day", "0 USD", next_midnight(asked));
+    assert_eq!(ledger.spent("demo").await, BUSY_BUDGET * MILLION);
+}
+
 /// `clients` submitting `each` times in a row as the demo key, until the gateway
 /// stops answering; each admitted or refused by the budget.
 fn burst(http: &Http, clients: usize, each: usize) -> JoinSet<()> {
@@ -518,21 +520,10 @@ fn burst(http: &Http, clients: usize, each: usize) -> JoinSet<()> {
     for _ in 0..clients {
         let http = http.clone();
         set.spawn(async move {
-            let auth = format!("Bearer {DEMO}");
-            let headers = [
-                ("authorization", auth.as_str()),
-                ("content-type", "application/json"),
-            ];
             for _ in 0..each {
-                let sent = http
-                    .try_send(
-                        http::Method::POST,
-                        MODEL_CENTER,
-                        &headers,
-                        body(5).to_string(),
-                    )
-                    .await;
-                let Ok(r) = sent else { break };
+                let Ok(r) = http.try_post_json(MODEL_CENTER, DEMO, &body(5)).await else {
+                    break;
+                };
                 if r.status != 200 {
                     assert_error(&r, 429, "budget_exceeded", None);
                 }

@@ -645,13 +645,9 @@ impl Ledger {
         let now = now_ms();
         let stale_before = now - stale.as_millis() as i64;
         let forget_before = now - idempotency_ttl.as_millis() as i64;
-        if self.store.engine() == "postgres" {
-            // Budget grants of replicas that died (`postgres_grants.rs`); a failure
-            // leaves them for the next sweep.
-            let give_back = "SELECT mediagate_give_back_expired(NULL)";
-            if let Err(e) = self.store.execute(give_back, Vec::new()).await {
-                tracing::warn!(error = %e, "expired budget grants not given back");
-            }
+        // A failure leaves them for the next sweep, and the rest of this one runs.
+        if let Err(e) = self.store.give_back_expired().await {
+            tracing::warn!(error = %e, "expired budget grants not given back");
         }
         let expire = PerEngine {
             sqlite: record::EXPIRE_SUBMITTING,

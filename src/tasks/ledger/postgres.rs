@@ -160,6 +160,10 @@ impl Store for PostgresStore {
     fn give_back_held(&self) -> StoreFuture<'_, ()> {
         Box::pin(self.grants.give_back_all())
     }
+
+    fn give_back_expired(&self) -> StoreFuture<'_, ()> {
+        Box::pin(self.grants.give_back_expired())
+    }
 }
 
 /// One connection, to look up the row holding a key.

@@ -74,6 +74,7 @@ const ASK_WAITS: usize = 500;
 const TAKE: &str =
     "SELECT grant_id, micros, expires_ms FROM mediagate_take_grant($1, $2, $3, $4, $5, $6, $7, $8)";
 const GIVE_BACK: &str = "SELECT mediagate_give_back($1::int8[])";
+const GIVE_BACK_EXPIRED: &str = "SELECT mediagate_give_back_expired(NULL)";
 
 /// A grant asked for longer than this is given up on (the server may hold it; it
 /// expires there).
@@ -225,6 +226,12 @@ impl Grants {
                 .execute(&self.pool)
                 .await?;
         }
+        Ok(())
+    }
+
+    /// Every replica's expired grants given back: those of a replica that died.
+    pub(super) async fn give_back_expired(&self) -> Result<(), LedgerError> {
+        sqlx::query(GIVE_BACK_EXPIRED).execute(&self.pool).await?;
         Ok(())
     }
 

@@ -185,6 +185,12 @@ pub(super) trait Store: Send + Sync {
         Box::pin(async { Ok(()) })
     }
 
+    /// Housekeeping: what replicas that died held ahead of keys' budgets and left to
+    /// expire goes back (PostgreSQL's budget grants); elsewhere nothing is held.
+    fn give_back_expired(&self) -> StoreFuture<'_, ()> {
+        Box::pin(async { Ok(()) })
+    }
+
     /// `owner`'s usage per model and UTC day, of the rows created from `since_ms` to
     /// before `until_ms` ([`record::USAGE_OF`]).
     fn usage_of<'a>(

@@ -284,8 +284,20 @@ impl Http {
     }
 
     pub async fn post_json(&self, path: &str, key: &str, body: &Value) -> Reply {
+        self.try_post_json(path, key, body)
+            .await
+            .unwrap_or_else(|e| panic!("no answer from the gateway: {e}"))
+    }
+
+    /// [`Http::post_json`] to a gateway that may stop answering.
+    pub async fn try_post_json(
+        &self,
+        path: &str,
+        key: &str,
+        body: &Value,
+    ) -> Result<Reply, String> {
         let auth = format!("Bearer {key}");
-        self.send(
+        self.try_send(
             Method::POST,
             path,
             &[
