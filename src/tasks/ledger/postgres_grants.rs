@@ -85,6 +85,11 @@ pub(super) struct Grants {
     pool: PgPool,
     held: Arc<Mutex<HashMap<String, Held>>>,
     reaping: AtomicBool,
+    /// Held by the reaper while its give-back is under way, so that a stop does not
+    /// end the process in the middle of one.
+    giving_back: Arc<tokio::sync::Mutex<()>>,
+    /// The process stops: no grant is asked for any more.
+    closed: AtomicBool,
 }
 
 /// What this replica holds of one owner's budget.
@@ -130,6 +135,8 @@ impl Grants {
             pool,
             held: Arc::default(),
             reaping: AtomicBool::new(false),
+            giving_back: Arc::default(),
+            closed: AtomicBool::new(false),
         }
     }
 
@@ -149,7 +156,12 @@ impl Grants {
             let h = held.get_mut(new.owner).expect("inserted above");
             h.count(now);
             let drawn = h.draw(budget, cost, at, now);
-            let ask = h.ask(new.owner, budget, cost, at, now);
+            // Read under the lock that `give_back_all` looks for asks under.
+            let ask = if self.closed.load(Ordering::SeqCst) {
+                None
+            } else {
+                h.ask(new.owner, budget, cost, at, now)
+            };
             (drawn, ask)
         };
         if let Some(ask) = ask {
@@ -207,8 +219,15 @@ impl Grants {
     }
 
     /// The process stops: every grant held goes back at once, rather than when it
-    /// expires.
+    /// expires. A grant still being asked for is waited for (each ask is bounded by
+    /// [`ASK_TIMEOUT`]): taken after the give-back, it would be held to its expiry.
+    /// So is the reaper's give-back under way.
     pub(super) async fn give_back_all(&self) -> Result<(), LedgerError> {
+        self.closed.store(true, Ordering::SeqCst);
+        while self.asking() {
+            tokio::time::sleep(ASK_WAIT).await;
+        }
+        let _reaper_done = self.giving_back.lock().await;
         let ids: Vec<i64> = {
             let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
             held.drain()
@@ -235,6 +254,12 @@ impl Grants {
         Ok(())
     }
 
+    /// Whether a grant is being asked for, for any owner.
+    fn asking(&self) -> bool {
+        let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        held.values().any(|h| h.asking)
+    }
+
     /// The grants held for `owner`, taken off; `None` while one is being asked for.
     fn take_back(&self, owner: &str) -> Option<Vec<i64>> {
         let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
@@ -252,7 +277,12 @@ impl Grants {
 
     fn ask(&self, ask: Ask) {
         if !self.reaping.swap(true, Ordering::Relaxed) {
-            tokio::spawn(reap(self.pool.clone(), Arc::clone(&self.held)));
+            let reaper = reap(
+                self.pool.clone(),
+                Arc::clone(&self.held),
+                Arc::clone(&self.giving_back),
+            );
+            tokio::spawn(reaper);
         }
         tokio::spawn(take(self.pool.clone(), Arc::clone(&self.held), ask));
     }
@@ -374,10 +404,15 @@ async fn take(pool: PgPool, held: Arc<Mutex<HashMap<String, Held>>>, ask: Ask) {
 
 /// Gives back, for as long as the process runs, the grants idle or retired for
 /// [`IDLE`]; one that fails to go back expires on the server.
-async fn reap(pool: PgPool, held: Arc<Mutex<HashMap<String, Held>>>) {
+async fn reap(
+    pool: PgPool,
+    held: Arc<Mutex<HashMap<String, Held>>>,
+    giving_back: Arc<tokio::sync::Mutex<()>>,
+) {
     let mut tick = tokio::time::interval(REAP_EVERY);
     loop {
         tick.tick().await;
+        let _giving = giving_back.lock().await;
         let ids = done_with(&held, Instant::now());
         if ids.is_empty() {
             continue;
@@ -525,5 +560,60 @@ mod tests {
         assert_eq!(done_with(&held, later), vec![3], "the retired one");
         assert_eq!(done_with(&held, later + IDLE), vec![7], "idle");
         assert!(held.lock().unwrap().is_empty(), "the owner forgotten");
+    }
+
+    /// A pool to a server that is not there: a statement sent fails at once.
+    fn nowhere() -> PgPool {
+        sqlx::postgres::PgPoolOptions::new()
+            .acquire_timeout(Duration::from_millis(200))
+            .connect_lazy("postgres://127.0.0.1:1/none")
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_stop_waits_for_a_grant_being_asked_for_and_asks_for_none_after() {
+        let grants = Arc::new(Grants::new(nowhere()));
+        let asking = Held {
+            asking: true,
+            ..Held::default()
+        };
+        grants.held.lock().unwrap().insert("k".to_owned(), asking);
+        let stopping = tokio::spawn({
+            let grants = Arc::clone(&grants);
+            async move { grants.give_back_all().await }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!stopping.is_finished(), "stopped before the ask came back");
+        // The ask comes back with a grant, which must go back with the others.
+        {
+            let mut held = grants.held.lock().unwrap();
+            let h = held.get_mut("k").unwrap();
+            h.asking = false;
+            h.current = Some(grant(10, Instant::now() + LIFETIME));
+        }
+        let given = stopping.await.unwrap();
+        assert!(given.is_err(), "the grant was sent back, to no server");
+        assert!(grants.held.lock().unwrap().is_empty());
+        // A submit still drawing after the stop asks for no grant however busy.
+        let new = NewTask {
+            owner: "k",
+            endpoint: crate::config::Endpoint::ModelCenter,
+            model: "m",
+            kind: crate::tasks::MediaKind::Video,
+            fingerprint: String::new(),
+            idempotency_key: None,
+            video_seconds: 5,
+            quota: None,
+            provider: None,
+            callback_url: None,
+            keep_days: None,
+            cost_estimate: Some(Micros(10)),
+            budget: Some(budget()),
+            price_params: None,
+        };
+        for _ in 0..BUSY * 2 {
+            assert_eq!(grants.draw(&new, Clock::at(1_000)), None);
+        }
+        assert!(!grants.asking(), "asked after the stop");
     }
 }
