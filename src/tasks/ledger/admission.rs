@@ -136,8 +136,7 @@ pub(super) async fn seen(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{Endpoint, QuotaConfig};
-    use crate::tasks::MediaKind;
+    use crate::config::QuotaConfig;
     use futures_util::FutureExt;
 
     /// An engine in memory: a key's row, the day's usage, and whether the insert
@@ -175,20 +174,10 @@ mod tests {
 
     fn new(quota: Option<QuotaConfig>) -> NewTask<'static> {
         NewTask {
-            owner: "a",
-            endpoint: Endpoint::ModelCenter,
-            model: "m",
-            kind: MediaKind::Video,
-            fingerprint: "fp".into(),
             idempotency_key: Some("k"),
-            video_seconds: 5,
             quota,
-            provider: None,
-            callback_url: None,
-            keep_days: None,
             cost_estimate: Some(Micros(5)),
-            budget: None,
-            price_params: None,
+            ..NewTask::example("a")
         }
     }
 
@@ -233,9 +222,7 @@ mod tests {
 #[cfg(test)]
 mod budget_tests {
     use super::*;
-    use crate::config::Endpoint;
     use crate::money::Budget;
-    use crate::tasks::MediaKind;
     use futures_util::FutureExt;
 
     struct Spent((i64, i64));
@@ -264,23 +251,12 @@ mod budget_tests {
     #[test]
     fn a_budget_refuses_what_does_not_fit_and_says_when_it_resets() {
         let new = NewTask {
-            owner: "a",
-            endpoint: Endpoint::ModelCenter,
-            model: "m",
-            kind: MediaKind::Video,
-            fingerprint: "fp".into(),
-            idempotency_key: None,
-            video_seconds: 5,
-            quota: None,
-            provider: None,
-            callback_url: None,
-            keep_days: None,
             cost_estimate: Some(Micros(300)),
             budget: Some(Budget {
                 per_day: Some(Micros(1_000)),
                 per_month: Some(Micros(5_000)),
             }),
-            price_params: None,
+            ..NewTask::example("a")
         };
         // 2026-02-14 12:00 UTC: the day ends at midnight, the month on March 1st.
         let now = crate::calendar::days_from_civil(2026, 2, 14) * DAY_MS + DAY_MS / 2;

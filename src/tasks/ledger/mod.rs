@@ -788,7 +788,6 @@ mod tests {
 
     use self::admission::DAY_MS;
     use crate::config::QuotaConfig;
-    use crate::tasks::MediaKind;
 
     async fn ledger(dir: &tempfile::TempDir) -> Ledger {
         let url = LedgerUrl::parse("sqlite://sub/ledger.db", dir.path()).unwrap();
@@ -797,20 +796,10 @@ mod tests {
 
     fn new<'a>(owner: &'a str, key: Option<&'a str>, fp: &str) -> NewTask<'a> {
         NewTask {
-            owner,
-            endpoint: Endpoint::ModelCenter,
-            model: "m",
-            kind: MediaKind::Video,
             fingerprint: fp.into(),
             idempotency_key: key,
-            video_seconds: 5,
-            quota: None,
             provider: Some("p"),
-            callback_url: None,
-            keep_days: None,
-            cost_estimate: None,
-            budget: None,
-            price_params: None,
+            ..NewTask::example(owner)
         }
     }
 

@@ -596,20 +596,9 @@ mod tests {
         assert!(grants.held.lock().unwrap().is_empty());
         // A submit still drawing after the stop asks for no grant however busy.
         let new = NewTask {
-            owner: "k",
-            endpoint: crate::config::Endpoint::ModelCenter,
-            model: "m",
-            kind: crate::tasks::MediaKind::Video,
-            fingerprint: String::new(),
-            idempotency_key: None,
-            video_seconds: 5,
-            quota: None,
-            provider: None,
-            callback_url: None,
-            keep_days: None,
             cost_estimate: Some(Micros(10)),
             budget: Some(budget()),
-            price_params: None,
+            ..NewTask::example("k")
         };
         for _ in 0..BUSY * 2 {
             assert_eq!(grants.draw(&new, Clock::at(1_000)), None);

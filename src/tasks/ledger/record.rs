@@ -83,6 +83,30 @@ pub struct NewTask<'a> {
     pub price_params: Option<String>,
 }
 
+#[cfg(test)]
+impl<'a> NewTask<'a> {
+    /// A five-second video task of `owner` on the model center, without a price,
+    /// quota, budget, key or provider: each test sets what it is about.
+    pub(crate) fn example(owner: &'a str) -> Self {
+        NewTask {
+            owner,
+            endpoint: Endpoint::ModelCenter,
+            model: "m",
+            kind: MediaKind::Video,
+            fingerprint: "fp".into(),
+            idempotency_key: None,
+            video_seconds: 5,
+            quota: None,
+            provider: None,
+            callback_url: None,
+            keep_days: None,
+            cost_estimate: None,
+            budget: None,
+            price_params: None,
+        }
+    }
+}
+
 impl NewTask<'_> {
     /// Whether admission reads what the owner used or spent: with a quota or a budget.
     pub(super) fn counted(&self) -> bool {
