@@ -29,6 +29,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use sqlx::PgPool;
+use tokio_util::task::{TaskTracker, task_tracker::TaskTrackerToken};
 
 use super::LedgerError;
 use super::admission::DAY_MS;
@@ -88,8 +89,9 @@ pub(super) struct Grants {
     /// Held by the reaper while its give-back is under way, so that a stop does not
     /// end the process in the middle of one.
     giving_back: Arc<tokio::sync::Mutex<()>>,
-    /// The process stops: no grant is asked for any more.
-    closed: AtomicBool,
+    /// The asks for grants under way, waited for at a stop; closed then, and no
+    /// grant is asked for any more.
+    asks: TaskTracker,
 }
 
 /// What this replica holds of one owner's budget.
@@ -136,7 +138,7 @@ impl Grants {
             held: Arc::default(),
             reaping: AtomicBool::new(false),
             giving_back: Arc::default(),
-            closed: AtomicBool::new(false),
+            asks: TaskTracker::new(),
         }
     }
 
@@ -156,16 +158,18 @@ impl Grants {
             let h = held.get_mut(new.owner).expect("inserted above");
             h.count(now);
             let drawn = h.draw(budget, cost, at, now);
-            // Read under the lock that `give_back_all` looks for asks under.
-            let ask = if self.closed.load(Ordering::SeqCst) {
+            // Decided and tracked under the lock that `give_back_all` closes the
+            // asks under: an ask decided before the stop is waited for.
+            let ask = if self.asks.is_closed() {
                 None
             } else {
-                h.ask(new.owner, budget, cost, at, now)
+                let ask = h.ask(new.owner, budget, cost, at, now);
+                ask.map(|ask| (ask, self.asks.token()))
             };
             (drawn, ask)
         };
-        if let Some(ask) = ask {
-            self.ask(ask);
+        if let Some((ask, tracked)) = ask {
+            self.ask(ask, tracked);
         }
         drawn
     }
@@ -223,10 +227,11 @@ impl Grants {
     /// [`ASK_TIMEOUT`]): taken after the give-back, it would be held to its expiry.
     /// So is the reaper's give-back under way.
     pub(super) async fn give_back_all(&self) -> Result<(), LedgerError> {
-        self.closed.store(true, Ordering::SeqCst);
-        while self.asking() {
-            tokio::time::sleep(ASK_WAIT).await;
+        {
+            let _deciding = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+            self.asks.close();
         }
+        self.asks.wait().await;
         let _reaper_done = self.giving_back.lock().await;
         let ids: Vec<i64> = {
             let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
@@ -254,12 +259,6 @@ impl Grants {
         Ok(())
     }
 
-    /// Whether a grant is being asked for, for any owner.
-    fn asking(&self) -> bool {
-        let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        held.values().any(|h| h.asking)
-    }
-
     /// The grants held for `owner`, taken off; `None` while one is being asked for.
     fn take_back(&self, owner: &str) -> Option<Vec<i64>> {
         let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
@@ -275,7 +274,7 @@ impl Grants {
         Some(ids)
     }
 
-    fn ask(&self, ask: Ask) {
+    fn ask(&self, ask: Ask, tracked: TaskTrackerToken) {
         if !self.reaping.swap(true, Ordering::Relaxed) {
             let reaper = reap(
                 self.pool.clone(),
@@ -284,7 +283,11 @@ impl Grants {
             );
             tokio::spawn(reaper);
         }
-        tokio::spawn(take(self.pool.clone(), Arc::clone(&self.held), ask));
+        let taking = take(self.pool.clone(), Arc::clone(&self.held), ask);
+        tokio::spawn(async move {
+            taking.await;
+            drop(tracked);
+        });
     }
 }
 
@@ -578,6 +581,7 @@ mod tests {
             ..Held::default()
         };
         grants.held.lock().unwrap().insert("k".to_owned(), asking);
+        let tracked = grants.asks.token();
         let stopping = tokio::spawn({
             let grants = Arc::clone(&grants);
             async move { grants.give_back_all().await }
@@ -591,6 +595,7 @@ mod tests {
             h.asking = false;
             h.current = Some(grant(10, Instant::now() + LIFETIME));
         }
+        drop(tracked);
         let given = stopping.await.unwrap();
         assert!(given.is_err(), "the grant was sent back, to no server");
         assert!(grants.held.lock().unwrap().is_empty());
@@ -603,6 +608,7 @@ mod tests {
         for _ in 0..BUSY * 2 {
             assert_eq!(grants.draw(&new, Clock::at(1_000)), None);
         }
-        assert!(!grants.asking(), "asked after the stop");
+        let asking = grants.held.lock().unwrap().values().any(|h| h.asking);
+        assert!(!asking && grants.asks.is_empty(), "asked after the stop");
     }
 }
